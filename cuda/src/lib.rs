@@ -1,0 +1,1 @@
+//! Lease-aware CUDA layer.

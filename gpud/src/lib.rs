@@ -1,0 +1,1 @@
+//! gpud: the per-host GPU lease daemon.
