@@ -1,0 +1,513 @@
+//! The messages exchanged over the Unix socket, one JSON document per frame.
+//!
+//! docs/PROTOCOL.md is the reference; the types here are the source of truth for field names.
+
+use serde::{Deserialize, Serialize};
+
+use super::class::{Class, Placement};
+use crate::reservation::LeaseId;
+
+/// The protocol version this crate speaks. A hello with another version is refused.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// A client's identifier for one request, unique among its outstanding requests.
+pub type RequestId = u64;
+
+/// Frames a client sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClientFrame {
+    /// First frame of every session.
+    Hello {
+        /// Must equal [`PROTOCOL_VERSION`].
+        version: u32,
+        /// Free-form client name for logs and status.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client: Option<String>,
+    },
+    /// Any later frame.
+    Request {
+        /// Echoed in the reply.
+        id: RequestId,
+        /// What to do.
+        op: Op,
+    },
+}
+
+/// Operations a client can ask for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Op {
+    /// Ask for a lease; the reply comes when it is granted, refused, cancelled or timed out.
+    Acquire(AcquireArgs),
+    /// Change the VRAM of a granted lease. Shrinking is immediate; growing waits like a new
+    /// request and, on timeout, leaves the lease as it was.
+    Resize {
+        /// The lease to resize.
+        lease: LeaseId,
+        /// The new size in bytes.
+        vram_bytes: u64,
+        /// Give up growing after this long (milliseconds); no timeout when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    },
+    /// Give a lease back.
+    Release {
+        /// The lease to release.
+        lease: LeaseId,
+    },
+    /// Withdraw a waiting acquire or resize.
+    Cancel {
+        /// The id of the waiting request.
+        request: RequestId,
+    },
+    /// The daemon's devices, leases and queues.
+    Status,
+    /// Stop granting on a device (admin).
+    Drain {
+        /// The device.
+        device: Placement,
+    },
+    /// Grant on a drained device again (admin).
+    Undrain {
+        /// The device.
+        device: Placement,
+    },
+    /// Take a lease away from its holder (admin).
+    Revoke {
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// Liveness check.
+    Ping,
+}
+
+/// What an acquire asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireArgs {
+    /// Which device.
+    #[serde(default)]
+    pub device: Placement,
+    /// Bytes of device memory to reserve.
+    #[serde(default)]
+    pub vram_bytes: u64,
+    /// Whether to take the device's compute slot.
+    #[serde(default)]
+    pub compute: bool,
+    /// Priority class.
+    #[serde(default)]
+    pub class: Class,
+    /// Give up after this long (milliseconds); wait for ever when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Free-form note shown in status (a job name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// Frames the daemon sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerFrame {
+    /// Answer to a hello.
+    Welcome {
+        /// The daemon's protocol version.
+        version: u32,
+        /// This session's id, as status shows it.
+        session: u64,
+        /// Daemon name and version.
+        daemon: String,
+    },
+    /// The answer to one request.
+    Reply {
+        /// The request's id.
+        id: RequestId,
+        /// Success or error.
+        outcome: Outcome,
+    },
+    /// Something happened to a lease the session holds.
+    Event {
+        /// What happened.
+        event: Event,
+    },
+    /// A session-level error; the daemon closes the connection after it.
+    Error {
+        /// What was wrong.
+        error: ErrorBody,
+    },
+}
+
+/// The result of one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// It worked.
+    Ok(Reply),
+    /// It did not.
+    Error(ErrorBody),
+}
+
+/// Successful answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// An acquire was granted.
+    Granted(LeaseInfo),
+    /// A resize took effect.
+    Resized {
+        /// The lease.
+        lease: LeaseId,
+        /// Its size now.
+        vram_bytes: u64,
+    },
+    /// A lease was released.
+    Released {
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// A waiting request was withdrawn.
+    Cancelled {
+        /// The request.
+        request: RequestId,
+    },
+    /// The daemon's state.
+    Status(Box<StatusReport>),
+    /// An admin operation took effect.
+    Done,
+    /// Answer to ping.
+    Pong,
+}
+
+/// A granted lease as its holder sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseInfo {
+    /// The lease's id.
+    pub lease: LeaseId,
+    /// The device's UUID.
+    pub device_uuid: String,
+    /// The device's gpud index.
+    pub device_index: u32,
+    /// The device's name.
+    pub device_name: String,
+    /// Bytes reserved.
+    pub vram_bytes: u64,
+    /// Whether the lease holds the compute slot.
+    pub compute: bool,
+    /// The class it was granted in.
+    pub class: Class,
+    /// The value to give `CUDA_VISIBLE_DEVICES` so CUDA sees only this device.
+    pub cuda_visible_devices: String,
+}
+
+/// Why a holder is asked to yield its compute slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum YieldReason {
+    /// A critical request waits for the slot.
+    CriticalWaiting,
+    /// The lease has held the slot longer than its class allows.
+    MaxHold,
+}
+
+/// Why a lease was taken away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RevokeReason {
+    /// An administrator revoked it.
+    Admin,
+    /// The holder did not yield within the grace period.
+    YieldIgnored,
+}
+
+/// Notices the daemon pushes to a lease holder.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    /// Release the compute slot at the next safe point.
+    YieldRequested {
+        /// The lease.
+        lease: LeaseId,
+        /// Why.
+        reason: YieldReason,
+        /// When the daemon revokes the lease if it is still held (milliseconds from now).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        revoke_in_ms: Option<u64>,
+    },
+    /// The lease is gone: stop using the device.
+    Revoked {
+        /// The lease.
+        lease: LeaseId,
+        /// Why.
+        reason: RevokeReason,
+    },
+    /// The daemon is stopping; leases end with the connection.
+    ShuttingDown,
+}
+
+/// Error codes, stable across versions. docs/PROTOCOL.md explains each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// A frame is not valid JSON of a known message.
+    BadFrame,
+    /// A frame's length prefix exceeds the daemon's limit.
+    FrameTooLarge,
+    /// The hello's version is not spoken here.
+    UnsupportedVersion,
+    /// A request came before the hello.
+    HelloRequired,
+    /// The peer's uid/gid is not in the allow list.
+    NotAllowed,
+    /// The operation needs root or the admin group.
+    PermissionDenied,
+    /// A field has a value that makes no sense (zero-sized lease, …).
+    InvalidRequest,
+    /// No such device.
+    UnknownDevice,
+    /// The request is larger than any matching device could ever grant.
+    NeverFits,
+    /// No such lease held by this session.
+    UnknownLease,
+    /// No such waiting request in this session.
+    UnknownRequest,
+    /// The request id is already in use by an outstanding request.
+    DuplicateRequest,
+    /// The lease already has a resize waiting.
+    ResizePending,
+    /// The request waited longer than its timeout.
+    TimedOut,
+    /// The request was cancelled (by the client, or because its lease went away).
+    Cancelled,
+    /// A per-session or per-uid limit was reached.
+    LimitExceeded,
+    /// The daemon is stopping.
+    ShuttingDown,
+    /// A bug in the daemon.
+    Internal,
+}
+
+/// An error code with a human explanation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Machine-readable code.
+    pub code: ErrorCode,
+    /// What went wrong, for people.
+    pub message: String,
+}
+
+impl ErrorBody {
+    /// An error with a code and message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Queue lengths per class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueCounts {
+    /// Waiting critical requests.
+    pub critical: u32,
+    /// Waiting high requests.
+    pub high: u32,
+    /// Waiting normal requests.
+    pub normal: u32,
+    /// Waiting background requests.
+    pub background: u32,
+}
+
+impl QueueCounts {
+    /// Counts one more waiter of `class`.
+    pub fn add(&mut self, class: Class) {
+        match class {
+            Class::Critical => self.critical += 1,
+            Class::High => self.high += 1,
+            Class::Normal => self.normal += 1,
+            Class::Background => self.background += 1,
+        }
+    }
+
+    /// All waiters.
+    pub fn total(&self) -> u32 {
+        self.critical + self.high + self.normal + self.background
+    }
+}
+
+/// The daemon's whole state, as `status` returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// The daemon itself.
+    pub daemon: DaemonInfo,
+    /// Every device, by index.
+    pub devices: Vec<DeviceStatus>,
+    /// Every granted lease.
+    pub leases: Vec<LeaseStatus>,
+    /// Every waiting request, in the order they would be served.
+    pub waiters: Vec<WaiterStatus>,
+}
+
+/// Facts about the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonInfo {
+    /// Daemon version.
+    pub version: String,
+    /// Daemon pid.
+    pub pid: u32,
+    /// Milliseconds since start.
+    pub uptime_ms: u64,
+    /// Connected sessions.
+    pub sessions: u32,
+    /// `nvml` or `simulated`.
+    pub backend: String,
+}
+
+/// One device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceStatus {
+    /// gpud's index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// Product name.
+    pub name: String,
+    /// Total memory.
+    pub total_bytes: u64,
+    /// Memory kept back from leases.
+    pub headroom_bytes: u64,
+    /// Memory used by processes that hold no lease.
+    pub unmanaged_bytes: u64,
+    /// What leases may reserve: total − headroom − unmanaged.
+    pub capacity_bytes: u64,
+    /// Reserved by leases.
+    pub reserved_bytes: u64,
+    /// capacity − reserved (0 when over-committed).
+    pub free_bytes: u64,
+    /// No new grants while true.
+    pub drained: bool,
+    /// How many leases may hold compute at once.
+    pub compute_slots: u32,
+    /// The (first) compute holder, if any.
+    pub compute_holder: Option<ComputeHolder>,
+    /// All compute holders.
+    pub compute_holders: Vec<ComputeHolder>,
+    /// Waiting requests per class that could be granted here.
+    pub queued: QueueCounts,
+}
+
+/// A lease holding a compute slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComputeHolder {
+    /// The lease.
+    pub lease: LeaseId,
+    /// Holder's pid.
+    pub pid: u32,
+    /// Holder's process name.
+    pub process: String,
+    /// Class.
+    pub class: Class,
+    /// Milliseconds held so far.
+    pub held_ms: u64,
+}
+
+/// One granted lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseStatus {
+    /// Lease id.
+    pub id: LeaseId,
+    /// Device UUID.
+    pub device: String,
+    /// Device index.
+    pub device_index: u32,
+    /// Bytes reserved.
+    pub vram_bytes: u64,
+    /// Holds the compute slot.
+    pub compute: bool,
+    /// Class.
+    pub class: Class,
+    /// Holder's pid.
+    pub pid: u32,
+    /// Holder's uid.
+    pub uid: u32,
+    /// Holder's process name.
+    pub process: String,
+    /// Holder's session.
+    pub session: u64,
+    /// Milliseconds since grant.
+    pub held_ms: u64,
+    /// A yield notice is outstanding.
+    pub yield_requested: bool,
+    /// The client's label.
+    pub label: Option<String>,
+}
+
+/// One waiting request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaiterStatus {
+    /// Waiter's session.
+    pub session: u64,
+    /// The client's request id.
+    pub request: RequestId,
+    /// Waiter's pid.
+    pub pid: u32,
+    /// Class.
+    pub class: Class,
+    /// Requested device.
+    pub device: Placement,
+    /// Bytes asked for (for a resize: the extra bytes).
+    pub vram_bytes: u64,
+    /// Wants the compute slot.
+    pub compute: bool,
+    /// For a resize, the lease growing.
+    pub grows_lease: Option<LeaseId>,
+    /// Milliseconds waited.
+    pub waited_ms: u64,
+    /// The client's label.
+    pub label: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_round_trips_with_defaults() {
+        let text =
+            r#"{"type":"request","id":7,"op":{"acquire":{"vram_bytes":1024,"compute":true}}}"#;
+        let frame: ClientFrame = serde_json::from_str(text).unwrap();
+        let ClientFrame::Request {
+            id,
+            op: Op::Acquire(args),
+        } = &frame
+        else {
+            panic!("not an acquire: {frame:?}")
+        };
+        assert_eq!(*id, 7);
+        assert_eq!(args.device, Placement::Any);
+        assert_eq!(args.class, Class::Normal);
+        let again: ClientFrame =
+            serde_json::from_str(&serde_json::to_string(&frame).unwrap()).unwrap();
+        assert_eq!(again, frame);
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let text = r#"{"type":"request","id":1,"op":{"acquire":{"vram":1}}}"#;
+        assert!(serde_json::from_str::<ClientFrame>(text).is_err());
+        let text = r#"{"type":"request","id":1,"op":"status"}"#;
+        assert!(serde_json::from_str::<ClientFrame>(text).is_ok());
+    }
+
+    #[test]
+    fn errors_serialize_with_snake_case_codes() {
+        let frame = ServerFrame::Reply {
+            id: 3,
+            outcome: Outcome::Error(ErrorBody::new(ErrorCode::NeverFits, "too big")),
+        };
+        let text = serde_json::to_string(&frame).unwrap();
+        assert!(text.contains("\"never_fits\""), "{text}");
+    }
+}

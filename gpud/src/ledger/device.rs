@@ -1,0 +1,53 @@
+//! One device's books: reservations, compute holders, and the queue of waiters it could serve.
+
+use std::collections::BTreeSet;
+
+use gpud_client::LeaseId;
+
+use super::types::DeviceSpec;
+
+/// A device as the ledger tracks it.
+#[derive(Debug)]
+pub(super) struct Device {
+    pub spec: DeviceSpec,
+    /// Sum of the VRAM of leases on this device.
+    pub reserved: u64,
+    /// Leases holding a compute slot, in grant order.
+    pub holders: Vec<LeaseId>,
+    pub drained: bool,
+    /// Waiters that could be granted here, in the order they are served: (class rank, seq).
+    pub queue: BTreeSet<(usize, u64)>,
+    /// The same waiters by arrival: the first is the one protected from overtaking.
+    pub by_age: BTreeSet<u64>,
+}
+
+impl Device {
+    pub fn new(spec: DeviceSpec) -> Self {
+        Self {
+            spec,
+            reserved: 0,
+            holders: Vec::new(),
+            drained: false,
+            queue: BTreeSet::new(),
+            by_age: BTreeSet::new(),
+        }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.spec.capacity()
+    }
+
+    /// Bytes that may still be reserved (0 when over-committed by unmanaged usage).
+    pub fn free(&self) -> u64 {
+        self.capacity().saturating_sub(self.reserved)
+    }
+
+    pub fn free_slots(&self) -> usize {
+        (self.spec.compute_slots as usize).saturating_sub(self.holders.len())
+    }
+
+    /// Nothing more can be granted here until something is released.
+    pub fn exhausted(&self) -> bool {
+        self.drained || (self.free() == 0 && self.free_slots() == 0)
+    }
+}

@@ -1,0 +1,930 @@
+//! The lease ledger and scheduler: a pure, synchronous state machine.
+//!
+//! The ledger knows devices, leases and waiting requests. It has no clock, no sockets and no
+//! tasks: every input carries the current time, and every outcome that is not an immediate
+//! answer comes out as a [`Decision`].
+//!
+//! Three kinds of methods drive it:
+//! - inputs: [`Ledger::acquire`], [`Ledger::resize`], [`Ledger::release`], [`Ledger::cancel`],
+//!   [`Ledger::disconnect`], [`Ledger::drain`], [`Ledger::undrain`], [`Ledger::revoke`],
+//!   [`Ledger::set_unmanaged`] and [`Ledger::handle_timeout`];
+//! - outputs, polled after every input: [`Ledger::poll_decision`] until it returns `None`, then
+//!   [`Ledger::poll_timeout`] for the instant at which to call `handle_timeout` next;
+//! - views for status: [`Ledger::devices`], [`Ledger::leases`], [`Ledger::waiters`].
+//!
+//! ```
+//! use std::time::Instant;
+//! use gpud::ledger::{AcquireSpec, Decision, DeviceSpec, Ledger, LedgerConfig, Ticket};
+//! use gpud_client::proto::{Class, Placement};
+//!
+//! let gib = 1u64 << 30;
+//! let device = DeviceSpec {
+//!     uuid: "GPU-sim-0".into(), name: "sim".into(), total_bytes: 16 * gib,
+//!     headroom_bytes: 0, unmanaged_bytes: 0, compute_slots: 1,
+//! };
+//! let mut ledger = Ledger::new(LedgerConfig::default(), vec![device]);
+//! let now = Instant::now();
+//! let ask = |request| (Ticket { session: request, request }, AcquireSpec {
+//!     placement: Placement::Any, vram_bytes: 10 * gib, compute: true,
+//!     class: Class::Normal, timeout: None, label: None,
+//! });
+//! let (first, spec) = ask(1);
+//! let lease = ledger.acquire(now, first, spec).unwrap().expect("granted at once");
+//! let (second, spec) = ask(2);
+//! assert!(ledger.acquire(now, second, spec).unwrap().is_none(), "10 + 10 > 16: it waits");
+//! ledger.release(now, 1, lease).unwrap();
+//! assert!(matches!(ledger.poll_decision(), Some(Decision::Granted { ticket, .. }) if ticket == second));
+//! ```
+//!
+//! # Scheduling
+//! Waiters are served by class (critical first), FIFO within a class. A waiter that does not
+//! fit does not block later ones that do (backfill), but the oldest waiter of each device
+//! counts the competing grants that overtake it there; after `max_overtakes` of them nothing
+//! that competes with it is granted on that device until it is. A waiter is therefore
+//! overtaken at most `max_overtakes` times once it is the oldest, and at most
+//! `max_overtakes × (older waiters at its arrival + 1)` times in all.
+
+mod device;
+mod timers;
+mod types;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::Instant;
+
+use gpud_client::LeaseId;
+use gpud_client::proto::{Class, Placement, QueueCounts, RevokeReason, YieldReason};
+
+use device::Device;
+use timers::{Timer, Timers};
+pub use types::{
+    AcquireSpec, Decision, DeviceIdx, DeviceSpec, Lease, LedgerConfig, LedgerError, Need, PerClass,
+    ResizeOutcome, SessionId, Ticket, Waiter,
+};
+
+/// What a session holds and waits for.
+#[derive(Debug, Default)]
+struct Holdings {
+    leases: BTreeSet<LeaseId>,
+    waiters: BTreeSet<u64>,
+}
+
+/// What [`Ledger::disconnect`] freed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Disconnected {
+    /// Leases released.
+    pub leases: Vec<LeaseId>,
+    /// Waiting requests withdrawn.
+    pub waiters: usize,
+}
+
+/// The lease ledger. See the module documentation for how to drive it.
+#[derive(Debug)]
+pub struct Ledger {
+    config: LedgerConfig,
+    devices: Vec<Device>,
+    leases: BTreeMap<LeaseId, Lease>,
+    waiters: BTreeMap<u64, Waiter>,
+    tickets: HashMap<Ticket, u64>,
+    sessions: HashMap<SessionId, Holdings>,
+    /// Waiting critical requests that need a compute slot: they may ask holders to yield.
+    critical: BTreeSet<u64>,
+    timers: Timers,
+    decisions: VecDeque<Decision>,
+    next_lease: LeaseId,
+    next_seq: u64,
+}
+
+impl Ledger {
+    /// A ledger over `devices`, indexed in the given order.
+    pub fn new(config: LedgerConfig, devices: Vec<DeviceSpec>) -> Self {
+        Self {
+            config,
+            devices: devices.into_iter().map(Device::new).collect(),
+            leases: BTreeMap::new(),
+            waiters: BTreeMap::new(),
+            tickets: HashMap::new(),
+            sessions: HashMap::new(),
+            critical: BTreeSet::new(),
+            timers: Timers::default(),
+            decisions: VecDeque::new(),
+            next_lease: 1,
+            next_seq: 0,
+        }
+    }
+
+    /// The scheduling policy in force.
+    pub fn config(&self) -> &LedgerConfig {
+        &self.config
+    }
+
+    /// Replaces the scheduling policy. Leases and waiters stay; new limits apply from now on.
+    pub fn set_config(&mut self, now: Instant, config: LedgerConfig) {
+        self.config = config;
+        for d in 0..self.devices.len() {
+            self.schedule(now, d);
+        }
+    }
+
+    /// The next lease id the ledger will hand out (ids are never reused).
+    pub fn next_lease_id(&self) -> LeaseId {
+        self.next_lease
+    }
+
+    /// Makes lease ids start at `id` or later (after a restart, so that old ids stay unique).
+    pub fn reserve_lease_ids(&mut self, id: LeaseId) {
+        self.next_lease = self.next_lease.max(id);
+    }
+
+    // ---------------------------------------------------------------- inputs
+
+    /// Asks for a lease. Returns the lease when it is granted at once, `None` when the request
+    /// waits (a [`Decision`] follows), or an error when it is refused.
+    pub fn acquire(
+        &mut self,
+        now: Instant,
+        ticket: Ticket,
+        spec: AcquireSpec,
+    ) -> Result<Option<LeaseId>, LedgerError> {
+        if self.tickets.contains_key(&ticket) {
+            return Err(LedgerError::DuplicateRequest(ticket.request));
+        }
+        if spec.vram_bytes == 0 && !spec.compute {
+            return Err(LedgerError::Invalid(
+                "a lease must reserve memory, the compute slot, or both",
+            ));
+        }
+        let candidates = self.resolve(&spec.placement)?;
+        let fitting: Vec<DeviceIdx> = candidates
+            .iter()
+            .copied()
+            .filter(|&d| self.devices[d].capacity() >= spec.vram_bytes)
+            .collect();
+        if fitting.is_empty() {
+            let capacity = candidates
+                .iter()
+                .map(|&d| self.devices[d].capacity())
+                .max()
+                .unwrap_or(0);
+            return Err(LedgerError::NeverFits {
+                need: spec.vram_bytes,
+                capacity,
+            });
+        }
+        let waiter = Waiter {
+            ticket,
+            seq: self.take_seq(),
+            class: spec.class,
+            need: Need {
+                vram_bytes: spec.vram_bytes,
+                compute: spec.compute,
+            },
+            grows: None,
+            placement: spec.placement,
+            candidates: fitting,
+            arrived: now,
+            deadline: spec.timeout.and_then(|t| now.checked_add(t)),
+            overtaken: 0,
+            label: spec.label,
+        };
+        if let Some(d) = self.best_grantable(&waiter) {
+            return Ok(Some(self.grant(now, waiter, d, false)));
+        }
+        self.enqueue(waiter);
+        self.refresh_yields(now);
+        Ok(None)
+    }
+
+    /// Resizes a granted lease. Shrinking (and keeping the size) is immediate; growing waits
+    /// like a new request of the lease's class and, if it times out, leaves the lease as it was.
+    pub fn resize(
+        &mut self,
+        now: Instant,
+        ticket: Ticket,
+        lease_id: LeaseId,
+        vram_bytes: u64,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<ResizeOutcome, LedgerError> {
+        let lease = self.owned_lease(ticket.session, lease_id)?;
+        if lease.pending_grow.is_some() {
+            return Err(LedgerError::ResizePending(lease_id));
+        }
+        if self.tickets.contains_key(&ticket) {
+            return Err(LedgerError::DuplicateRequest(ticket.request));
+        }
+        let (old, d, class, compute) = (lease.vram_bytes, lease.device, lease.class, lease.compute);
+        if vram_bytes == 0 && !compute {
+            return Err(LedgerError::Invalid(
+                "a lease without the compute slot must keep some memory; release it instead",
+            ));
+        }
+        if vram_bytes <= old {
+            if let Some(lease) = self.leases.get_mut(&lease_id) {
+                lease.vram_bytes = vram_bytes;
+            }
+            self.devices[d].reserved -= old - vram_bytes;
+            self.schedule(now, d);
+            return Ok(ResizeOutcome::Done { vram_bytes });
+        }
+        let capacity = self.devices[d].capacity();
+        if vram_bytes > capacity {
+            return Err(LedgerError::NeverFits {
+                need: vram_bytes,
+                capacity,
+            });
+        }
+        let waiter = Waiter {
+            ticket,
+            seq: self.take_seq(),
+            class,
+            need: Need {
+                vram_bytes: vram_bytes - old,
+                compute: false,
+            },
+            grows: Some(lease_id),
+            placement: Placement::Index(d as u32),
+            candidates: vec![d],
+            arrived: now,
+            deadline: timeout.and_then(|t| now.checked_add(t)),
+            overtaken: 0,
+            label: None,
+        };
+        if self.can_grant(&waiter, d) {
+            self.grant(now, waiter, d, false);
+            return Ok(ResizeOutcome::Done { vram_bytes });
+        }
+        if let Some(lease) = self.leases.get_mut(&lease_id) {
+            lease.pending_grow = Some(ticket);
+        }
+        self.enqueue(waiter);
+        Ok(ResizeOutcome::Waiting)
+    }
+
+    /// Releases a lease the session holds. A grow waiting for it ends with
+    /// [`Decision::GrowAbandoned`].
+    pub fn release(
+        &mut self,
+        now: Instant,
+        session: SessionId,
+        lease_id: LeaseId,
+    ) -> Result<(), LedgerError> {
+        self.owned_lease(session, lease_id)?;
+        let lease = self.end_lease(lease_id);
+        self.schedule(now, lease.device);
+        Ok(())
+    }
+
+    /// Withdraws a waiting acquire or grow of the session.
+    pub fn cancel(&mut self, now: Instant, ticket: Ticket) -> Result<(), LedgerError> {
+        let seq = *self
+            .tickets
+            .get(&ticket)
+            .ok_or(LedgerError::UnknownRequest(ticket.request))?;
+        let waiter = self.remove_waiter(seq);
+        self.schedule_all(now, &waiter.candidates);
+        Ok(())
+    }
+
+    /// Ends a session: every lease it holds is released and every request it waits for is
+    /// withdrawn, in one step. No decisions are produced for the session itself.
+    pub fn disconnect(&mut self, now: Instant, session: SessionId) -> Disconnected {
+        let Some(holdings) = self.sessions.remove(&session) else {
+            return Disconnected::default();
+        };
+        let mut touched = BTreeSet::new();
+        for seq in &holdings.waiters {
+            if self.waiters.contains_key(seq) {
+                let waiter = self.remove_waiter(*seq);
+                touched.extend(waiter.candidates);
+            }
+        }
+        let mut leases = Vec::new();
+        for id in holdings.leases {
+            if self.leases.contains_key(&id) {
+                touched.insert(self.end_lease(id).device);
+                leases.push(id);
+            }
+        }
+        // end_lease and remove_waiter re-create an empty entry for the session; drop it.
+        self.sessions.remove(&session);
+        let touched: Vec<_> = touched.into_iter().collect();
+        self.schedule_all(now, &touched);
+        Disconnected {
+            leases,
+            waiters: holdings.waiters.len(),
+        }
+    }
+
+    /// Takes a lease away from its holder (an administrator's decision).
+    pub fn revoke(&mut self, now: Instant, lease_id: LeaseId) -> Result<SessionId, LedgerError> {
+        if !self.leases.contains_key(&lease_id) {
+            return Err(LedgerError::UnknownLease(lease_id));
+        }
+        Ok(self.revoke_lease(now, lease_id, RevokeReason::Admin))
+    }
+
+    /// Stops granting on a device; existing leases run on.
+    pub fn drain(&mut self, now: Instant, device: &Placement) -> Result<DeviceIdx, LedgerError> {
+        let d = self.resolve_one(device)?;
+        self.devices[d].drained = true;
+        self.refresh_yields(now);
+        Ok(d)
+    }
+
+    /// Grants on a drained device again.
+    pub fn undrain(&mut self, now: Instant, device: &Placement) -> Result<DeviceIdx, LedgerError> {
+        let d = self.resolve_one(device)?;
+        self.devices[d].drained = false;
+        self.schedule(now, d);
+        Ok(d)
+    }
+
+    /// Records how much memory processes without a lease use on a device; it lowers capacity.
+    /// Waiters that no longer fit keep waiting (the usage may drop again).
+    pub fn set_unmanaged(&mut self, now: Instant, device: DeviceIdx, bytes: u64) {
+        let Some(dev) = self.devices.get_mut(device) else {
+            return;
+        };
+        let grew = bytes < dev.spec.unmanaged_bytes;
+        dev.spec.unmanaged_bytes = bytes;
+        if grew {
+            self.schedule(now, device);
+        }
+    }
+
+    /// Fires every timer due at `now`: request timeouts, maximum holds, revocations.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(timer) = self.timers.pop_due(now) {
+            match timer {
+                Timer::WaitDeadline(seq) => {
+                    if let Some(waiter) = self.waiters.get(&seq) {
+                        let ticket = waiter.ticket;
+                        // The timer is already popped; remove_waiter's disarm is a no-op.
+                        let waiter = self.remove_waiter(seq);
+                        self.decisions.push_back(Decision::TimedOut { ticket });
+                        self.schedule_all(now, &waiter.candidates);
+                    }
+                }
+                Timer::MaxHold(id) => {
+                    if self
+                        .leases
+                        .get(&id)
+                        .is_some_and(|l| l.yield_requested.is_none())
+                    {
+                        self.request_yield(now, id, YieldReason::MaxHold);
+                    }
+                }
+                Timer::RevokeGrace(id) => {
+                    if self.leases.contains_key(&id) {
+                        self.revoke_lease(now, id, RevokeReason::YieldIgnored);
+                    }
+                }
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- outputs
+
+    /// The next decision to deliver.
+    #[must_use]
+    pub fn poll_decision(&mut self) -> Option<Decision> {
+        self.decisions.pop_front()
+    }
+
+    /// When [`Ledger::handle_timeout`] must be called next.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    // ---------------------------------------------------------------- views
+
+    /// Every device, by index.
+    pub fn devices(&self) -> impl ExactSizeIterator<Item = DeviceView<'_>> + '_ {
+        self.devices
+            .iter()
+            .enumerate()
+            .map(move |(index, device)| DeviceView {
+                index,
+                device,
+                ledger: self,
+            })
+    }
+
+    /// One device.
+    pub fn device(&self, index: DeviceIdx) -> Option<DeviceView<'_>> {
+        self.devices.get(index).map(|device| DeviceView {
+            index,
+            device,
+            ledger: self,
+        })
+    }
+
+    /// Every granted lease, by id.
+    pub fn leases(&self) -> impl Iterator<Item = &Lease> + '_ {
+        self.leases.values()
+    }
+
+    /// One lease.
+    pub fn lease(&self, id: LeaseId) -> Option<&Lease> {
+        self.leases.get(&id)
+    }
+
+    /// Every waiting request, in the order they are served.
+    pub fn waiters(&self) -> Vec<&Waiter> {
+        let mut all: Vec<&Waiter> = self.waiters.values().collect();
+        all.sort_by_key(|w| (w.class.rank(), w.seq));
+        all
+    }
+
+    /// The waiter behind a ticket.
+    pub fn waiter(&self, ticket: Ticket) -> Option<&Waiter> {
+        self.tickets.get(&ticket).and_then(|s| self.waiters.get(s))
+    }
+
+    /// Leases held by a session.
+    pub fn session_leases(&self, session: SessionId) -> Vec<LeaseId> {
+        self.sessions
+            .get(&session)
+            .map(|h| h.leases.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Finds the device a placement names (`any` names none).
+    pub fn resolve_one(&self, placement: &Placement) -> Result<DeviceIdx, LedgerError> {
+        match placement {
+            Placement::Any => Err(LedgerError::UnknownDevice(Placement::Any)),
+            _ => self.resolve(placement).map(|v| v[0]),
+        }
+    }
+
+    /// Checks the ledger's internal consistency; used by tests and debug builds.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (d, dev) in self.devices.iter().enumerate() {
+            let on_device: Vec<&Lease> = self.leases.values().filter(|l| l.device == d).collect();
+            let sum: u64 = on_device.iter().map(|l| l.vram_bytes).sum();
+            if sum != dev.reserved {
+                return Err(format!(
+                    "device {d}: reserved {} != leases {sum}",
+                    dev.reserved
+                ));
+            }
+            let compute: BTreeSet<LeaseId> = on_device
+                .iter()
+                .filter(|l| l.compute)
+                .map(|l| l.id)
+                .collect();
+            let holders: BTreeSet<LeaseId> = dev.holders.iter().copied().collect();
+            if compute != holders || holders.len() != dev.holders.len() {
+                return Err(format!(
+                    "device {d}: holders {holders:?} != compute leases {compute:?}"
+                ));
+            }
+            if dev.holders.len() > dev.spec.compute_slots as usize {
+                return Err(format!("device {d}: {} holders > slots", dev.holders.len()));
+            }
+            if dev.queue.len() != dev.by_age.len() {
+                return Err(format!("device {d}: queue and age index differ"));
+            }
+            for (rank, seq) in &dev.queue {
+                let Some(w) = self.waiters.get(seq) else {
+                    return Err(format!("device {d}: queued waiter {seq} is gone"));
+                };
+                if w.class.rank() != *rank
+                    || !w.candidates.contains(&d)
+                    || !dev.by_age.contains(seq)
+                {
+                    return Err(format!("device {d}: waiter {seq} misfiled"));
+                }
+            }
+        }
+        for w in self.waiters.values() {
+            if self.tickets.get(&w.ticket) != Some(&w.seq) {
+                return Err(format!("waiter {} has no ticket", w.seq));
+            }
+            for &d in &w.candidates {
+                if !self.devices[d].queue.contains(&(w.class.rank(), w.seq)) {
+                    return Err(format!("waiter {} missing from device {d}", w.seq));
+                }
+            }
+            if !self
+                .sessions
+                .get(&w.ticket.session)
+                .is_some_and(|h| h.waiters.contains(&w.seq))
+            {
+                return Err(format!("waiter {} not in its session", w.seq));
+            }
+        }
+        if self.tickets.len() != self.waiters.len() {
+            return Err("stale tickets".into());
+        }
+        for l in self.leases.values() {
+            if !self
+                .sessions
+                .get(&l.session)
+                .is_some_and(|h| h.leases.contains(&l.id))
+            {
+                return Err(format!("lease {} not in its session", l.id));
+            }
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- internals
+
+    fn take_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    fn resolve(&self, placement: &Placement) -> Result<Vec<DeviceIdx>, LedgerError> {
+        let unknown = || LedgerError::UnknownDevice(placement.clone());
+        match placement {
+            Placement::Any if self.devices.is_empty() => Err(unknown()),
+            Placement::Any => Ok((0..self.devices.len()).collect()),
+            Placement::Index(i) => {
+                let i = *i as usize;
+                if i < self.devices.len() {
+                    Ok(vec![i])
+                } else {
+                    Err(unknown())
+                }
+            }
+            Placement::Uuid(uuid) => self
+                .devices
+                .iter()
+                .position(|d| d.spec.uuid.eq_ignore_ascii_case(uuid))
+                .map(|d| vec![d])
+                .ok_or_else(unknown),
+        }
+    }
+
+    fn owned_lease(&self, session: SessionId, id: LeaseId) -> Result<&Lease, LedgerError> {
+        self.leases
+            .get(&id)
+            .filter(|l| l.session == session)
+            .ok_or(LedgerError::UnknownLease(id))
+    }
+
+    /// Whether the oldest waiter on `d` is protected against `waiter` and blocks it.
+    fn blocked_by_oldest(&self, waiter: &Waiter, d: DeviceIdx) -> bool {
+        let Some(&oldest) = self.devices[d].by_age.first() else {
+            return false;
+        };
+        if oldest >= waiter.seq {
+            return false;
+        }
+        self.waiters.get(&oldest).is_some_and(|o| {
+            o.overtaken >= self.config.max_overtakes && o.need.competes_with(&waiter.need)
+        })
+    }
+
+    fn can_grant(&self, waiter: &Waiter, d: DeviceIdx) -> bool {
+        let dev = &self.devices[d];
+        !dev.drained
+            && waiter.need.vram_bytes <= dev.free()
+            && (!waiter.need.compute || dev.free_slots() > 0)
+            && !self.blocked_by_oldest(waiter, d)
+    }
+
+    /// Among the devices that can grant now, the best fit: least memory left over, then fewest
+    /// compute holders, then lowest index.
+    fn best_grantable(&self, waiter: &Waiter) -> Option<DeviceIdx> {
+        waiter
+            .candidates
+            .iter()
+            .copied()
+            .filter(|&d| self.can_grant(waiter, d))
+            .min_by_key(|&d| {
+                let dev = &self.devices[d];
+                (dev.free() - waiter.need.vram_bytes, dev.holders.len(), d)
+            })
+    }
+
+    fn enqueue(&mut self, waiter: Waiter) {
+        let key = (waiter.class.rank(), waiter.seq);
+        for &d in &waiter.candidates {
+            self.devices[d].queue.insert(key);
+            self.devices[d].by_age.insert(waiter.seq);
+        }
+        if let Some(deadline) = waiter.deadline {
+            self.timers.arm(deadline, Timer::WaitDeadline(waiter.seq));
+        }
+        if waiter.class == Class::Critical && waiter.need.compute {
+            self.critical.insert(waiter.seq);
+        }
+        self.tickets.insert(waiter.ticket, waiter.seq);
+        self.sessions
+            .entry(waiter.ticket.session)
+            .or_default()
+            .waiters
+            .insert(waiter.seq);
+        self.waiters.insert(waiter.seq, waiter);
+    }
+
+    fn remove_waiter(&mut self, seq: u64) -> Waiter {
+        let Some(waiter) = self.waiters.remove(&seq) else {
+            unreachable!("remove_waiter({seq}) on a waiter that is not queued")
+        };
+        let key = (waiter.class.rank(), seq);
+        for &d in &waiter.candidates {
+            self.devices[d].queue.remove(&key);
+            self.devices[d].by_age.remove(&seq);
+        }
+        if let Some(deadline) = waiter.deadline {
+            self.timers.disarm(deadline, Timer::WaitDeadline(seq));
+        }
+        self.critical.remove(&seq);
+        self.tickets.remove(&waiter.ticket);
+        if let Some(h) = self.sessions.get_mut(&waiter.ticket.session) {
+            h.waiters.remove(&seq);
+        }
+        if let Some(lease) = waiter.grows.and_then(|id| self.leases.get_mut(&id)) {
+            lease.pending_grow = None;
+        }
+        waiter
+    }
+
+    /// Grants `waiter` (no longer queued) on `d`. Deferred grants become decisions; immediate
+    /// ones (`immediate == false` means the caller answers itself) do not.
+    fn grant(&mut self, now: Instant, waiter: Waiter, d: DeviceIdx, deferred: bool) -> LeaseId {
+        // The oldest waiter still waiting here is overtaken if this grant competes with it.
+        if let Some(&oldest) = self.devices[d].by_age.first() {
+            if oldest < waiter.seq {
+                if let Some(o) = self.waiters.get_mut(&oldest) {
+                    if o.need.competes_with(&waiter.need) {
+                        o.overtaken += 1;
+                    }
+                }
+            }
+        }
+        let dev = &mut self.devices[d];
+        dev.reserved += waiter.need.vram_bytes;
+        if let Some(id) = waiter.grows {
+            let lease = self
+                .leases
+                .get_mut(&id)
+                .unwrap_or_else(|| unreachable!("grow waiter for missing lease {id}"));
+            lease.vram_bytes += waiter.need.vram_bytes;
+            lease.pending_grow = None;
+            if deferred {
+                self.decisions.push_back(Decision::Grew {
+                    ticket: waiter.ticket,
+                    lease: id,
+                    vram_bytes: lease.vram_bytes,
+                });
+            }
+            return id;
+        }
+        let id = self.next_lease;
+        self.next_lease += 1;
+        if waiter.need.compute {
+            dev.holders.push(id);
+            if let Some(hold) = self.config.max_hold.get(waiter.class) {
+                if let Some(at) = now.checked_add(hold) {
+                    self.timers.arm(at, Timer::MaxHold(id));
+                }
+            }
+        }
+        self.leases.insert(
+            id,
+            Lease {
+                id,
+                session: waiter.ticket.session,
+                device: d,
+                vram_bytes: waiter.need.vram_bytes,
+                compute: waiter.need.compute,
+                class: waiter.class,
+                granted_at: now,
+                yield_requested: None,
+                pending_grow: None,
+                label: waiter.label,
+            },
+        );
+        self.sessions
+            .entry(waiter.ticket.session)
+            .or_default()
+            .leases
+            .insert(id);
+        if deferred {
+            self.decisions.push_back(Decision::Granted {
+                ticket: waiter.ticket,
+                lease: id,
+            });
+        }
+        id
+    }
+
+    /// Removes a lease and frees what it held; a grow waiting for it is abandoned.
+    fn end_lease(&mut self, id: LeaseId) -> Lease {
+        let Some(lease) = self.leases.remove(&id) else {
+            unreachable!("end_lease({id}) on a lease that does not exist")
+        };
+        if let Some(ticket) = lease.pending_grow {
+            if let Some(&seq) = self.tickets.get(&ticket) {
+                self.remove_waiter(seq);
+                self.decisions
+                    .push_back(Decision::GrowAbandoned { ticket, lease: id });
+            }
+        }
+        let dev = &mut self.devices[lease.device];
+        dev.reserved -= lease.vram_bytes;
+        dev.holders.retain(|&h| h != id);
+        if lease.compute {
+            if let Some(hold) = self.config.max_hold.get(lease.class) {
+                if let Some(at) = lease.granted_at.checked_add(hold) {
+                    self.timers.disarm(at, Timer::MaxHold(id));
+                }
+            }
+        }
+        if let (Some((_, asked)), Some(grace)) =
+            (lease.yield_requested, self.config.revoke_after_yield)
+        {
+            if let Some(at) = asked.checked_add(grace) {
+                self.timers.disarm(at, Timer::RevokeGrace(id));
+            }
+        }
+        if let Some(h) = self.sessions.get_mut(&lease.session) {
+            h.leases.remove(&id);
+        }
+        lease
+    }
+
+    fn revoke_lease(&mut self, now: Instant, id: LeaseId, reason: RevokeReason) -> SessionId {
+        let lease = self.end_lease(id);
+        self.decisions.push_back(Decision::Revoked {
+            session: lease.session,
+            lease: id,
+            reason,
+        });
+        self.schedule(now, lease.device);
+        lease.session
+    }
+
+    fn schedule_all(&mut self, now: Instant, devices: &[DeviceIdx]) {
+        for &d in devices {
+            self.schedule(now, d);
+        }
+    }
+
+    /// Grants what can be granted on `d`, in serving order, examining at most `max_scan`
+    /// waiters; then re-evaluates yield notices.
+    fn schedule(&mut self, now: Instant, d: DeviceIdx) {
+        let dev = &self.devices[d];
+        if !dev.queue.is_empty() && !dev.exhausted() {
+            let order: Vec<u64> = dev
+                .queue
+                .iter()
+                .take(self.config.max_scan)
+                .map(|&(_, seq)| seq)
+                .collect();
+            for seq in order {
+                if self.devices[d].exhausted() {
+                    break;
+                }
+                let grantable = self.waiters.get(&seq).is_some_and(|w| self.can_grant(w, d));
+                if grantable {
+                    let waiter = self.remove_waiter(seq);
+                    self.grant(now, waiter, d, true);
+                }
+            }
+        }
+        self.refresh_yields(now);
+    }
+
+    /// Asks compute holders to yield for critical waiters: one holder per critical waiter, on
+    /// the candidate device whose non-critical holder has held longest.
+    fn refresh_yields(&mut self, now: Instant) {
+        if self.critical.is_empty() {
+            return;
+        }
+        let mut wanted: HashMap<DeviceIdx, usize> = HashMap::new();
+        let critical: Vec<u64> = self.critical.iter().copied().collect();
+        for seq in critical {
+            let Some(waiter) = self.waiters.get(&seq) else {
+                continue;
+            };
+            let usable: Vec<DeviceIdx> = waiter
+                .candidates
+                .iter()
+                .copied()
+                .filter(|&d| !self.devices[d].drained)
+                .collect();
+            // A free slot somewhere means compute is not what it waits for.
+            if usable.is_empty() || usable.iter().any(|&d| self.devices[d].free_slots() > 0) {
+                continue;
+            }
+            let target = usable
+                .iter()
+                .copied()
+                .min_by_key(|&d| self.yieldable(d).first().map(|l| (l.granted_at, l.id)));
+            let Some(d) = target else { continue };
+            let count = wanted.entry(d).or_default();
+            *count += 1;
+            let asked = self.devices[d]
+                .holders
+                .iter()
+                .filter(|id| {
+                    self.leases
+                        .get(id)
+                        .is_some_and(|l| l.yield_requested.is_some())
+                })
+                .count();
+            if asked < *count {
+                if let Some(id) = self
+                    .yieldable(d)
+                    .into_iter()
+                    .find(|l| l.yield_requested.is_none())
+                    .map(|l| l.id)
+                {
+                    self.request_yield(now, id, YieldReason::CriticalWaiting);
+                }
+            }
+        }
+    }
+
+    /// Non-critical compute holders of `d`, longest-held first.
+    fn yieldable(&self, d: DeviceIdx) -> Vec<&Lease> {
+        let mut v: Vec<&Lease> = self.devices[d]
+            .holders
+            .iter()
+            .filter_map(|id| self.leases.get(id))
+            .filter(|l| l.class != Class::Critical)
+            .collect();
+        v.sort_by_key(|l| (l.granted_at, l.id));
+        v
+    }
+
+    fn request_yield(&mut self, now: Instant, id: LeaseId, reason: YieldReason) {
+        let grace = self.config.revoke_after_yield;
+        let Some(lease) = self.leases.get_mut(&id) else {
+            return;
+        };
+        lease.yield_requested = Some((reason, now));
+        let revoke_at = grace.and_then(|g| now.checked_add(g));
+        if let Some(at) = revoke_at {
+            self.timers.arm(at, Timer::RevokeGrace(id));
+        }
+        self.decisions.push_back(Decision::YieldRequested {
+            session: lease.session,
+            lease: id,
+            reason,
+            revoke_at,
+        });
+    }
+}
+
+/// A read-only view of one device.
+#[derive(Clone, Copy)]
+pub struct DeviceView<'a> {
+    index: DeviceIdx,
+    device: &'a Device,
+    ledger: &'a Ledger,
+}
+
+impl<'a> DeviceView<'a> {
+    /// The device's index.
+    pub fn index(&self) -> DeviceIdx {
+        self.index
+    }
+    /// What the ledger knows of it.
+    pub fn spec(&self) -> &'a DeviceSpec {
+        &self.device.spec
+    }
+    /// total − headroom − unmanaged.
+    pub fn capacity(&self) -> u64 {
+        self.device.capacity()
+    }
+    /// Bytes reserved by leases.
+    pub fn reserved(&self) -> u64 {
+        self.device.reserved
+    }
+    /// Bytes still free to reserve.
+    pub fn free(&self) -> u64 {
+        self.device.free()
+    }
+    /// Whether grants are stopped.
+    pub fn drained(&self) -> bool {
+        self.device.drained
+    }
+    /// Leases holding compute, in grant order.
+    pub fn compute_holders(&self) -> impl Iterator<Item = &'a Lease> + 'a {
+        let ledger = self.ledger;
+        self.device
+            .holders
+            .iter()
+            .filter_map(move |id| ledger.leases.get(id))
+    }
+    /// Waiting requests per class that this device could serve.
+    pub fn queued(&self) -> QueueCounts {
+        let mut counts = QueueCounts::default();
+        for (_, seq) in &self.device.queue {
+            if let Some(w) = self.ledger.waiters.get(seq) {
+                counts.add(w.class);
+            }
+        }
+        counts
+    }
+}

@@ -1,0 +1,282 @@
+//! Identifiers, inputs, outputs and errors of the ledger.
+
+use std::time::{Duration, Instant};
+
+use gpud_client::LeaseId;
+use gpud_client::proto::{Class, Placement, RequestId, RevokeReason, YieldReason};
+use thiserror::Error;
+
+/// A client session (one socket connection or one D-Bus name), numbered by the daemon.
+pub type SessionId = u64;
+
+/// A device's position in the ledger, equal to its gpud index.
+pub type DeviceIdx = usize;
+
+/// One request of one session: where a deferred answer goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket {
+    /// The session that asked.
+    pub session: SessionId,
+    /// The session's id for the request.
+    pub request: RequestId,
+}
+
+/// A device as the ledger needs to know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSpec {
+    /// UUID (`GPU-…`).
+    pub uuid: String,
+    /// Product name.
+    pub name: String,
+    /// Total memory.
+    pub total_bytes: u64,
+    /// Memory never handed out.
+    pub headroom_bytes: u64,
+    /// Memory used by processes that hold no lease.
+    pub unmanaged_bytes: u64,
+    /// Leases that may hold compute at once (at least 1).
+    pub compute_slots: u32,
+}
+
+impl DeviceSpec {
+    /// What leases may reserve: total − headroom − unmanaged.
+    pub fn capacity(&self) -> u64 {
+        self.total_bytes
+            .saturating_sub(self.headroom_bytes)
+            .saturating_sub(self.unmanaged_bytes)
+    }
+}
+
+/// One value per class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PerClass<T> {
+    /// For `critical`.
+    pub critical: T,
+    /// For `high`.
+    pub high: T,
+    /// For `normal`.
+    pub normal: T,
+    /// For `background`.
+    pub background: T,
+}
+
+impl<T: Copy> PerClass<T> {
+    /// The value for `class`.
+    pub fn get(&self, class: Class) -> T {
+        match class {
+            Class::Critical => self.critical,
+            Class::High => self.high,
+            Class::Normal => self.normal,
+            Class::Background => self.background,
+        }
+    }
+}
+
+/// Scheduling policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerConfig {
+    /// How many times the oldest waiter of a device may be overtaken by later requests before
+    /// it pins the device (nothing that competes with it is granted there until it is).
+    pub max_overtakes: u32,
+    /// How many waiters one scheduling pass over a device examines at most.
+    pub max_scan: usize,
+    /// Longest a compute lease of each class may hold before it is asked to yield.
+    pub max_hold: PerClass<Option<Duration>>,
+    /// After a yield notice, how long before the lease is revoked; never when `None`.
+    pub revoke_after_yield: Option<Duration>,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        Self {
+            max_overtakes: 4,
+            max_scan: 1024,
+            max_hold: PerClass::default(),
+            revoke_after_yield: None,
+        }
+    }
+}
+
+/// What an acquire asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireSpec {
+    /// Which device.
+    pub placement: Placement,
+    /// Bytes to reserve.
+    pub vram_bytes: u64,
+    /// Take the compute slot.
+    pub compute: bool,
+    /// Priority class.
+    pub class: Class,
+    /// Give up waiting after this long.
+    pub timeout: Option<Duration>,
+    /// A note for status.
+    pub label: Option<String>,
+}
+
+/// A granted lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Its id.
+    pub id: LeaseId,
+    /// The session that holds it.
+    pub session: SessionId,
+    /// The device.
+    pub device: DeviceIdx,
+    /// Bytes reserved.
+    pub vram_bytes: u64,
+    /// Holds a compute slot.
+    pub compute: bool,
+    /// Its class.
+    pub class: Class,
+    /// When it was granted.
+    pub granted_at: Instant,
+    /// The outstanding yield notice, if any: why and when it was sent.
+    pub yield_requested: Option<(YieldReason, Instant)>,
+    /// A grow waiting for this lease.
+    pub pending_grow: Option<Ticket>,
+    /// The client's note.
+    pub label: Option<String>,
+}
+
+/// What a waiter needs from a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Need {
+    /// Bytes (for a grow: the extra bytes).
+    pub vram_bytes: u64,
+    /// A compute slot.
+    pub compute: bool,
+}
+
+impl Need {
+    /// Whether granting `other` takes something this need is waiting for.
+    pub fn competes_with(&self, other: &Need) -> bool {
+        (self.compute && other.compute) || (self.vram_bytes > 0 && other.vram_bytes > 0)
+    }
+}
+
+/// A waiting request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter {
+    /// Where the answer goes.
+    pub ticket: Ticket,
+    /// Arrival order; also the waiter's key.
+    pub seq: u64,
+    /// Priority class.
+    pub class: Class,
+    /// What it needs.
+    pub need: Need,
+    /// For a resize, the lease that grows.
+    pub grows: Option<LeaseId>,
+    /// What the client asked for.
+    pub placement: Placement,
+    /// Devices it may be granted on.
+    pub candidates: Vec<DeviceIdx>,
+    /// When it arrived.
+    pub arrived: Instant,
+    /// When it gives up.
+    pub deadline: Option<Instant>,
+    /// Grants to later competing requests on its devices while it was the oldest waiter there.
+    pub overtaken: u32,
+    /// The client's note.
+    pub label: Option<String>,
+}
+
+/// What the ledger decided; the daemon delivers each one to the session it names.
+#[must_use = "a decision must be delivered to its session"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// An acquire was granted: the lease exists now.
+    Granted {
+        /// The acquire.
+        ticket: Ticket,
+        /// The new lease.
+        lease: LeaseId,
+    },
+    /// A grow was granted.
+    Grew {
+        /// The resize request.
+        ticket: Ticket,
+        /// The lease.
+        lease: LeaseId,
+        /// Its size now.
+        vram_bytes: u64,
+    },
+    /// A waiting request ran out of time (a grow leaves its lease as it was).
+    TimedOut {
+        /// The request.
+        ticket: Ticket,
+    },
+    /// A waiting grow ended because its lease was released or revoked.
+    GrowAbandoned {
+        /// The resize request.
+        ticket: Ticket,
+        /// The lease that went away.
+        lease: LeaseId,
+    },
+    /// Ask a compute holder to release at its next safe point.
+    YieldRequested {
+        /// The holder.
+        session: SessionId,
+        /// The lease.
+        lease: LeaseId,
+        /// Why.
+        reason: YieldReason,
+        /// When the lease will be revoked if still held.
+        revoke_at: Option<Instant>,
+    },
+    /// A lease was taken away; its resources are free.
+    Revoked {
+        /// The former holder.
+        session: SessionId,
+        /// The lease.
+        lease: LeaseId,
+        /// Why.
+        reason: RevokeReason,
+    },
+}
+
+/// Why the ledger refused a request at once.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum LedgerError {
+    /// The placement names no device.
+    #[error("no device {0}")]
+    UnknownDevice(Placement),
+    /// The request is larger than any matching device's capacity.
+    #[error("{need} bytes can never fit: the largest matching capacity is {capacity} bytes")]
+    NeverFits {
+        /// Bytes asked.
+        need: u64,
+        /// The largest capacity among the candidates.
+        capacity: u64,
+    },
+    /// The request makes no sense.
+    #[error("invalid request: {0}")]
+    Invalid(&'static str),
+    /// The session holds no such lease.
+    #[error("no lease {0} in this session")]
+    UnknownLease(LeaseId),
+    /// The session has no such waiting request.
+    #[error("no waiting request {0} in this session")]
+    UnknownRequest(RequestId),
+    /// The request id is already in use.
+    #[error("request id {0} is already in use by a waiting request")]
+    DuplicateRequest(RequestId),
+    /// The lease already has a grow waiting.
+    #[error("lease {0} already has a resize waiting")]
+    ResizePending(LeaseId),
+}
+
+/// What a resize did at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeOutcome {
+    /// The lease has its new size.
+    Done {
+        /// Its size now.
+        vram_bytes: u64,
+    },
+    /// The grow waits; a [`Decision::Grew`], [`Decision::TimedOut`] or
+    /// [`Decision::GrowAbandoned`] follows.
+    Waiting,
+}
