@@ -1,0 +1,184 @@
+//! A Groth16 proof in three steps: synthesis, the GPU phase (on an [`Engine`]), the CPU tail.
+//!
+//! The split is the pipeline's: only [`gpu_phase`] runs under a gpud lease; [`cpu_tail`] (the
+//! G2 MSM for B and the assembly) runs after the lease is released, overlapping the next
+//! partition's GPU phase. The arithmetic is bellperson 0.27's, so with the same `r` and `s`
+//! the proof is bit-for-bit the one `bellperson::groth16::create_proof` makes.
+
+use std::sync::Arc;
+
+use bellperson::Circuit;
+use bellperson::SynthesisError;
+use bellperson::groth16::Proof;
+use blstrs::{Bls12, G1Projective, G2Projective, Scalar};
+use gpud_client::Reservation;
+use group::Curve;
+use group::prime::PrimeCurveAffine;
+
+use crate::engine::{Engine, G1Scalars, G1Sums};
+use crate::error::Result;
+use crate::fft::Domain;
+use crate::msm;
+use crate::params::ProvingKey;
+use crate::synthesis::{self, Density, ProvingAssignment, SynthesisOptions};
+
+/// A circuit synthesized against a key it fits.
+#[derive(Debug)]
+pub struct Synthesized {
+    domain: Arc<Domain>,
+    cs: ProvingAssignment,
+}
+
+impl Synthesized {
+    /// Public inputs (without the leading one), as the verifier takes them.
+    pub fn public_inputs(&self) -> &[Scalar] {
+        self.cs.public_inputs()
+    }
+
+    /// Constraints including the public-input constraints.
+    pub fn num_constraints(&self) -> usize {
+        self.cs.num_constraints()
+    }
+
+    /// log2 of the evaluation domain.
+    pub fn log_domain(&self) -> u32 {
+        self.domain.log_size()
+    }
+}
+
+/// Runs `circuit` with its witness and checks that `key` was made for it.
+pub fn synthesize<C: Circuit<Scalar>>(
+    key: &ProvingKey,
+    circuit: C,
+    opts: SynthesisOptions,
+) -> Result<Synthesized> {
+    let cs = synthesis::synthesize(circuit, opts)?;
+    let domain = Domain::for_constraints(cs.num_constraints())?;
+    key.check_fits(&cs, &domain)?;
+    Ok(Synthesized { domain, cs })
+}
+
+/// What the CPU tail needs after the GPU phase.
+#[derive(Debug)]
+pub struct GpuPhaseOutput {
+    /// The G1 sums.
+    pub g1: G1Sums,
+    input: Vec<Scalar>,
+    aux: Vec<Scalar>,
+    b_input_density: Density,
+    b_aux_density: Density,
+    public_inputs: Vec<Scalar>,
+}
+
+impl GpuPhaseOutput {
+    /// Public inputs of the proof.
+    pub fn public_inputs(&self) -> &[Scalar] {
+        &self.public_inputs
+    }
+}
+
+/// The work that runs under the lease: H (seven FFTs) and the G1 MSMs.
+pub fn gpu_phase<E: Engine + ?Sized>(
+    engine: &E,
+    lease: &dyn Reservation,
+    key: &ProvingKey,
+    syn: Synthesized,
+) -> Result<GpuPhaseOutput> {
+    let Synthesized { domain, cs } = syn;
+    let ProvingAssignment {
+        a,
+        b,
+        c,
+        input,
+        aux,
+        a_aux_density,
+        b_input_density,
+        b_aux_density,
+        ..
+    } = cs;
+    let h = engine.compute_h(lease, key, &domain, a, b, c)?;
+    let g1 = engine.g1_msms(
+        lease,
+        key,
+        h,
+        G1Scalars {
+            input: &input,
+            aux: &aux,
+            a_aux_density: &a_aux_density,
+            b_input_density: &b_input_density,
+            b_aux_density: &b_aux_density,
+        },
+    )?;
+    Ok(GpuPhaseOutput {
+        g1,
+        public_inputs: input[1..].to_vec(),
+        input,
+        aux,
+        b_input_density,
+        b_aux_density,
+    })
+}
+
+/// The G2 MSM for B over the key's dense B bases.
+pub fn b_g2_msm(key: &ProvingKey, out: &GpuPhaseOutput) -> G2Projective {
+    let bases = &key.params().b_g2;
+    let b_in = out.b_input_density.count();
+    msm::g2(&bases[..b_in], &out.b_input_density.select(&out.input))
+        + msm::g2(&bases[b_in..], &out.b_aux_density.select(&out.aux))
+}
+
+/// The host work after the lease: the G2 MSM and the assembly with the blinding `r`, `s`.
+pub fn cpu_tail(
+    key: &ProvingKey,
+    out: GpuPhaseOutput,
+    r: Scalar,
+    s: Scalar,
+) -> Result<Proof<Bls12>> {
+    let b_g2 = b_g2_msm(key, &out);
+    assemble(key, &out.g1, b_g2, r, s)
+}
+
+/// `A = α + Σa + rδ`, `B = β + Σb + sδ`, `C = s·Σa + r·Σb₁ + rsδ + sα + rβ + H + L`.
+pub fn assemble(
+    key: &ProvingKey,
+    g1: &G1Sums,
+    b_g2: G2Projective,
+    r: Scalar,
+    s: Scalar,
+) -> Result<Proof<Bls12>> {
+    let vk = key.vk();
+    // An identity δ means a subverted CRS: the proof would leak the witness.
+    if bool::from(vk.delta_g1.is_identity() | vk.delta_g2.is_identity()) {
+        return Err(SynthesisError::UnexpectedIdentity.into());
+    }
+    let delta_g1 = G1Projective::from(vk.delta_g1);
+    let a = delta_g1 * r + vk.alpha_g1 + g1.a;
+    let b = G2Projective::from(vk.delta_g2) * s + vk.beta_g2 + b_g2;
+    let c = g1.a * s
+        + g1.b_g1 * r
+        + delta_g1 * (r * s)
+        + G1Projective::from(vk.alpha_g1) * s
+        + G1Projective::from(vk.beta_g1) * r
+        + g1.h
+        + g1.l;
+    Ok(Proof {
+        a: a.to_affine(),
+        b: b.to_affine(),
+        c: c.to_affine(),
+    })
+}
+
+/// Synthesis, GPU phase and CPU tail in one call (no pipelining).
+pub fn prove<E: Engine + ?Sized, C: Circuit<Scalar>>(
+    engine: &E,
+    lease: &dyn Reservation,
+    key: &ProvingKey,
+    circuit: C,
+    r: Scalar,
+    s: Scalar,
+) -> Result<(Proof<Bls12>, Vec<Scalar>)> {
+    let syn = synthesize(key, circuit, SynthesisOptions::default())?;
+    let out = gpu_phase(engine, lease, key, syn)?;
+    let inputs = out.public_inputs().to_vec();
+    Ok((cpu_tail(key, out, r, s)?, inputs))
+}

@@ -1,0 +1,479 @@
+//! Witness synthesis: a [`ConstraintSystem`] that records what the prover needs.
+//!
+//! Running a circuit against [`ProvingAssignment`] yields the evaluations of the A, B and C
+//! linear combinations at every constraint, the input and aux assignments, and the densities
+//! that say which variables appear in the A and B queries. This mirrors what bellperson's own
+//! (private) prover records, so the proving key bellperson generates fits our assignment.
+
+use bellperson::{Circuit, ConstraintSystem, Index, LinearCombination, SynthesisError, Variable};
+use blstrs::Scalar;
+use ff::Field;
+
+use crate::error::{ProverError, Result};
+
+/// Which variables of one kind appear (with a non-zero coefficient) in one query.
+///
+/// The generator leaves out of the A and B queries every variable that never appears there,
+/// so the prover must skip the same variables when it pairs scalars with bases.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Density {
+    words: Vec<u64>,
+    len: usize,
+    count: usize,
+}
+
+impl Density {
+    /// A tracker for no variables.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A tracker in which all `len` variables are present.
+    pub fn full(len: usize) -> Self {
+        let mut d = Self::new();
+        for i in 0..len {
+            d.push(false);
+            d.set(i);
+        }
+        d
+    }
+
+    /// Appends one variable, present or not.
+    pub fn push(&mut self, present: bool) {
+        if self.len % 64 == 0 {
+            self.words.push(0);
+        }
+        self.len += 1;
+        if present {
+            self.set(self.len - 1);
+        }
+    }
+
+    /// Marks variable `i` present. Panics-free for `i < len`; ignored otherwise.
+    fn set(&mut self, i: usize) {
+        if i >= self.len {
+            return;
+        }
+        let (w, b) = (i / 64, i % 64);
+        if self.words[w] & (1 << b) == 0 {
+            self.words[w] |= 1 << b;
+            self.count += 1;
+        }
+    }
+
+    /// Whether variable `i` is present.
+    pub fn get(&self, i: usize) -> bool {
+        i < self.len && self.words[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// Number of variables tracked.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no variables are tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of variables present (the number of bases the query holds for this kind).
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The scalars of the present variables, in order: what an MSM over the query's bases needs.
+    pub fn select(&self, scalars: &[Scalar]) -> Vec<Scalar> {
+        let mut out = Vec::with_capacity(self.count);
+        out.extend(
+            scalars
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| self.get(*i))
+                .map(|(_, s)| *s),
+        );
+        out
+    }
+}
+
+/// Options for [`synthesize`].
+#[derive(Debug, Clone, Copy)]
+pub struct SynthesisOptions {
+    /// Check `a · b = c` at every constraint, so that a wrong witness fails here with the index
+    /// of the constraint instead of producing a proof that does not verify. Costs one field
+    /// multiplication per constraint.
+    pub check_constraints: bool,
+}
+
+impl Default for SynthesisOptions {
+    fn default() -> Self {
+        Self {
+            check_constraints: true,
+        }
+    }
+}
+
+/// The recorded result of running a circuit with its witness.
+#[derive(Debug)]
+pub struct ProvingAssignment {
+    /// Evaluation of each constraint's A combination.
+    pub a: Vec<Scalar>,
+    /// Evaluation of each constraint's B combination.
+    pub b: Vec<Scalar>,
+    /// Evaluation of each constraint's C combination.
+    pub c: Vec<Scalar>,
+    /// Public inputs; `input[0]` is the constant one.
+    pub input: Vec<Scalar>,
+    /// Private (auxiliary) variables.
+    pub aux: Vec<Scalar>,
+    /// Aux variables present in the A query (inputs are all present: see [`synthesize`]).
+    pub a_aux_density: Density,
+    /// Inputs present in the B query.
+    pub b_input_density: Density,
+    /// Aux variables present in the B query.
+    pub b_aux_density: Density,
+    check: bool,
+    error: Option<ProverError>,
+}
+
+impl ProvingAssignment {
+    fn empty(opts: SynthesisOptions) -> Self {
+        Self {
+            a: Vec::new(),
+            b: Vec::new(),
+            c: Vec::new(),
+            input: Vec::new(),
+            aux: Vec::new(),
+            a_aux_density: Density::new(),
+            b_input_density: Density::new(),
+            b_aux_density: Density::new(),
+            check: opts.check_constraints,
+            error: None,
+        }
+    }
+
+    /// Number of constraints, including one per public input.
+    pub fn num_constraints(&self) -> usize {
+        self.a.len()
+    }
+
+    /// The public inputs as a verifier takes them (without the leading one).
+    pub fn public_inputs(&self) -> &[Scalar] {
+        &self.input[1..]
+    }
+
+    /// Evaluates `lc`, marking the variables it uses in the given trackers.
+    fn eval(
+        &mut self,
+        lc: &LinearCombination<Scalar>,
+        query: Query,
+    ) -> std::result::Result<Scalar, ProverError> {
+        let constraint = self.a.len();
+        let mut acc = Scalar::ZERO;
+        for (&index, coeff) in lc.iter_inputs() {
+            // A zero coefficient leaves the variable out of the query (the generator's point
+            // for it would be the identity, which it filters away).
+            if bool::from(coeff.is_zero()) {
+                continue;
+            }
+            let value = *self.input.get(index).ok_or(ProverError::UnknownVariable {
+                constraint,
+                kind: "input",
+                index,
+                allocated: self.input.len(),
+            })?;
+            acc += if *coeff == Scalar::ONE {
+                value
+            } else {
+                value * coeff
+            };
+            if query == Query::B {
+                self.b_input_density.set(index);
+            }
+        }
+        for (&index, coeff) in lc.iter_aux() {
+            if bool::from(coeff.is_zero()) {
+                continue;
+            }
+            let value = *self.aux.get(index).ok_or(ProverError::UnknownVariable {
+                constraint,
+                kind: "aux",
+                index,
+                allocated: self.aux.len(),
+            })?;
+            acc += if *coeff == Scalar::ONE {
+                value
+            } else {
+                value * coeff
+            };
+            match query {
+                Query::A => self.a_aux_density.set(index),
+                Query::B => self.b_aux_density.set(index),
+                Query::C => {}
+            }
+        }
+        Ok(acc)
+    }
+
+    fn record(
+        &mut self,
+        a: &LinearCombination<Scalar>,
+        b: &LinearCombination<Scalar>,
+        c: &LinearCombination<Scalar>,
+    ) -> Result<()> {
+        let index = self.a.len();
+        let a = self.eval(a, Query::A)?;
+        let b = self.eval(b, Query::B)?;
+        let c = self.eval(c, Query::C)?;
+        if self.check && a * b != c {
+            return Err(ProverError::Unsatisfied { index });
+        }
+        self.a.push(a);
+        self.b.push(b);
+        self.c.push(c);
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Query {
+    A,
+    B,
+    C,
+}
+
+impl ConstraintSystem<Scalar> for ProvingAssignment {
+    type Root = Self;
+
+    fn alloc<F, A, AR>(&mut self, _: A, f: F) -> std::result::Result<Variable, SynthesisError>
+    where
+        F: FnOnce() -> std::result::Result<Scalar, SynthesisError>,
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+    {
+        self.aux.push(f()?);
+        self.a_aux_density.push(false);
+        self.b_aux_density.push(false);
+        Ok(Variable::new_unchecked(Index::Aux(self.aux.len() - 1)))
+    }
+
+    fn alloc_input<F, A, AR>(&mut self, _: A, f: F) -> std::result::Result<Variable, SynthesisError>
+    where
+        F: FnOnce() -> std::result::Result<Scalar, SynthesisError>,
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+    {
+        self.input.push(f()?);
+        self.b_input_density.push(false);
+        Ok(Variable::new_unchecked(Index::Input(self.input.len() - 1)))
+    }
+
+    fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, a: LA, b: LB, c: LC)
+    where
+        A: FnOnce() -> AR,
+        AR: Into<String>,
+        LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+        LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+        LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
+    {
+        // `enforce` cannot fail in the trait, so the first error is kept and reported when
+        // synthesis ends; later constraints are not recorded.
+        if self.error.is_some() {
+            return;
+        }
+        let a = a(LinearCombination::zero());
+        let b = b(LinearCombination::zero());
+        let c = c(LinearCombination::zero());
+        if let Err(e) = self.record(&a, &b, &c) {
+            self.error = Some(e);
+        }
+    }
+
+    fn push_namespace<NR, N>(&mut self, _: N)
+    where
+        NR: Into<String>,
+        N: FnOnce() -> NR,
+    {
+    }
+
+    fn pop_namespace(&mut self) {}
+
+    fn get_root(&mut self) -> &mut Self::Root {
+        self
+    }
+}
+
+/// Runs `circuit` with its witness and records the proving assignment.
+///
+/// Like bellperson: input 0 is the constant one, allocated before the circuit runs, and after
+/// it one constraint `input_i · 0 = 0` is added per input, which puts every input in the A
+/// query (so the A-input MSM is dense) and makes the inputs linearly independent.
+pub fn synthesize<C: Circuit<Scalar>>(
+    circuit: C,
+    opts: SynthesisOptions,
+) -> Result<ProvingAssignment> {
+    let mut cs = ProvingAssignment::empty(opts);
+    cs.alloc_input(|| "one", || Ok(Scalar::ONE))?;
+    circuit.synthesize(&mut cs)?;
+    if let Some(e) = cs.error.take() {
+        return Err(e);
+    }
+    for i in 0..cs.input.len() {
+        cs.enforce(
+            || "input",
+            |lc| lc + Variable::new_unchecked(Index::Input(i)),
+            |lc| lc,
+            |lc| lc,
+        );
+    }
+    if let Some(e) = cs.error.take() {
+        return Err(e);
+    }
+    Ok(cs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Square {
+        x: Option<u64>,
+        claimed: Option<u64>,
+    }
+
+    impl Circuit<Scalar> for Square {
+        fn synthesize<CS: ConstraintSystem<Scalar>>(
+            self,
+            cs: &mut CS,
+        ) -> std::result::Result<(), SynthesisError> {
+            let x = cs.alloc(
+                || "x",
+                || {
+                    self.x
+                        .map(Scalar::from)
+                        .ok_or(SynthesisError::AssignmentMissing)
+                },
+            )?;
+            let y = cs.alloc_input(
+                || "y",
+                || {
+                    self.claimed
+                        .map(Scalar::from)
+                        .ok_or(SynthesisError::AssignmentMissing)
+                },
+            )?;
+            cs.enforce(|| "x*x=y", |lc| lc + x, |lc| lc + x, |lc| lc + y);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn records_evaluations_inputs_and_densities() {
+        let cs = synthesize(
+            Square {
+                x: Some(3),
+                claimed: Some(9),
+            },
+            Default::default(),
+        )
+        .unwrap();
+        // One circuit constraint plus one per input (the one and y).
+        assert_eq!(cs.num_constraints(), 3);
+        assert_eq!(cs.a, vec![Scalar::from(3), Scalar::ONE, Scalar::from(9)]);
+        assert_eq!(cs.b, vec![Scalar::from(3), Scalar::ZERO, Scalar::ZERO]);
+        assert_eq!(cs.c, vec![Scalar::from(9), Scalar::ZERO, Scalar::ZERO]);
+        assert_eq!(cs.input, vec![Scalar::ONE, Scalar::from(9)]);
+        assert_eq!(cs.public_inputs(), &[Scalar::from(9)]);
+        assert_eq!(cs.a_aux_density.count(), 1);
+        assert_eq!(cs.b_aux_density.count(), 1);
+        assert_eq!(cs.b_input_density.count(), 0);
+        assert_eq!(cs.b_input_density.len(), 2);
+    }
+
+    #[test]
+    fn wrong_witness_is_rejected_with_the_constraint_index() {
+        let err = synthesize(
+            Square {
+                x: Some(3),
+                claimed: Some(10),
+            },
+            Default::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, ProverError::Unsatisfied { index: 0 }),
+            "{err}"
+        );
+        // Without the check, synthesis records the (unsatisfying) evaluations.
+        let cs = synthesize(
+            Square {
+                x: Some(3),
+                claimed: Some(10),
+            },
+            SynthesisOptions {
+                check_constraints: false,
+            },
+        )
+        .unwrap();
+        assert_eq!(cs.c[0], Scalar::from(10));
+    }
+
+    #[test]
+    fn missing_witness_is_a_synthesis_error() {
+        let err = synthesize(
+            Square {
+                x: None,
+                claimed: Some(9),
+            },
+            Default::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            ProverError::Synthesis(SynthesisError::AssignmentMissing)
+        ));
+    }
+
+    struct Forged;
+
+    impl Circuit<Scalar> for Forged {
+        fn synthesize<CS: ConstraintSystem<Scalar>>(
+            self,
+            cs: &mut CS,
+        ) -> std::result::Result<(), SynthesisError> {
+            let ghost = Variable::new_unchecked(Index::Aux(7));
+            cs.enforce(|| "ghost", |lc| lc + ghost, |lc| lc, |lc| lc);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn unknown_variable_is_an_error_not_a_panic() {
+        let err = synthesize(Forged, Default::default()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ProverError::UnknownVariable {
+                    kind: "aux",
+                    index: 7,
+                    allocated: 0,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn density_select_and_full() {
+        let mut d = Density::new();
+        for i in 0..130 {
+            d.push(i % 3 == 0);
+        }
+        assert_eq!(d.count(), 44);
+        let s: Vec<Scalar> = (0..130u64).map(Scalar::from).collect();
+        let picked = d.select(&s);
+        assert_eq!(picked.len(), 44);
+        assert_eq!(picked[1], Scalar::from(3));
+        assert_eq!(Density::full(70).count(), 70);
+    }
+}

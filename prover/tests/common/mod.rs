@@ -1,0 +1,39 @@
+//! Shared test fixtures: parameters generated once per process (and cached across runs in
+//! Cargo's per-target temporary directory).
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use gpud_prover::{CircuitSpec, ParamsCache, ProvingKey};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+
+pub fn cache_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gpud-prover-params")
+}
+
+/// The proving key for `circuit` at `2^log_size`, generated at most once per process.
+pub fn key(circuit: &str, log_size: u32) -> (CircuitSpec, Arc<ProvingKey>) {
+    static KEYS: OnceLock<Mutex<HashMap<CircuitSpec, Arc<ProvingKey>>>> = OnceLock::new();
+    let spec = CircuitSpec::parse(circuit, log_size).expect("valid spec");
+    let keys = KEYS.get_or_init(Default::default);
+    // Holding the lock while generating makes concurrent tests wait instead of duplicating
+    // the (slow) generation.
+    let mut map = keys.lock().unwrap_or_else(|e| e.into_inner());
+    let key = map
+        .entry(spec)
+        .or_insert_with(|| {
+            let cache = ParamsCache::new(cache_dir());
+            let mut rng = ChaCha20Rng::seed_from_u64(u64::from(log_size));
+            Arc::new(
+                cache
+                    .load_or_generate(&spec, &mut rng)
+                    .expect("parameters")
+                    .0,
+            )
+        })
+        .clone();
+    (spec, key)
+}
