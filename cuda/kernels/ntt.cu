@@ -1,0 +1,49 @@
+// NTT kernels over BLS12-381 Fr: radix-2^k passes in shared memory, bit-reversal, coset and
+// 1/n scaling, and the pointwise step of the Groth16 H polynomial. Thin loops: the arithmetic
+// and index math live in ntt.cuh and fr.cuh, which the CPU tests run on the host.
+#include "ntt.cuh"
+
+typedef unsigned long long u64;
+
+__device__ __forceinline__ u64 first_index() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ u64 grid_stride() { return (u64)gridDim.x * blockDim.x; }
+
+// out[e] = omega^e for e < count, from the three-level power table of omega.
+extern "C" __global__ void ntt_twiddles(fr_t *out, const fr_t *pow_table, u64 count) {
+    for (u64 e = first_index(); e < count; e += grid_stride()) out[e] = ntt_twiddle_entry(pow_table, e);
+}
+
+// One pass of k stages over a batch stored back to back (see ntt.cuh). One block per SUBS
+// sub-problems; dynamic shared memory: 32 bytes per element of the block.
+extern "C" __global__ void __launch_bounds__(256) ntt_pass_kernel(fr_t *data, const fr_t *twiddles,
+                                                                 ntt_pass p) {
+    extern __shared__ fr_u32 sm[];
+    const fr_u32 E = ntt_block_elems(p);
+    const u64 block = blockIdx.x;
+    for (fr_u32 i = threadIdx.x; i < E; i += blockDim.x) ntt_pass_load(p, data, block, sm, i);
+    __syncthreads();
+    for (fr_u32 r = 0; r < p.k; r++) {
+        fr_u32 log_hp = ntt_stage_log_hp(p, r);
+        for (fr_u32 b = threadIdx.x; b < E / 2; b += blockDim.x)
+            ntt_butterfly(p, twiddles, block, sm, b, log_hp);
+        __syncthreads();
+    }
+    for (fr_u32 i = threadIdx.x; i < E; i += blockDim.x) ntt_pass_store(p, data, block, sm, i);
+}
+
+// In-place bit-reversal permutation of each 2^log_n-point polynomial of the batch.
+extern "C" __global__ void ntt_bitrev_kernel(fr_t *data, fr_u32 log_n, u64 total) {
+    for (u64 g = first_index(); g < total; g += grid_stride()) ntt_bitrev_one(data, g, log_n);
+}
+
+// data[i] *= c * g^e, e the index of i in its polynomial (bit-reversed when `bitrev`).
+extern "C" __global__ void ntt_scale(fr_t *data, const fr_t *pow_table, u64 total, fr_u32 log_n,
+                                     fr_u32 bitrev) {
+    for (u64 g = first_index(); g < total; g += grid_stride())
+        data[g] = ntt_scale_one(pow_table, data[g], g, log_n, bitrev);
+}
+
+// Groth16 H: a <- a * b - c on the coset, in bit-reversed order.
+extern "C" __global__ void h_pointwise(fr_t *a, const fr_t *b, const fr_t *c, fr_u32 log_n) {
+    for (u64 i = first_index(); i < (1ull << log_n); i += grid_stride()) h_pointwise_one(a, b, c, i, log_n);
+}

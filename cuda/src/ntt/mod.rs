@@ -1,0 +1,187 @@
+//! NTTs over BLS12-381 Fr on the GPU: forward, inverse and coset transforms of one or several
+//! polynomials per call, sizes 2^1..2^27, natural order in and out.
+//!
+//! [`plan`] decides the launches, [`tables`] computes the constants on the host, and
+//! [`NttEngine`] runs the launches on a device, caching twiddle and power tables (charged to the
+//! lease like any allocation; [`NttEngine::release_tables`] frees them).
+
+pub mod plan;
+pub mod tables;
+
+use std::collections::HashMap;
+
+use blstrs::Scalar;
+use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+
+use crate::buffer::DeviceBuffer;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::fr::FrElement;
+use crate::kernels;
+use plan::{NttKind, PASS_THREADS, Step, TableKey};
+
+/// Threads per block of the element-wise kernels.
+const ELEMENTWISE_THREADS: u32 = 256;
+
+/// Runs transforms on one device.
+#[derive(Debug)]
+pub struct NttEngine<'d> {
+    dev: &'d Device,
+    pass: CudaFunction,
+    twiddles: CudaFunction,
+    bitrev: CudaFunction,
+    scale: CudaFunction,
+    pointwise: CudaFunction,
+    tables: HashMap<TableKey, DeviceBuffer<'d, Scalar>>,
+}
+
+impl<'d> NttEngine<'d> {
+    /// Loads the NTT kernels (compiled by NVRTC on first use, then from the disk cache).
+    pub fn new(dev: &'d Device) -> Result<Self> {
+        let f = |name| dev.function(&kernels::NTT, name);
+        Ok(Self {
+            dev,
+            pass: f("ntt_pass_kernel")?,
+            twiddles: f("ntt_twiddles")?,
+            bitrev: f("ntt_bitrev_kernel")?,
+            scale: f("ntt_scale")?,
+            pointwise: f("h_pointwise")?,
+            tables: HashMap::new(),
+        })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &'d Device {
+        self.dev
+    }
+
+    /// Transforms every polynomial of `data` (back to back, each 2^log_n points) in place.
+    /// Queued on the device's main stream; returns without waiting.
+    pub fn run<T: FrElement>(&mut self, data: &mut DeviceBuffer<'d, T>, kind: NttKind, log_n: u32) -> Result<()> {
+        plan::check_log_n(log_n)?;
+        let n = 1usize << log_n;
+        if data.is_empty() || data.len() % n != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{} elements is not a whole number of 2^{log_n}-point polynomials",
+                data.len()
+            )));
+        }
+        let steps = plan::ntt_steps(kind, log_n, (data.len() / n) as u64);
+        self.execute(&steps, &[data.device_ptr()])
+    }
+
+    /// Device bytes held by cached tables.
+    pub fn table_bytes(&self) -> u64 {
+        self.tables.values().map(|b| b.num_bytes() as u64).sum()
+    }
+
+    /// Frees the cached tables (they are rebuilt on demand).
+    pub fn release_tables(&mut self) {
+        self.tables.clear();
+    }
+
+    /// Builds every table `steps` read, so that later launches only queue kernels.
+    pub fn prepare(&mut self, steps: &[Step]) -> Result<()> {
+        for key in plan::tables_used(steps) {
+            self.table(key)?;
+        }
+        Ok(())
+    }
+
+    fn table(&mut self, key: TableKey) -> Result<u64> {
+        if let Some(b) = self.tables.get(&key) {
+            return Ok(b.device_ptr());
+        }
+        let buf = match key {
+            TableKey::Powers { .. } => {
+                let host = tables::powers_for(key).ok_or_else(|| Error::InvalidArgument(format!("{key:?}")))?;
+                let mut buf = self.dev.alloc::<Scalar>(host.len())?;
+                buf.copy_from_host(&host)?;
+                buf
+            }
+            TableKey::Twiddles { log_n } => {
+                let src = self.table(tables::twiddle_source(log_n))?;
+                let count = 1u64 << (log_n - 1);
+                let buf = self.dev.alloc::<Scalar>(count as usize)?;
+                let mut b = self.dev.stream().launch_builder(&self.twiddles);
+                let out = buf.device_ptr();
+                b.arg(&out).arg(&src).arg(&count);
+                // SAFETY: `out` holds `count` elements, `src` a full power table; both live on
+                // this device and are ordered on its main stream.
+                unsafe { b.launch(elementwise_config(self.dev, count)) }?;
+                buf
+            }
+        };
+        let ptr = buf.device_ptr();
+        self.tables.insert(key, buf);
+        Ok(ptr)
+    }
+
+    /// Queues `steps` on the main stream; `regions[i]` is the device address of region i. The
+    /// caller guarantees each region holds what the steps address (the planners do).
+    pub(crate) fn execute(&mut self, steps: &[Step], regions: &[u64]) -> Result<()> {
+        self.prepare(steps)?;
+        let region = |r: usize| {
+            regions
+                .get(r)
+                .copied()
+                .ok_or_else(|| Error::InvalidArgument(format!("step names region {r} of {}", regions.len())))
+        };
+        let stream = self.dev.stream().clone();
+        for step in steps {
+            match *step {
+                Step::Pass { region: r, params } => {
+                    let data = region(r)?;
+                    let tw = self.table(TableKey::Twiddles { log_n: params.log_n })?;
+                    let blocks = u32::try_from(params.blocks())
+                        .map_err(|_| Error::InvalidArgument("batch too large for one launch".into()))?;
+                    let cfg = LaunchConfig {
+                        grid_dim: (blocks, 1, 1),
+                        block_dim: (PASS_THREADS, 1, 1),
+                        shared_mem_bytes: params.shared_bytes(),
+                    };
+                    let mut b = stream.launch_builder(&self.pass);
+                    b.arg(&data).arg(&tw).arg(&params);
+                    // SAFETY: `data` holds params.total elements (planner invariant), `tw` the
+                    // twiddles of this size; shared memory matches the block's elements.
+                    unsafe { b.launch(cfg) }?;
+                }
+                Step::Bitrev { region: r, total, log_n } => {
+                    let data = region(r)?;
+                    let mut b = stream.launch_builder(&self.bitrev);
+                    b.arg(&data).arg(&log_n).arg(&total);
+                    // SAFETY: `data` holds `total` elements, a whole number of polynomials.
+                    unsafe { b.launch(elementwise_config(self.dev, total)) }?;
+                }
+                Step::Scale { region: r, total, log_n, table, bitrev } => {
+                    let data = region(r)?;
+                    let t = self.table(table)?;
+                    let flag = u32::from(bitrev);
+                    let mut b = stream.launch_builder(&self.scale);
+                    b.arg(&data).arg(&t).arg(&total).arg(&log_n).arg(&flag);
+                    // SAFETY: `data` holds `total` elements; `t` is a full power table.
+                    unsafe { b.launch(elementwise_config(self.dev, total)) }?;
+                }
+                Step::Pointwise { a, b: rb, c, log_n } => {
+                    let (pa, pb, pc) = (region(a)?, region(rb)?, region(c)?);
+                    let mut b = stream.launch_builder(&self.pointwise);
+                    b.arg(&pa).arg(&pb).arg(&pc).arg(&log_n);
+                    // SAFETY: each region holds 2^log_n elements; a is distinct from b and c.
+                    unsafe { b.launch(elementwise_config(self.dev, 1 << log_n)) }?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A grid-stride launch over `count` elements: enough blocks to fill the device a few times.
+fn elementwise_config(dev: &Device, count: u64) -> LaunchConfig {
+    let max_blocks = u64::from(dev.info().multiprocessors.max(1)) * 16;
+    let blocks = count.div_ceil(u64::from(ELEMENTWISE_THREADS)).clamp(1, max_blocks);
+    LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (ELEMENTWISE_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}

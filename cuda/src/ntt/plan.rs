@@ -1,0 +1,339 @@
+//! What the GPU runs for a transform: passes, permutations and scalings, as plain data.
+//!
+//! The same step list drives the kernel launches and the CPU tests (which run the kernels'
+//! code on the host), so the planning is tested without a GPU.
+
+use cudarc::driver::DeviceRepr;
+
+use crate::error::{Error, Result};
+
+/// Largest supported transform: 2^27 points (the power tables cover exponents below 2^27; the
+/// field's two-adicity is 32).
+pub const MAX_LOG_N: u32 = 27;
+/// Most radix-2 stages one pass runs in shared memory.
+pub const MAX_PASS_STAGES: u32 = 8;
+/// A pass's thread block holds 2^10 elements: 32 KiB of shared memory.
+pub const BLOCK_LOG_ELEMS: u32 = 10;
+/// Threads per block of the pass kernel.
+pub const PASS_THREADS: u32 = 256;
+
+/// The kernel's `ntt_pass` argument (ntt.cuh); field order and types must match.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassParams {
+    /// Transform size 2^log_n.
+    pub log_n: u32,
+    /// Distance 2^log_stride between the elements of one sub-problem.
+    pub log_stride: u32,
+    /// Stages in this pass.
+    pub k: u32,
+    /// Sub-problems per block, as a power of two.
+    pub log_subs: u32,
+    /// Elements in the whole batch.
+    pub total: u64,
+    /// 1 for omega^-1.
+    pub inverse: u32,
+    /// 1 for DIT order.
+    pub dit: u32,
+}
+
+// SAFETY: repr(C) plain integers, laid out like the kernel's struct (checked in tests).
+unsafe impl DeviceRepr for PassParams {}
+
+impl PassParams {
+    /// Sub-problems over the batch.
+    pub fn subproblems(&self) -> u64 {
+        self.total >> self.k
+    }
+
+    /// Thread blocks of the launch.
+    pub fn blocks(&self) -> u64 {
+        self.subproblems().div_ceil(1 << self.log_subs)
+    }
+
+    /// Dynamic shared memory of the launch in bytes.
+    pub fn shared_bytes(&self) -> u32 {
+        32 << (self.log_subs + self.k)
+    }
+}
+
+/// Which constant a power table carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Factor {
+    /// 1.
+    One,
+    /// 1/n.
+    InvN,
+    /// 1/n times 1/Z(g), Z(x) = x^n - 1 the domain's vanishing polynomial at the coset shift g.
+    InvNInvZ,
+}
+
+/// The base of a power table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Base {
+    /// The n-th root of unity omega_n.
+    Omega,
+    /// The coset shift g (the field's multiplicative generator, 7, as bellperson uses).
+    Gen,
+    /// g^-1.
+    GenInv,
+    /// 1 (a constant table).
+    One,
+}
+
+/// A table the steps read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TableKey {
+    /// omega_n^e for e < n/2, expanded on the device from `Powers { Omega, One }`.
+    Twiddles {
+        /// log2 n.
+        log_n: u32,
+    },
+    /// factor * base^e for e < 2^27, as three small tables (see ntt.cuh).
+    Powers {
+        /// log2 n (fixes omega_n and 1/n).
+        log_n: u32,
+        /// The base.
+        base: Base,
+        /// The constant.
+        factor: Factor,
+    },
+}
+
+/// One kernel launch. `region` names the buffer (polynomial or batch) it works on: the caller
+/// maps region numbers to device buffers (region 0 for a standalone transform; 0, 1, 2 for the
+/// H inputs a, b, c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A pass of butterflies; reads `TableKey::Twiddles { log_n }`.
+    Pass {
+        /// The buffer.
+        region: usize,
+        /// The pass.
+        params: PassParams,
+    },
+    /// Bit-reversal permutation of each polynomial.
+    Bitrev {
+        /// The buffer.
+        region: usize,
+        /// Elements.
+        total: u64,
+        /// log2 of the polynomial size.
+        log_n: u32,
+    },
+    /// Element i *= table(e), e its index in its polynomial (bit-reversed when `bitrev`).
+    Scale {
+        /// The buffer.
+        region: usize,
+        /// Elements.
+        total: u64,
+        /// log2 of the polynomial size.
+        log_n: u32,
+        /// A `TableKey::Powers`.
+        table: TableKey,
+        /// Index the table by the bit-reversed position.
+        bitrev: bool,
+    },
+    /// Groth16 H: a <- a * b - c, written bit-reversed.
+    Pointwise {
+        /// Region of a (overwritten with the result).
+        a: usize,
+        /// Region of b.
+        b: usize,
+        /// Region of c.
+        c: usize,
+        /// log2 of the polynomial size.
+        log_n: u32,
+    },
+}
+
+/// Splits `log_n` stages into passes of at most [`MAX_PASS_STAGES`], as even as possible
+/// (larger first).
+pub fn split_stages(log_n: u32) -> Vec<u32> {
+    if log_n == 0 {
+        return Vec::new();
+    }
+    let passes = log_n.div_ceil(MAX_PASS_STAGES);
+    let (q, r) = (log_n / passes, log_n % passes);
+    (0..passes).map(|i| q + u32::from(i < r)).collect()
+}
+
+fn ceil_log2(x: u64) -> u32 {
+    64 - x.saturating_sub(1).leading_zeros()
+}
+
+/// The passes of one transform of `batch` polynomials of 2^log_n points stored back to back.
+/// DIF takes natural order to bit-reversed; DIT bit-reversed to natural.
+pub fn passes(log_n: u32, batch: u64, inverse: bool, dit: bool) -> Vec<PassParams> {
+    let total = batch << log_n;
+    let mut out = Vec::new();
+    let mut remaining = log_n;
+    for k in split_stages(log_n) {
+        // DIF: the first pass takes the stages with the largest half-sizes.
+        remaining -= k;
+        let subs = total >> k;
+        let log_subs = (BLOCK_LOG_ELEMS - k).min(ceil_log2(subs));
+        out.push(PassParams {
+            log_n,
+            log_stride: remaining,
+            k,
+            log_subs,
+            total,
+            inverse: u32::from(inverse),
+            dit: u32::from(dit),
+        });
+    }
+    if dit {
+        // DIT runs the same sub-problems in the opposite order (small half-sizes first).
+        out.reverse();
+    }
+    out
+}
+
+/// The kind of a standalone transform; all take and give natural order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NttKind {
+    /// Evaluations on the subgroup from coefficients.
+    Forward,
+    /// Coefficients from evaluations on the subgroup (includes the 1/n).
+    Inverse,
+    /// Evaluations on the coset g * subgroup from coefficients.
+    CosetForward,
+    /// Coefficients from evaluations on the coset.
+    CosetInverse,
+}
+
+/// Checks a transform size.
+pub fn check_log_n(log_n: u32) -> Result<()> {
+    if (1..=MAX_LOG_N).contains(&log_n) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!("NTT size 2^{log_n} outside 2^1..2^{MAX_LOG_N}")))
+    }
+}
+
+fn pass_steps(region: usize, log_n: u32, batch: u64, inverse: bool, dit: bool) -> impl Iterator<Item = Step> {
+    passes(log_n, batch, inverse, dit).into_iter().map(move |params| Step::Pass { region, params })
+}
+
+/// The steps of a standalone transform of `batch` polynomials (natural order in and out).
+pub fn ntt_steps(kind: NttKind, log_n: u32, batch: u64) -> Vec<Step> {
+    let total = batch << log_n;
+    let inverse = matches!(kind, NttKind::Inverse | NttKind::CosetInverse);
+    let mut steps = Vec::new();
+    if kind == NttKind::CosetForward {
+        let table = TableKey::Powers { log_n, base: Base::Gen, factor: Factor::One };
+        steps.push(Step::Scale { region: 0, total, log_n, table, bitrev: false });
+    }
+    steps.extend(pass_steps(0, log_n, batch, inverse, false));
+    steps.push(Step::Bitrev { region: 0, total, log_n });
+    let post = match kind {
+        NttKind::Forward | NttKind::CosetForward => None,
+        NttKind::Inverse => Some(Base::One),
+        NttKind::CosetInverse => Some(Base::GenInv),
+    };
+    if let Some(base) = post {
+        let table = TableKey::Powers { log_n, base, factor: Factor::InvN };
+        steps.push(Step::Scale { region: 0, total, log_n, table, bitrev: false });
+    }
+    steps
+}
+
+/// Groth16 H, for the input polynomial in `region` (evaluations on the subgroup, natural order):
+/// to coefficients (DIF, bit-reversed), times g^i / n, to evaluations on the coset (DIT,
+/// natural order). Inputs are independent, so each runs as soon as its upload lands.
+pub fn h_input_steps(log_n: u32, region: usize) -> Vec<Step> {
+    let n = 1u64 << log_n;
+    let mut steps: Vec<Step> = pass_steps(region, log_n, 1, true, false).collect();
+    let table = TableKey::Powers { log_n, base: Base::Gen, factor: Factor::InvN };
+    steps.push(Step::Scale { region, total: n, log_n, table, bitrev: true });
+    steps.extend(pass_steps(region, log_n, 1, false, true));
+    steps
+}
+
+/// Groth16 H after the three inputs: a * b - c on the coset (bit-reversed), divided by Z, back
+/// to coefficients (DIT inverse, natural order) and times g^-i / n. The result is in a.
+pub fn h_tail_steps(log_n: u32, a: usize, b: usize, c: usize) -> Vec<Step> {
+    let n = 1u64 << log_n;
+    let mut steps = vec![Step::Pointwise { a, b, c, log_n }];
+    steps.extend(pass_steps(a, log_n, 1, true, true));
+    let table = TableKey::Powers { log_n, base: Base::GenInv, factor: Factor::InvNInvZ };
+    steps.push(Step::Scale { region: a, total: n, log_n, table, bitrev: false });
+    steps
+}
+
+/// Every table a step list reads (twiddle tables once per size).
+pub fn tables_used(steps: &[Step]) -> Vec<TableKey> {
+    let mut out: Vec<TableKey> = Vec::new();
+    for s in steps {
+        let key = match *s {
+            Step::Pass { params, .. } => Some(TableKey::Twiddles { log_n: params.log_n }),
+            Step::Scale { table, .. } => Some(table),
+            _ => None,
+        };
+        if let Some(k) = key {
+            if !out.contains(&k) {
+                out.push(k);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_split_evenly_into_passes_of_at_most_eight() {
+        assert_eq!(split_stages(1), vec![1]);
+        assert_eq!(split_stages(8), vec![8]);
+        assert_eq!(split_stages(9), vec![5, 4]);
+        assert_eq!(split_stages(24), vec![8, 8, 8]);
+        assert_eq!(split_stages(27), vec![7, 7, 7, 6]);
+        for l in 1..=MAX_LOG_N {
+            let s = split_stages(l);
+            assert_eq!(s.iter().sum::<u32>(), l);
+            assert!(s.iter().all(|&k| (1..=MAX_PASS_STAGES).contains(&k)));
+        }
+    }
+
+    #[test]
+    fn passes_cover_every_stage_once_in_order() {
+        for l in 1..=MAX_LOG_N {
+            for dit in [false, true] {
+                let p = passes(l, 3, false, dit);
+                // Each pass covers stages whose half-size exponents are
+                // [log_stride, log_stride + k); together they tile 0..l.
+                let mut ranges: Vec<(u32, u32)> = p.iter().map(|q| (q.log_stride, q.log_stride + q.k)).collect();
+                if !dit {
+                    ranges.reverse();
+                }
+                let mut next = 0;
+                for (lo, hi) in ranges {
+                    assert_eq!(lo, next);
+                    next = hi;
+                }
+                assert_eq!(next, l);
+                for q in &p {
+                    assert!(q.log_subs + q.k <= BLOCK_LOG_ELEMS);
+                    assert_eq!(q.total, 3 << l);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pass_params_match_the_kernel_struct_layout() {
+        assert_eq!(std::mem::size_of::<PassParams>(), 32);
+        assert_eq!(std::mem::align_of::<PassParams>(), 8);
+    }
+
+    #[test]
+    fn sizes_outside_the_supported_range_are_refused() {
+        assert!(check_log_n(0).is_err());
+        assert!(check_log_n(28).is_err());
+        assert!(check_log_n(1).is_ok());
+        assert!(check_log_n(27).is_ok());
+    }
+}
