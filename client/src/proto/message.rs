@@ -83,7 +83,7 @@ pub enum Op {
 }
 
 /// What an acquire asks for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireArgs {
     /// Which device.

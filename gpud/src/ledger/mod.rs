@@ -452,6 +452,13 @@ impl Ledger {
             .unwrap_or_default()
     }
 
+    /// How many leases a session holds and how many requests it has waiting.
+    pub fn session_counts(&self, session: SessionId) -> (usize, usize) {
+        self.sessions
+            .get(&session)
+            .map_or((0, 0), |h| (h.leases.len(), h.waiters.len()))
+    }
+
     /// Finds the device a placement names (`any` names none).
     pub fn resolve_one(&self, placement: &Placement) -> Result<DeviceIdx, LedgerError> {
         match placement {

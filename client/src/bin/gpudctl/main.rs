@@ -1,1 +1,164 @@
-fn main() {}
+//! `gpudctl`: operate and inspect gpud.
+
+mod format;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use gpud_client::proto::{Placement, parse_duration};
+use gpud_client::{Client, LeaseId};
+
+/// Inspect and operate gpud, the GPU lease daemon.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// gpud's socket.
+    #[arg(long, global = true, value_name = "PATH", env = "GPUD_SOCKET", default_value = gpud_client::DEFAULT_SOCKET)]
+    socket: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Devices: capacity, reservations, compute holder, queues.
+    Status {
+        /// Machine-readable output (fields documented in docs/PROTOCOL.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Granted leases and waiting requests.
+    Leases {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Status, refreshed until interrupted.
+    Watch {
+        /// Refresh period.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        interval: Duration,
+        /// One JSON status document per line instead of a screen.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop new grants on a device (existing leases run on). Needs admin rights.
+    Drain {
+        /// Device index or UUID.
+        device: Placement,
+    },
+    /// Resume grants on a drained device. Needs admin rights.
+    Undrain {
+        /// Device index or UUID.
+        device: Placement,
+    },
+    /// Take a lease away from its holder. Needs admin rights.
+    Revoke {
+        /// Lease id (see `gpudctl leases`).
+        lease: LeaseId,
+    },
+    /// Run a program under a lease: sets CUDA_VISIBLE_DEVICES and GPUD_LEASE_ID, releases when
+    /// it exits, and passes its exit status through.
+    Run(run::RunArgs),
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpudctl: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpudctl: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(args: Args) -> Result<ExitCode> {
+    let client = Client::connect(&args.socket).await?;
+    match args.command {
+        Command::Status { json } => {
+            let status = client.status().await?;
+            if json {
+                say(&format!("{}\n", serde_json::to_string_pretty(&status)?));
+            } else {
+                say(&format::status(&status));
+            }
+        }
+        Command::Leases { json } => {
+            let status = client.status().await?;
+            if json {
+                let v = serde_json::json!({ "leases": status.leases, "waiters": status.waiters });
+                say(&format!("{}\n", serde_json::to_string_pretty(&v)?));
+            } else {
+                say(&format::leases(&status));
+            }
+        }
+        Command::Watch { interval, json } => loop {
+            let status = client.status().await?;
+            if json {
+                say(&format!("{}\n", serde_json::to_string(&status)?));
+            } else {
+                // Clear the screen and home the cursor, then draw.
+                say(&format!(
+                    "\x1b[2J\x1b[H{}\n{}",
+                    format::status(&status),
+                    format::leases(&status)
+                ));
+            }
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+            }
+        },
+        Command::Drain { device } => {
+            client
+                .drain(device.clone())
+                .await
+                .with_context(|| format!("drain {device}"))?;
+            say(&format!("device {device} drained\n"));
+        }
+        Command::Undrain { device } => {
+            client
+                .undrain(device.clone())
+                .await
+                .with_context(|| format!("undrain {device}"))?;
+            say(&format!("device {device} undrained\n"));
+        }
+        Command::Revoke { lease } => {
+            client
+                .revoke(lease)
+                .await
+                .with_context(|| format!("revoke lease {lease}"))?;
+            say(&format!("lease {lease} revoked\n"));
+        }
+        Command::Run(run) => return run::run(&client, run).await,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes to stdout; a closed pipe (`gpudctl status | head`) ends the program quietly.
+fn say(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        std::process::exit(0);
+    }
+}

@@ -1,0 +1,161 @@
+//! Human-readable tables for status and leases.
+
+use std::fmt::Write;
+
+use gpud_client::proto::{Bytes, StatusReport};
+
+/// `1h02m`, `3m12s`, `4.2s`, `85ms`.
+pub fn duration_ms(ms: u64) -> String {
+    match ms {
+        0..1000 => format!("{ms}ms"),
+        1000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{}m{:02}s", ms / 60_000, ms / 1000 % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, ms / 60_000 % 60),
+    }
+}
+
+fn table(rows: &[Vec<String>]) -> String {
+    let mut widths = vec![0; rows.iter().map(Vec::len).max().unwrap_or(0)];
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    out
+}
+
+/// The device table, with a header line about the daemon.
+pub fn status(s: &StatusReport) -> String {
+    let d = &s.daemon;
+    let mut out = format!(
+        "gpud {} (pid {}, {} devices, up {}, {} sessions, {} leases, {} waiting)\n",
+        d.version,
+        d.pid,
+        d.backend,
+        duration_ms(d.uptime_ms),
+        d.sessions,
+        s.leases.len(),
+        s.waiters.len()
+    );
+    let mut rows = vec![
+        [
+            "DEV",
+            "NAME",
+            "UUID",
+            "TOTAL",
+            "CAPACITY",
+            "RESERVED",
+            "FREE",
+            "COMPUTE",
+            "QUEUE c/h/n/b",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for dev in &s.devices {
+        let compute = match &dev.compute_holder {
+            None => "idle".to_string(),
+            Some(h) => format!(
+                "lease {} pid {} {} {} {}{}",
+                h.lease,
+                h.pid,
+                h.process,
+                h.class,
+                duration_ms(h.held_ms),
+                if dev.compute_holders.len() > 1 {
+                    format!(" (+{})", dev.compute_holders.len() - 1)
+                } else {
+                    String::new()
+                }
+            ),
+        };
+        let q = dev.queued;
+        rows.push(vec![
+            format!(
+                "{}{}",
+                dev.index,
+                if dev.drained { " (drained)" } else { "" }
+            ),
+            dev.name.clone(),
+            dev.uuid.clone(),
+            Bytes(dev.total_bytes).to_string(),
+            Bytes(dev.capacity_bytes).to_string(),
+            Bytes(dev.reserved_bytes).to_string(),
+            Bytes(dev.free_bytes).to_string(),
+            compute,
+            format!("{}/{}/{}/{}", q.critical, q.high, q.normal, q.background),
+        ]);
+    }
+    out.push_str(&table(&rows));
+    out
+}
+
+/// The lease and waiter tables.
+pub fn leases(s: &StatusReport) -> String {
+    let mut out = String::new();
+    if s.leases.is_empty() {
+        out.push_str("no leases\n");
+    } else {
+        let mut rows = vec![
+            [
+                "LEASE", "DEV", "VRAM", "COMPUTE", "CLASS", "PID", "PROCESS", "HELD", "LABEL",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for l in &s.leases {
+            rows.push(vec![
+                l.id.to_string(),
+                l.device_index.to_string(),
+                Bytes(l.vram_bytes).to_string(),
+                match (l.compute, l.yield_requested) {
+                    (true, true) => "yes (yield asked)".into(),
+                    (true, false) => "yes".into(),
+                    _ => "-".into(),
+                },
+                l.class.to_string(),
+                l.pid.to_string(),
+                l.process.clone(),
+                duration_ms(l.held_ms),
+                l.label.clone().unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&table(&rows));
+    }
+    if !s.waiters.is_empty() {
+        let mut rows = vec![
+            [
+                "WAITING", "DEVICE", "VRAM", "COMPUTE", "CLASS", "PID", "WAITED", "LABEL",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for w in &s.waiters {
+            rows.push(vec![
+                match w.grows_lease {
+                    Some(l) => format!("grow of lease {l}"),
+                    None => format!("session {} req {}", w.session, w.request),
+                },
+                w.device.to_string(),
+                Bytes(w.vram_bytes).to_string(),
+                if w.compute { "yes".into() } else { "-".into() },
+                w.class.to_string(),
+                w.pid.to_string(),
+                duration_ms(w.waited_ms),
+                w.label.clone().unwrap_or_default(),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&table(&rows));
+    }
+    out
+}

@@ -1,0 +1,141 @@
+//! The async client.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::connection::{Answer, Handle, connect, timed_out_is_none};
+use crate::error::{ClientError, Result};
+use crate::lease::{Lease, LeaseCore};
+use crate::proto::{Op, Placement, Reply, StatusReport};
+use crate::request::LeaseRequest;
+use crate::reservation::LeaseId;
+
+/// A session with gpud (async API). Cheap to clone; the session ends when the last clone and
+/// the last lease are dropped.
+///
+/// ```no_run
+/// # async fn demo() -> gpud_client::Result<()> {
+/// use gpud_client::{Client, LeaseRequest};
+/// let client = Client::connect_default().await?;
+/// let lease = client.acquire(&LeaseRequest::new().vram(4 << 30).compute()).await?;
+/// println!("GPU {} until dropped", lease.cuda_visible_devices());
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    handle: Handle,
+}
+
+/// Sends a cancel when an acquire is abandoned before its answer arrives.
+struct CancelOnDrop<'a> {
+    handle: &'a Handle,
+    request: u64,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.handle.fire(Op::Cancel {
+                request: self.request,
+            });
+        }
+    }
+}
+
+impl Client {
+    /// Connects to gpud at `socket`. Must be called inside a tokio runtime, which then drives
+    /// the connection.
+    pub async fn connect(socket: impl AsRef<Path>) -> Result<Self> {
+        let name = std::env::args().next().map(|a| {
+            Path::new(&a)
+                .file_name()
+                .map_or(a.clone(), |f| f.to_string_lossy().into_owned())
+        });
+        let (handle, driver) = connect(socket.as_ref(), name).await?;
+        tokio::spawn(driver);
+        Ok(Self { handle })
+    }
+
+    /// Connects to the socket named by `GPUD_SOCKET`, or the default path.
+    pub async fn connect_default() -> Result<Self> {
+        Self::connect(crate::default_socket_path()).await
+    }
+
+    /// This session's id, as `gpudctl status` shows it.
+    pub fn session(&self) -> u64 {
+        self.handle.session
+    }
+
+    async fn call(&self, op: Op) -> Result<Answer> {
+        let id = self.handle.next_id();
+        let rx = self.handle.call(id, op)?;
+        rx.await.map_err(|_| ClientError::Disconnected)?
+    }
+
+    async fn reply(&self, op: Op) -> Result<Reply> {
+        match self.call(op).await? {
+            Answer::Reply(r) => Ok(r),
+            Answer::Granted(..) => Err(ClientError::Protocol("unexpected grant".into())),
+        }
+    }
+
+    /// Waits until the lease is granted (or refused).
+    pub async fn acquire(&self, request: &LeaseRequest) -> Result<Lease> {
+        let id = self.handle.next_id();
+        let rx = self.handle.call(id, Op::Acquire(request.args().clone()))?;
+        let mut guard = CancelOnDrop {
+            handle: &self.handle,
+            request: id,
+            armed: true,
+        };
+        let answer = rx.await.map_err(|_| ClientError::Disconnected);
+        guard.armed = false;
+        match answer?? {
+            Answer::Granted(info, channel) => Ok(Lease {
+                core: LeaseCore::new(info, self.handle.clone(), channel),
+            }),
+            Answer::Reply(_) => Err(ClientError::Protocol(
+                "acquire answered without a grant".into(),
+            )),
+        }
+    }
+
+    /// Like [`Client::acquire`], but gives up after `timeout` and returns `None`.
+    pub async fn try_acquire(
+        &self,
+        request: &LeaseRequest,
+        timeout: Duration,
+    ) -> Result<Option<Lease>> {
+        timed_out_is_none(self.acquire(&request.clone().timeout(timeout)).await)
+    }
+
+    /// The daemon's devices, leases and queues.
+    pub async fn status(&self) -> Result<StatusReport> {
+        match self.reply(Op::Status).await? {
+            Reply::Status(s) => Ok(*s),
+            _ => Err(ClientError::Protocol("unexpected answer to status".into())),
+        }
+    }
+
+    /// Round trip with no effect.
+    pub async fn ping(&self) -> Result<()> {
+        self.reply(Op::Ping).await.map(drop)
+    }
+
+    /// Stops grants on a device (admin).
+    pub async fn drain(&self, device: Placement) -> Result<()> {
+        self.reply(Op::Drain { device }).await.map(drop)
+    }
+
+    /// Resumes grants on a device (admin).
+    pub async fn undrain(&self, device: Placement) -> Result<()> {
+        self.reply(Op::Undrain { device }).await.map(drop)
+    }
+
+    /// Takes a lease away from its holder (admin).
+    pub async fn revoke(&self, lease: LeaseId) -> Result<()> {
+        self.reply(Op::Revoke { lease }).await.map(drop)
+    }
+}

@@ -1,0 +1,181 @@
+//! Lease guards: a granted lease that is released when dropped.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::connection::{Answer, Handle, LeaseChannel, LeaseFlags};
+use crate::error::{ClientError, Result};
+use crate::proto::{Event, LeaseInfo, Op, Reply};
+
+/// What async and blocking leases share.
+pub(crate) struct LeaseCore {
+    pub info: LeaseInfo,
+    pub handle: Handle,
+    pub events: mpsc::UnboundedReceiver<Event>,
+    pub flags: Arc<LeaseFlags>,
+    pub released: bool,
+}
+
+impl LeaseCore {
+    pub fn new(info: LeaseInfo, handle: Handle, channel: LeaseChannel) -> Self {
+        Self {
+            info,
+            handle,
+            events: channel.events,
+            flags: channel.flags,
+            released: false,
+        }
+    }
+
+    pub fn resize_op(&self, vram_bytes: u64, timeout: Option<Duration>) -> Op {
+        Op::Resize {
+            lease: self.info.lease,
+            vram_bytes,
+            timeout_ms: timeout.map(|t| t.as_millis().min(u128::from(u64::MAX)) as u64),
+        }
+    }
+
+    /// Applies a resize answer.
+    pub fn resized(&mut self, answer: Result<Answer>) -> Result<u64> {
+        match answer? {
+            Answer::Reply(Reply::Resized { vram_bytes, .. }) => {
+                self.info.vram_bytes = vram_bytes;
+                Ok(vram_bytes)
+            }
+            _ => Err(ClientError::Protocol("unexpected answer to resize".into())),
+        }
+    }
+
+    pub fn yield_requested(&self) -> bool {
+        self.flags.yield_requested.load(Ordering::Acquire)
+    }
+
+    pub fn lost(&self) -> bool {
+        self.flags.lost.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for LeaseCore {
+    fn drop(&mut self) {
+        if !self.released {
+            self.handle.fire(Op::Release {
+                lease: self.info.lease,
+            });
+        }
+    }
+}
+
+/// Accessors shared by both lease types.
+macro_rules! lease_accessors {
+    () => {
+        /// The lease's id.
+        pub fn id(&self) -> crate::reservation::LeaseId {
+            self.core.info.lease
+        }
+        /// Everything the daemon said about the grant.
+        pub fn info(&self) -> &crate::proto::LeaseInfo {
+            &self.core.info
+        }
+        /// The value for `CUDA_VISIBLE_DEVICES`.
+        pub fn cuda_visible_devices(&self) -> &str {
+            &self.core.info.cuda_visible_devices
+        }
+        /// Whether the daemon asked this lease to yield its compute slot.
+        pub fn yield_requested(&self) -> bool {
+            self.core.yield_requested()
+        }
+        /// Whether the lease was revoked or its connection lost: it protects nothing now.
+        pub fn is_lost(&self) -> bool {
+            self.core.lost()
+        }
+        /// The next event, if one has arrived.
+        pub fn try_event(&mut self) -> Option<crate::proto::Event> {
+            self.core.events.try_recv().ok()
+        }
+    };
+}
+pub(crate) use lease_accessors;
+
+/// Reservation facts for GPU code, shared by both lease types.
+macro_rules! impl_reservation {
+    ($t:ty) => {
+        impl crate::reservation::Reservation for $t {
+            fn lease_id(&self) -> crate::reservation::LeaseId {
+                self.core.info.lease
+            }
+            fn device_uuid(&self) -> &str {
+                &self.core.info.device_uuid
+            }
+            fn device_index(&self) -> u32 {
+                self.core.info.device_index
+            }
+            fn vram_bytes(&self) -> u64 {
+                self.core.info.vram_bytes
+            }
+            fn compute_token(&self) -> Option<crate::reservation::ComputeToken<'_>> {
+                (self.core.info.compute && !self.core.lost()).then(|| {
+                    crate::reservation::ComputeToken::new(
+                        self.core.info.lease,
+                        &self.core.info.device_uuid,
+                    )
+                })
+            }
+        }
+    };
+}
+pub(crate) use impl_reservation;
+
+/// A granted lease (async API). Released when dropped; [`Lease::release`] waits for the
+/// daemon's confirmation instead.
+pub struct Lease {
+    pub(crate) core: LeaseCore,
+}
+
+impl Lease {
+    lease_accessors!();
+
+    /// Releases the lease and waits until the daemon has freed it.
+    pub async fn release(mut self) -> Result<()> {
+        self.core.released = true;
+        let id = self.core.handle.next_id();
+        let rx = self
+            .core
+            .handle
+            .call(id, Op::Release { lease: self.id() })?;
+        match rx.await.map_err(|_| ClientError::Disconnected)?? {
+            Answer::Reply(Reply::Released { .. }) => Ok(()),
+            _ => Err(ClientError::Protocol("unexpected answer to release".into())),
+        }
+    }
+
+    /// Changes the reserved VRAM. Shrinking is immediate; growing waits (up to `timeout`) and,
+    /// when it times out, leaves the lease as it was and returns the daemon's `timed_out` error.
+    pub async fn resize(&mut self, vram_bytes: u64, timeout: Option<Duration>) -> Result<u64> {
+        let id = self.core.handle.next_id();
+        let rx = self
+            .core
+            .handle
+            .call(id, self.core.resize_op(vram_bytes, timeout))?;
+        let answer = rx.await.map_err(|_| ClientError::Disconnected)?;
+        self.core.resized(answer)
+    }
+
+    /// Waits for the next event (yield request, revocation, shutdown). `None` when the
+    /// connection is gone.
+    pub async fn next_event(&mut self) -> Option<Event> {
+        self.core.events.recv().await
+    }
+}
+
+impl_reservation!(Lease);
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("info", &self.core.info)
+            .finish()
+    }
+}

@@ -1,0 +1,68 @@
+//! What to ask for: a builder for acquire requests.
+
+use std::time::Duration;
+
+use crate::proto::{AcquireArgs, Class, Placement};
+
+/// A lease request: VRAM and/or the compute slot of one device.
+///
+/// ```
+/// use gpud_client::{Class, LeaseRequest, Placement};
+/// let request = LeaseRequest::new()
+///     .vram(12 << 30)
+///     .compute()
+///     .class(Class::High)
+///     .device(Placement::Index(0))
+///     .label("proof 42");
+/// assert_eq!(request.args().vram_bytes, 12 << 30);
+/// ```
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LeaseRequest {
+    args: AcquireArgs,
+}
+
+impl LeaseRequest {
+    /// Nothing yet: add `vram` and/or `compute`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Reserve this many bytes of device memory.
+    pub fn vram(mut self, bytes: u64) -> Self {
+        self.args.vram_bytes = bytes;
+        self
+    }
+    /// Take the device's compute slot.
+    pub fn compute(mut self) -> Self {
+        self.args.compute = true;
+        self
+    }
+    /// Take the compute slot or not.
+    pub fn with_compute(mut self, compute: bool) -> Self {
+        self.args.compute = compute;
+        self
+    }
+    /// Priority class (default `normal`).
+    pub fn class(mut self, class: Class) -> Self {
+        self.args.class = class;
+        self
+    }
+    /// Which device (default: any).
+    pub fn device(mut self, device: Placement) -> Self {
+        self.args.device = device;
+        self
+    }
+    /// Give up after this long.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.args.timeout_ms = Some(timeout.as_millis().min(u128::from(u64::MAX)) as u64);
+        self
+    }
+    /// A note shown in `gpudctl status`.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.args.label = Some(label.into());
+        self
+    }
+    /// The wire form.
+    pub fn args(&self) -> &AcquireArgs {
+        &self.args
+    }
+}

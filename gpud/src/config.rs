@@ -1,0 +1,468 @@
+//! The daemon's configuration: `/etc/gpud/gpud.toml`, every key optional.
+//!
+//! Errors name the key (and, for syntax and type errors, the line). systemd/gpud.toml is the
+//! documented example of every key.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gpud_client::proto::{parse_duration, parse_size};
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::ledger::{LedgerConfig, PerClass};
+
+/// Default path of the config file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpud/gpud.toml";
+
+/// A config that could not be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// TOML syntax or an unknown key or a wrong type (the message has the line).
+    #[error("config {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A key has a value that makes no sense.
+    #[error("config {path}: key `{key}`: {message}")]
+    Value {
+        /// The file.
+        path: PathBuf,
+        /// The dotted key.
+        key: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// The config file's structure, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    socket: Option<PathBuf>,
+    socket_mode: Option<String>,
+    socket_group: Option<String>,
+    state_dir: Option<PathBuf>,
+    #[serde(default)]
+    devices: RawDevices,
+    #[serde(default)]
+    scheduler: RawScheduler,
+    #[serde(default)]
+    access: RawAccess,
+    #[serde(default)]
+    limits: RawLimits,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDevices {
+    headroom: Option<String>,
+    compute_slots: Option<u32>,
+    simulate: Option<String>,
+    poll_interval: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScheduler {
+    max_overtakes: Option<u32>,
+    max_scan: Option<usize>,
+    revoke_after_yield: Option<String>,
+    #[serde(default)]
+    max_hold: RawPerClass,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPerClass {
+    critical: Option<String>,
+    high: Option<String>,
+    normal: Option<String>,
+    background: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAccess {
+    allowed_uids: Option<Vec<u32>>,
+    allowed_groups: Option<Vec<GroupRef>>,
+    admin_uids: Option<Vec<u32>>,
+    admin_groups: Option<Vec<GroupRef>>,
+}
+
+/// A group named by name or by number.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum GroupRef {
+    /// A gid.
+    Id(u32),
+    /// A group name, looked up in the group database.
+    Name(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_frame_bytes: Option<usize>,
+    max_outstanding_requests: Option<usize>,
+    max_leases_per_session: Option<usize>,
+    max_sessions: Option<usize>,
+    max_sessions_per_uid: Option<usize>,
+    event_queue: Option<usize>,
+}
+
+/// Who may connect and who may administer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessConfig {
+    /// Uids that may connect (root always may).
+    pub allowed_uids: Vec<u32>,
+    /// Groups whose members may connect.
+    pub allowed_groups: Vec<GroupRef>,
+    /// Uids that may drain, undrain and revoke (root always may).
+    pub admin_uids: Vec<u32>,
+    /// Groups whose members may drain, undrain and revoke.
+    pub admin_groups: Vec<GroupRef>,
+}
+
+impl Default for AccessConfig {
+    fn default() -> Self {
+        Self {
+            allowed_uids: vec![0],
+            allowed_groups: vec![GroupRef::Name("gpud".into())],
+            admin_uids: vec![0],
+            admin_groups: vec![GroupRef::Name("gpud-admin".into())],
+        }
+    }
+}
+
+/// Bounds that keep one client from hurting the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest frame a client may send.
+    pub max_frame_bytes: usize,
+    /// Waiting acquires and resizes per session.
+    pub max_outstanding_requests: usize,
+    /// Leases one session may hold.
+    pub max_leases_per_session: usize,
+    /// Connected sessions in all.
+    pub max_sessions: usize,
+    /// Connected sessions per uid.
+    pub max_sessions_per_uid: usize,
+    /// Frames queued to a session that does not read; past it the session is closed.
+    pub event_queue: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_frame_bytes: gpud_client::proto::frame::MAX_REQUEST_FRAME,
+            max_outstanding_requests: 64,
+            max_leases_per_session: 64,
+            max_sessions: 4096,
+            max_sessions_per_uid: 1024,
+            event_queue: 1024,
+        }
+    }
+}
+
+/// The daemon's configuration, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Where to listen, unless overridden on the command line.
+    pub socket: Option<PathBuf>,
+    /// Permission bits of the socket file.
+    pub socket_mode: u32,
+    /// Group that owns the socket file (when it exists and gpud runs as root).
+    pub socket_group: Option<String>,
+    /// Where the daemon keeps state.
+    pub state_dir: Option<PathBuf>,
+    /// Memory kept back on every device.
+    pub headroom_bytes: u64,
+    /// Compute slots per device.
+    pub compute_slots: u32,
+    /// Simulated devices (`2x16GiB`, `16GiB,24GiB`) instead of NVML.
+    pub simulate: Option<String>,
+    /// How often NVML is read for unmanaged usage.
+    pub poll_interval: Duration,
+    /// Scheduling policy.
+    pub scheduler: LedgerConfig,
+    /// Access control.
+    pub access: AccessConfig,
+    /// Abuse limits.
+    pub limits: Limits,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            socket: None,
+            socket_mode: 0o660,
+            socket_group: Some("gpud".into()),
+            state_dir: None,
+            headroom_bytes: 512 << 20,
+            compute_slots: 1,
+            simulate: None,
+            poll_interval: Duration::from_secs(1),
+            scheduler: LedgerConfig::default(),
+            access: AccessConfig::default(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Reads the config at `path` if given, else the default path if it exists, else defaults.
+    pub fn load_or_default(path: Option<&Path>) -> Result<Self, ConfigError> {
+        match path {
+            Some(p) => Self::load(p),
+            None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
+                Self::load(Path::new(DEFAULT_CONFIG_PATH))
+            }
+            None => Ok(Self::default()),
+        }
+    }
+
+    /// Validates config text (`path` is only used in messages).
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().replace('\n', " | "),
+        })?;
+        let value_err = |key: &str, message: String| ConfigError::Value {
+            path: path.to_path_buf(),
+            key: key.to_string(),
+            message,
+        };
+        let mut c = Config::default();
+        c.socket = raw.socket;
+        if let Some(mode) = raw.socket_mode {
+            c.socket_mode = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|m| *m <= 0o777)
+                .ok_or_else(|| {
+                    value_err(
+                        "socket_mode",
+                        format!("{mode:?} is not an octal mode such as \"0660\""),
+                    )
+                })?;
+        }
+        if let Some(group) = raw.socket_group {
+            c.socket_group = (!group.is_empty()).then_some(group);
+        }
+        c.state_dir = raw.state_dir;
+        if let Some(h) = raw.devices.headroom {
+            c.headroom_bytes =
+                parse_size(&h).map_err(|e| value_err("devices.headroom", e.to_string()))?;
+        }
+        if let Some(s) = raw.devices.compute_slots {
+            if !(1..=64).contains(&s) {
+                return Err(value_err(
+                    "devices.compute_slots",
+                    format!("{s} is not in 1..=64"),
+                ));
+            }
+            c.compute_slots = s;
+        }
+        if let Some(sim) = raw.devices.simulate {
+            crate::backend::simulated::parse_spec(&sim)
+                .map_err(|e| value_err("devices.simulate", e.to_string()))?;
+            c.simulate = Some(sim);
+        }
+        if let Some(p) = raw.devices.poll_interval {
+            let d = parse_duration(&p).map_err(|e| value_err("devices.poll_interval", e))?;
+            if d < Duration::from_millis(50) {
+                return Err(value_err(
+                    "devices.poll_interval",
+                    "must be at least 50ms".into(),
+                ));
+            }
+            c.poll_interval = d;
+        }
+        let s = raw.scheduler;
+        if let Some(m) = s.max_overtakes {
+            c.scheduler.max_overtakes = m;
+        }
+        if let Some(m) = s.max_scan {
+            if m == 0 {
+                return Err(value_err("scheduler.max_scan", "must be at least 1".into()));
+            }
+            c.scheduler.max_scan = m;
+        }
+        if let Some(r) = s.revoke_after_yield {
+            c.scheduler.revoke_after_yield =
+                Some(parse_duration(&r).map_err(|e| value_err("scheduler.revoke_after_yield", e))?);
+        }
+        let hold = |key: &str, v: Option<String>| -> Result<Option<Duration>, ConfigError> {
+            v.map(|s| parse_duration(&s).map_err(|e| value_err(key, e)))
+                .transpose()
+        };
+        c.scheduler.max_hold = PerClass {
+            critical: hold("scheduler.max_hold.critical", s.max_hold.critical)?,
+            high: hold("scheduler.max_hold.high", s.max_hold.high)?,
+            normal: hold("scheduler.max_hold.normal", s.max_hold.normal)?,
+            background: hold("scheduler.max_hold.background", s.max_hold.background)?,
+        };
+        let a = raw.access;
+        if let Some(v) = a.allowed_uids {
+            c.access.allowed_uids = v;
+        }
+        if let Some(v) = a.allowed_groups {
+            c.access.allowed_groups = v;
+        }
+        if let Some(v) = a.admin_uids {
+            c.access.admin_uids = v;
+        }
+        if let Some(v) = a.admin_groups {
+            c.access.admin_groups = v;
+        }
+        let l = raw.limits;
+        let positive = |key: &str, v: Option<usize>, into: &mut usize| {
+            match v {
+                Some(0) => return Err(value_err(key, "must be at least 1".into())),
+                Some(n) => *into = n,
+                None => {}
+            }
+            Ok(())
+        };
+        positive(
+            "limits.max_frame_bytes",
+            l.max_frame_bytes,
+            &mut c.limits.max_frame_bytes,
+        )?;
+        if c.limits.max_frame_bytes < 1024 {
+            return Err(value_err(
+                "limits.max_frame_bytes",
+                "must be at least 1024".into(),
+            ));
+        }
+        positive(
+            "limits.max_outstanding_requests",
+            l.max_outstanding_requests,
+            &mut c.limits.max_outstanding_requests,
+        )?;
+        positive(
+            "limits.max_leases_per_session",
+            l.max_leases_per_session,
+            &mut c.limits.max_leases_per_session,
+        )?;
+        positive(
+            "limits.max_sessions",
+            l.max_sessions,
+            &mut c.limits.max_sessions,
+        )?;
+        positive(
+            "limits.max_sessions_per_uid",
+            l.max_sessions_per_uid,
+            &mut c.limits.max_sessions_per_uid,
+        )?;
+        positive(
+            "limits.event_queue",
+            l.event_queue,
+            &mut c.limits.event_queue,
+        )?;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("test.toml"), text)
+    }
+
+    #[test]
+    fn empty_config_gives_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.headroom_bytes, 512 << 20);
+    }
+
+    #[test]
+    fn every_section_is_read() {
+        let c = parse(
+            r#"
+socket = "/tmp/x.sock"
+[devices]
+headroom = "1GiB"
+compute_slots = 2
+simulate = "2x16GiB"
+poll_interval = "250ms"
+[scheduler]
+max_overtakes = 7
+revoke_after_yield = "30s"
+[scheduler.max_hold]
+normal = "5m"
+[access]
+allowed_uids = [1000]
+allowed_groups = ["provers", 1234]
+[limits]
+max_sessions = 10
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.headroom_bytes, 1 << 30);
+        assert_eq!(c.compute_slots, 2);
+        assert_eq!(c.scheduler.max_overtakes, 7);
+        assert_eq!(c.scheduler.max_hold.normal, Some(Duration::from_secs(300)));
+        assert_eq!(
+            c.scheduler.revoke_after_yield,
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            c.access.allowed_groups,
+            vec![GroupRef::Name("provers".into()), GroupRef::Id(1234)]
+        );
+        assert_eq!(c.limits.max_sessions, 10);
+        assert_eq!(c.poll_interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn errors_name_the_key_and_line() {
+        let e = parse("[devices]\nheadroom = \"lots\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("devices.headroom"), "{e}");
+        let e = parse("[devices]\n\nheadroomm = \"1GiB\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("headroomm") && e.contains("line 3"), "{e}");
+        let e = parse("[devices]\ncompute_slots = \"two\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2"), "{e}");
+        let e = parse("[devices]\ncompute_slots = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("devices.compute_slots"), "{e}");
+        let e = parse("[scheduler.max_hold]\nnormal = \"5 fortnights\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("scheduler.max_hold.normal"), "{e}");
+        let e = parse("[devices]\nsimulate = \"2x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("devices.simulate"), "{e}");
+    }
+}

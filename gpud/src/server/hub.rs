@@ -1,0 +1,658 @@
+//! The hub: the one task that owns the ledger.
+//!
+//! Sessions (socket connections, D-Bus callers) and the device poller send it [`Command`]s; it
+//! applies them to the ledger, delivers the ledger's decisions to the sessions they name, and
+//! sleeps until the ledger's next deadline. Nothing else touches the ledger.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use gpud_client::LeaseId;
+use gpud_client::proto::{
+    AcquireArgs, ComputeHolder, DaemonInfo, DeviceStatus, ErrorBody, ErrorCode, Event, LeaseInfo,
+    LeaseStatus, Op, Outcome, Reply, RequestId, ServerFrame, StatusReport, WaiterStatus,
+};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+use crate::backend::ProcessUsage;
+use crate::config::{Config, Limits};
+use crate::ledger::{AcquireSpec, Decision, Ledger, LedgerError, ResizeOutcome, SessionId, Ticket};
+
+use super::access::Access;
+use super::peer::{Peer, descends_from};
+
+/// Longest wait a request may ask for (a year): beyond it, "for ever" is the honest request.
+const MAX_TIMEOUT_MS: u64 = 365 * 24 * 3600 * 1000;
+/// Longest label kept.
+const MAX_LABEL: usize = 256;
+
+/// What sessions and pollers ask of the hub.
+#[derive(Debug)]
+pub enum Command {
+    /// A client connected; the hub checks access and limits.
+    Open {
+        /// The new session's id.
+        session: SessionId,
+        /// Who it is.
+        peer: Peer,
+        /// Where its frames go.
+        outbound: mpsc::Sender<ServerFrame>,
+        /// Admission verdict.
+        reply: oneshot::Sender<Result<(), ErrorBody>>,
+    },
+    /// A request from an admitted session.
+    Request {
+        /// The session.
+        session: SessionId,
+        /// The client's request id.
+        id: RequestId,
+        /// What it asks.
+        op: Op,
+    },
+    /// The session's connection ended (EOF, error, kill): free everything it had.
+    Close {
+        /// The session.
+        session: SessionId,
+    },
+    /// Fresh per-process memory usage from the backend.
+    Usage(Vec<Vec<ProcessUsage>>),
+    /// A new configuration (limits, classes, access lists); leases stay.
+    Reload(Box<Config>),
+    /// Stop: tell every session, then end.
+    Shutdown,
+}
+
+struct SessionEntry {
+    peer: Peer,
+    outbound: mpsc::Sender<ServerFrame>,
+}
+
+/// The ledger's owner. Build with [`Hub::new`], drive with [`Hub::run`].
+pub struct Hub {
+    ledger: Ledger,
+    names: Vec<String>,
+    sessions: HashMap<SessionId, SessionEntry>,
+    access: Access,
+    limits: Limits,
+    backend: &'static str,
+    started: Instant,
+    usage: Vec<Vec<ProcessUsage>>,
+}
+
+impl Hub {
+    /// A hub over a ledger whose devices have the given product names.
+    pub fn new(ledger: Ledger, names: Vec<String>, config: &Config, backend: &'static str) -> Self {
+        let (access, missing) = Access::resolve(&config.access);
+        for group in missing {
+            info!(
+                group,
+                "access list names a group that does not exist on this host"
+            );
+        }
+        Self {
+            usage: vec![Vec::new(); names.len()],
+            ledger,
+            names,
+            sessions: HashMap::new(),
+            access,
+            limits: config.limits,
+            backend,
+            started: Instant::now(),
+        }
+    }
+
+    /// Runs until [`Command::Shutdown`] or until every sender is gone.
+    pub async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        let sleep = tokio::time::sleep(Duration::from_secs(3600));
+        tokio::pin!(sleep);
+        let mut armed: Option<Instant> = None;
+        loop {
+            let next = self.ledger.poll_timeout();
+            if next != armed {
+                if let Some(at) = next {
+                    sleep.as_mut().reset(tokio::time::Instant::from_std(at));
+                }
+                armed = next;
+            }
+            tokio::select! {
+                command = commands.recv() => {
+                    let Some(command) = command else { break };
+                    if matches!(command, Command::Shutdown) {
+                        self.shutdown();
+                        break;
+                    }
+                    self.handle(command);
+                }
+                () = &mut sleep, if armed.is_some() => {
+                    self.ledger.handle_timeout(Instant::now());
+                    armed = None;
+                }
+            }
+            self.deliver();
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        let now = Instant::now();
+        match command {
+            Command::Open {
+                session,
+                peer,
+                outbound,
+                reply,
+            } => {
+                let verdict = self.admit(&peer);
+                if verdict.is_ok() {
+                    debug!(session, pid = peer.pid, uid = peer.uid, process = %peer.process, "session opened");
+                    self.sessions
+                        .insert(session, SessionEntry { peer, outbound });
+                } else {
+                    info!(session, pid = peer.pid, uid = peer.uid, process = %peer.process, "session refused");
+                }
+                // The session may have gone already; nothing to do then.
+                let _ = reply.send(verdict);
+            }
+            Command::Request { session, id, op } => {
+                if self.sessions.contains_key(&session) {
+                    if let Some(outcome) = self.request(now, session, id, op) {
+                        self.send(session, ServerFrame::Reply { id, outcome });
+                    }
+                }
+            }
+            Command::Close { session } => self.close(now, session),
+            Command::Usage(usage) => self.apply_usage(now, usage),
+            Command::Reload(config) => self.reload(now, &config),
+            Command::Shutdown => {}
+        }
+    }
+
+    fn admit(&self, peer: &Peer) -> Result<(), ErrorBody> {
+        if !self.access.may_connect(peer) {
+            return Err(ErrorBody::new(
+                ErrorCode::NotAllowed,
+                format!(
+                    "uid {} (gid {}) may not use gpud: add it to access.allowed_uids or a group in access.allowed_groups",
+                    peer.uid, peer.gid
+                ),
+            ));
+        }
+        if self.sessions.len() >= self.limits.max_sessions {
+            return Err(ErrorBody::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "gpud serves at most {} sessions (limits.max_sessions)",
+                    self.limits.max_sessions
+                ),
+            ));
+        }
+        let mine = self
+            .sessions
+            .values()
+            .filter(|s| s.peer.uid == peer.uid)
+            .count();
+        if mine >= self.limits.max_sessions_per_uid {
+            return Err(ErrorBody::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "uid {} already has {mine} sessions (limits.max_sessions_per_uid)",
+                    peer.uid
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Applies one request. `None` means the answer comes later, as a decision.
+    fn request(
+        &mut self,
+        now: Instant,
+        session: SessionId,
+        id: RequestId,
+        op: Op,
+    ) -> Option<Outcome> {
+        let ticket = Ticket {
+            session,
+            request: id,
+        };
+        let result = match op {
+            Op::Acquire(args) => return self.acquire(now, ticket, args),
+            Op::Resize {
+                lease,
+                vram_bytes,
+                timeout_ms,
+            } => {
+                let timeout = match checked_timeout(timeout_ms) {
+                    Ok(t) => t,
+                    Err(e) => return Some(Outcome::Error(e)),
+                };
+                match self.ledger.resize(now, ticket, lease, vram_bytes, timeout) {
+                    Ok(ResizeOutcome::Done { vram_bytes }) => {
+                        Ok(Reply::Resized { lease, vram_bytes })
+                    }
+                    Ok(ResizeOutcome::Waiting) => return None,
+                    Err(e) => Err(ledger_error(e)),
+                }
+            }
+            Op::Release { lease } => self
+                .ledger
+                .release(now, session, lease)
+                .map(|()| Reply::Released { lease })
+                .map_err(ledger_error),
+            Op::Cancel { request } => {
+                let waiting = Ticket { session, request };
+                match self.ledger.cancel(now, waiting) {
+                    Ok(()) => {
+                        let body = ErrorBody::new(ErrorCode::Cancelled, "cancelled by the client");
+                        self.send(
+                            session,
+                            ServerFrame::Reply {
+                                id: request,
+                                outcome: Outcome::Error(body),
+                            },
+                        );
+                        Ok(Reply::Cancelled { request })
+                    }
+                    Err(e) => Err(ledger_error(e)),
+                }
+            }
+            Op::Status => Ok(Reply::Status(Box::new(self.status(now)))),
+            Op::Drain { device } | Op::Undrain { device } if !self.is_admin(session) => {
+                Err(not_admin(&format!("draining {device}")))
+            }
+            Op::Drain { device } => self
+                .ledger
+                .drain(now, &device)
+                .map(|d| {
+                    info!(device = d, "device drained");
+                    Reply::Done
+                })
+                .map_err(ledger_error),
+            Op::Undrain { device } => self
+                .ledger
+                .undrain(now, &device)
+                .map(|d| {
+                    info!(device = d, "device undrained");
+                    Reply::Done
+                })
+                .map_err(ledger_error),
+            Op::Revoke { lease } if !self.is_admin(session) => {
+                Err(not_admin(&format!("revoking lease {lease}")))
+            }
+            Op::Revoke { lease } => self
+                .ledger
+                .revoke(now, lease)
+                .map(|holder| {
+                    info!(lease, holder, "lease revoked by an administrator");
+                    Reply::Done
+                })
+                .map_err(ledger_error),
+            Op::Ping => Ok(Reply::Pong),
+        };
+        Some(match result {
+            Ok(reply) => Outcome::Ok(reply),
+            Err(e) => Outcome::Error(e),
+        })
+    }
+
+    fn acquire(&mut self, now: Instant, ticket: Ticket, args: AcquireArgs) -> Option<Outcome> {
+        let timeout = match checked_timeout(args.timeout_ms) {
+            Ok(t) => t,
+            Err(e) => return Some(Outcome::Error(e)),
+        };
+        if let Some(label) = &args.label {
+            if label.len() > MAX_LABEL || label.chars().any(char::is_control) {
+                return Some(Outcome::Error(ErrorBody::new(
+                    ErrorCode::InvalidRequest,
+                    format!("label must be at most {MAX_LABEL} bytes of printable text"),
+                )));
+            }
+        }
+        let (leases, waiters) = self.ledger.session_counts(ticket.session);
+        if leases >= self.limits.max_leases_per_session {
+            return Some(Outcome::Error(ErrorBody::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "a session may hold at most {} leases (limits.max_leases_per_session)",
+                    self.limits.max_leases_per_session
+                ),
+            )));
+        }
+        if waiters >= self.limits.max_outstanding_requests {
+            return Some(Outcome::Error(ErrorBody::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "a session may have at most {} waiting requests (limits.max_outstanding_requests)",
+                    self.limits.max_outstanding_requests
+                ),
+            )));
+        }
+        let spec = AcquireSpec {
+            placement: args.device,
+            vram_bytes: args.vram_bytes,
+            compute: args.compute,
+            class: args.class,
+            timeout,
+            label: args.label,
+        };
+        match self.ledger.acquire(now, ticket, spec) {
+            Ok(Some(lease)) => self
+                .lease_info(lease)
+                .map(|i| Outcome::Ok(Reply::Granted(i))),
+            Ok(None) => None,
+            Err(e) => Some(Outcome::Error(ledger_error(e))),
+        }
+    }
+
+    fn is_admin(&self, session: SessionId) -> bool {
+        self.sessions
+            .get(&session)
+            .is_some_and(|s| self.access.is_admin(&s.peer))
+    }
+
+    fn lease_info(&self, id: LeaseId) -> Option<LeaseInfo> {
+        let lease = self.ledger.lease(id)?;
+        let device = self.ledger.device(lease.device)?;
+        let uuid = device.spec().uuid.clone();
+        Some(LeaseInfo {
+            lease: id,
+            device_index: lease.device as u32,
+            device_name: self.names.get(lease.device).cloned().unwrap_or_default(),
+            vram_bytes: lease.vram_bytes,
+            compute: lease.compute,
+            class: lease.class,
+            cuda_visible_devices: uuid.clone(),
+            device_uuid: uuid,
+        })
+    }
+
+    /// Ends a session and frees what it held.
+    fn close(&mut self, now: Instant, session: SessionId) {
+        if let Some(entry) = self.sessions.remove(&session) {
+            let gone = self.ledger.disconnect(now, session);
+            debug!(
+                session,
+                pid = entry.peer.pid,
+                leases = gone.leases.len(),
+                waiters = gone.waiters,
+                "session closed"
+            );
+        }
+    }
+
+    /// Queues a frame to a session; a session whose queue is full does not read and is closed.
+    fn send(&mut self, session: SessionId, frame: ServerFrame) {
+        let Some(entry) = self.sessions.get(&session) else {
+            return;
+        };
+        match entry.outbound.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                warn!(
+                    session,
+                    pid = entry.peer.pid,
+                    "session does not read what gpud sends; closing it"
+                );
+                self.close(Instant::now(), session);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => self.close(Instant::now(), session),
+        }
+    }
+
+    /// Delivers every pending decision.
+    fn deliver(&mut self) {
+        while let Some(decision) = self.ledger.poll_decision() {
+            let (session, frame) = match decision {
+                Decision::Granted { ticket, lease } => {
+                    let Some(info) = self.lease_info(lease) else {
+                        continue;
+                    };
+                    (
+                        ticket.session,
+                        reply(ticket.request, Ok(Reply::Granted(info))),
+                    )
+                }
+                Decision::Grew {
+                    ticket,
+                    lease,
+                    vram_bytes,
+                } => (
+                    ticket.session,
+                    reply(ticket.request, Ok(Reply::Resized { lease, vram_bytes })),
+                ),
+                Decision::TimedOut { ticket } => (
+                    ticket.session,
+                    reply(
+                        ticket.request,
+                        Err(ErrorBody::new(
+                            ErrorCode::TimedOut,
+                            "gave up waiting: timeout reached",
+                        )),
+                    ),
+                ),
+                Decision::GrowAbandoned { ticket, lease } => (
+                    ticket.session,
+                    reply(
+                        ticket.request,
+                        Err(ErrorBody::new(
+                            ErrorCode::Cancelled,
+                            format!("lease {lease} ended while its resize waited"),
+                        )),
+                    ),
+                ),
+                Decision::YieldRequested {
+                    session,
+                    lease,
+                    reason,
+                    revoke_at,
+                } => {
+                    let revoke_in_ms = revoke_at
+                        .map(|at| at.saturating_duration_since(Instant::now()).as_millis() as u64);
+                    (
+                        session,
+                        ServerFrame::Event {
+                            event: Event::YieldRequested {
+                                lease,
+                                reason,
+                                revoke_in_ms,
+                            },
+                        },
+                    )
+                }
+                Decision::Revoked {
+                    session,
+                    lease,
+                    reason,
+                } => (
+                    session,
+                    ServerFrame::Event {
+                        event: Event::Revoked { lease, reason },
+                    },
+                ),
+            };
+            self.send(session, frame);
+        }
+    }
+
+    /// Memory used by processes that hold no lease on a device lowers its capacity. A process
+    /// counts as managed when it, or an ancestor (as with `gpudctl run`), holds a lease there.
+    fn apply_usage(&mut self, now: Instant, usage: Vec<Vec<ProcessUsage>>) {
+        for (d, procs) in usage.iter().enumerate() {
+            let holders: Vec<u32> = self
+                .ledger
+                .leases()
+                .filter(|l| l.device == d)
+                .filter_map(|l| self.sessions.get(&l.session).map(|s| s.peer.pid))
+                .collect();
+            let unmanaged: u64 = procs
+                .iter()
+                .filter(|p| !holders.iter().any(|&h| descends_from(p.pid, h)))
+                .map(|p| p.used_bytes)
+                .sum();
+            self.ledger.set_unmanaged(now, d, unmanaged);
+        }
+        self.usage = usage;
+    }
+
+    fn reload(&mut self, now: Instant, config: &Config) {
+        let (access, missing) = Access::resolve(&config.access);
+        for group in missing {
+            info!(
+                group,
+                "access list names a group that does not exist on this host"
+            );
+        }
+        self.access = access;
+        self.limits = config.limits;
+        self.ledger.set_config(now, config.scheduler.clone());
+        info!("configuration reloaded");
+    }
+
+    fn shutdown(&mut self) {
+        info!(sessions = self.sessions.len(), "shutting down");
+        let ids: Vec<SessionId> = self.sessions.keys().copied().collect();
+        for session in ids {
+            self.send(
+                session,
+                ServerFrame::Event {
+                    event: Event::ShuttingDown,
+                },
+            );
+        }
+        self.sessions.clear();
+    }
+
+    /// The whole state, as `status` reports it.
+    pub fn status(&self, now: Instant) -> StatusReport {
+        let since = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
+        let peer = |session: SessionId| self.sessions.get(&session).map(|s| &s.peer);
+        let devices = self
+            .ledger
+            .devices()
+            .map(|d| {
+                let holders: Vec<ComputeHolder> = d
+                    .compute_holders()
+                    .map(|l| ComputeHolder {
+                        lease: l.id,
+                        pid: peer(l.session).map_or(0, |p| p.pid),
+                        process: peer(l.session).map_or_else(|| "?".into(), |p| p.process.clone()),
+                        class: l.class,
+                        held_ms: since(l.granted_at),
+                    })
+                    .collect();
+                let spec = d.spec();
+                DeviceStatus {
+                    index: d.index() as u32,
+                    uuid: spec.uuid.clone(),
+                    name: self.names.get(d.index()).cloned().unwrap_or_default(),
+                    total_bytes: spec.total_bytes,
+                    headroom_bytes: spec.headroom_bytes,
+                    unmanaged_bytes: spec.unmanaged_bytes,
+                    capacity_bytes: d.capacity(),
+                    reserved_bytes: d.reserved(),
+                    free_bytes: d.free(),
+                    drained: d.drained(),
+                    compute_slots: spec.compute_slots,
+                    compute_holder: holders.first().cloned(),
+                    compute_holders: holders,
+                    queued: d.queued(),
+                }
+            })
+            .collect();
+        let leases = self
+            .ledger
+            .leases()
+            .map(|l| {
+                let p = peer(l.session);
+                LeaseStatus {
+                    id: l.id,
+                    device: self
+                        .ledger
+                        .device(l.device)
+                        .map(|d| d.spec().uuid.clone())
+                        .unwrap_or_default(),
+                    device_index: l.device as u32,
+                    vram_bytes: l.vram_bytes,
+                    compute: l.compute,
+                    class: l.class,
+                    pid: p.map_or(0, |p| p.pid),
+                    uid: p.map_or(0, |p| p.uid),
+                    process: p.map_or_else(|| "?".into(), |p| p.process.clone()),
+                    session: l.session,
+                    held_ms: since(l.granted_at),
+                    yield_requested: l.yield_requested.is_some(),
+                    label: l.label.clone(),
+                }
+            })
+            .collect();
+        let waiters = self
+            .ledger
+            .waiters()
+            .into_iter()
+            .map(|w| WaiterStatus {
+                session: w.ticket.session,
+                request: w.ticket.request,
+                pid: peer(w.ticket.session).map_or(0, |p| p.pid),
+                class: w.class,
+                device: w.placement.clone(),
+                vram_bytes: w.need.vram_bytes,
+                compute: w.need.compute,
+                grows_lease: w.grows,
+                waited_ms: since(w.arrived),
+                label: w.label.clone(),
+            })
+            .collect();
+        StatusReport {
+            daemon: DaemonInfo {
+                version: env!("CARGO_PKG_VERSION").into(),
+                pid: std::process::id(),
+                uptime_ms: since(self.started),
+                sessions: self.sessions.len() as u32,
+                backend: self.backend.into(),
+            },
+            devices,
+            leases,
+            waiters,
+        }
+    }
+}
+
+fn reply(id: RequestId, result: Result<Reply, ErrorBody>) -> ServerFrame {
+    ServerFrame::Reply {
+        id,
+        outcome: match result {
+            Ok(r) => Outcome::Ok(r),
+            Err(e) => Outcome::Error(e),
+        },
+    }
+}
+
+fn checked_timeout(timeout_ms: Option<u64>) -> Result<Option<Duration>, ErrorBody> {
+    match timeout_ms {
+        Some(ms) if ms > MAX_TIMEOUT_MS => Err(ErrorBody::new(
+            ErrorCode::InvalidRequest,
+            format!("timeout_ms {ms} is over a year; omit it to wait without a timeout"),
+        )),
+        t => Ok(t.map(Duration::from_millis)),
+    }
+}
+
+fn not_admin(what: &str) -> ErrorBody {
+    ErrorBody::new(
+        ErrorCode::PermissionDenied,
+        format!("{what} needs root or a group in access.admin_groups"),
+    )
+}
+
+fn ledger_error(e: LedgerError) -> ErrorBody {
+    let code = match &e {
+        LedgerError::UnknownDevice(_) => ErrorCode::UnknownDevice,
+        LedgerError::NeverFits { .. } => ErrorCode::NeverFits,
+        LedgerError::Invalid(_) => ErrorCode::InvalidRequest,
+        LedgerError::UnknownLease(_) => ErrorCode::UnknownLease,
+        LedgerError::UnknownRequest(_) => ErrorCode::UnknownRequest,
+        LedgerError::DuplicateRequest(_) => ErrorCode::DuplicateRequest,
+        LedgerError::ResizePending(_) => ErrorCode::ResizePending,
+    };
+    ErrorBody::new(code, e.to_string())
+}

@@ -1,0 +1,165 @@
+//! The daemon's I/O shell: the socket, sessions, the hub that owns the ledger, signals.
+
+pub mod access;
+pub mod hub;
+pub mod listener;
+pub mod peer;
+pub mod session;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::{error, info, warn};
+
+use crate::backend::Backend;
+use crate::config::Config;
+use crate::ledger::{DeviceSpec, Ledger};
+use hub::{Command, Hub};
+
+/// How long sessions get to flush their last frames at shutdown.
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
+
+/// Why the daemon could not run.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    /// The socket could not be set up.
+    #[error(transparent)]
+    Listen(#[from] listener::ListenError),
+    /// A signal handler could not be installed.
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+/// What the daemon needs to start.
+pub struct Daemon {
+    /// Validated configuration.
+    pub config: Config,
+    /// Where the configuration came from, for SIGHUP reloads.
+    pub config_path: Option<PathBuf>,
+    /// The socket path.
+    pub socket: PathBuf,
+    /// The device backend.
+    pub backend: Box<dyn Backend>,
+}
+
+impl Daemon {
+    /// Runs until SIGTERM or SIGINT. Call inside a tokio runtime.
+    pub async fn run(self) -> Result<(), DaemonError> {
+        let Daemon {
+            config,
+            config_path,
+            socket,
+            backend,
+        } = self;
+        let probed = backend.devices();
+        let specs: Vec<DeviceSpec> = probed
+            .iter()
+            .map(|d| DeviceSpec {
+                uuid: d.uuid.clone(),
+                name: d.name.clone(),
+                total_bytes: d.total_bytes,
+                headroom_bytes: config.headroom_bytes.min(d.total_bytes),
+                unmanaged_bytes: 0,
+                compute_slots: config.compute_slots,
+            })
+            .collect();
+        for (i, d) in specs.iter().enumerate() {
+            info!(index = i, uuid = %d.uuid, name = %d.name, total = d.total_bytes, capacity = d.capacity(), "device");
+        }
+        let listener = listener::bind(&socket, config.socket_mode, config.socket_group.as_deref())?;
+        let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
+        let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signals)?;
+
+        let kind = backend.kind();
+        let names = probed.iter().map(|d| d.name.clone()).collect();
+        let hub = Hub::new(
+            Ledger::new(config.scheduler.clone(), specs),
+            names,
+            &config,
+            kind,
+        );
+        let (commands, rx) = mpsc::channel(4096);
+        let hub_task = tokio::spawn(hub.run(rx));
+
+        if kind != "simulated" {
+            spawn_poller(backend, commands.clone(), config.poll_interval);
+        }
+        info!(socket = %socket.display(), backend = kind, "gpud ready");
+
+        let mut sessions = JoinSet::new();
+        let mut next_session: u64 = 1;
+        let mut limits = config.limits;
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let id = next_session;
+                        next_session += 1;
+                        sessions.spawn(session::serve(stream, id, commands.clone(), limits));
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait a little rather than spin.
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => match &config_path {
+                    Some(path) => match Config::load(path) {
+                        Ok(new) => {
+                            limits = new.limits;
+                            let _ = commands.send(Command::Reload(Box::new(new))).await;
+                        }
+                        Err(e) => error!("config reload rejected, keeping the old one: {e}"),
+                    },
+                    None => info!("SIGHUP: no config file to reload"),
+                },
+            }
+        }
+        info!("stopping");
+        drop(listener);
+        let _ = commands.send(Command::Shutdown).await;
+        let _ = hub_task.await;
+        let deadline = Instant::now() + SHUTDOWN_FLUSH;
+        while !sessions.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(left, sessions.join_next())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        let _ = std::fs::remove_file(&socket);
+        info!("stopped");
+        Ok(())
+    }
+}
+
+/// Polls the backend on a thread of its own (NVML calls block) and reports to the hub.
+fn spawn_poller(mut backend: Box<dyn Backend>, hub: mpsc::Sender<Command>, every: Duration) {
+    std::thread::Builder::new()
+        .name("gpud-devices".into())
+        .spawn(move || {
+            loop {
+                match backend.usage() {
+                    Ok(usage) => {
+                        if hub.blocking_send(Command::Usage(usage)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => warn!("device poll failed: {e}"),
+                }
+                std::thread::sleep(every);
+            }
+        })
+        .map(drop)
+        .unwrap_or_else(|e| error!("cannot start the device poller: {e}"));
+}

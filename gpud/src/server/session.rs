@@ -1,0 +1,173 @@
+//! One client connection: credentials, handshake, then frames in and out until it ends.
+//!
+//! A session task owns its socket and nothing else. It parses and checks frames, forwards
+//! requests to the hub, and writes what the hub queues for it. A bad frame gets an error
+//! frame and closes this session only.
+
+use std::io;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use gpud_client::proto::frame::{codec, from_payload, to_payload};
+use gpud_client::proto::{ClientFrame, ErrorBody, ErrorCode, PROTOCOL_VERSION, ServerFrame};
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodecError};
+use tracing::debug;
+
+use crate::config::Limits;
+use crate::ledger::SessionId;
+
+use super::hub::Command;
+use super::peer::Peer;
+
+/// How long a client has to send its hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves one connection until it closes.
+pub async fn serve(
+    stream: UnixStream,
+    session: SessionId,
+    hub: mpsc::Sender<Command>,
+    limits: Limits,
+) {
+    let peer = match stream.peer_cred() {
+        Ok(c) => Peer::from_credentials(c.pid(), c.uid(), c.gid()),
+        Err(e) => {
+            debug!(session, error = %e, "no peer credentials; dropping connection");
+            return;
+        }
+    };
+    let (read, write) = stream.into_split();
+    let mut reader = FramedRead::new(read, codec(limits.max_frame_bytes));
+    let mut writer = FramedWrite::new(write, codec(gpud_client::proto::frame::MAX_SERVER_FRAME));
+
+    let (outbound, mut queue) = mpsc::channel(limits.event_queue);
+    let (verdict_tx, verdict) = oneshot::channel();
+    let open = Command::Open {
+        session,
+        peer,
+        outbound,
+        reply: verdict_tx,
+    };
+    if hub.send(open).await.is_err() {
+        return;
+    }
+    match verdict.await {
+        Ok(Ok(())) => {}
+        Ok(Err(body)) => {
+            let _ = writer
+                .send(to_payload(&ServerFrame::Error { error: body }))
+                .await;
+            return;
+        }
+        Err(_) => return,
+    }
+
+    let end = run(session, &hub, &mut reader, &mut writer, &mut queue).await;
+    if let Err(body) = end {
+        debug!(session, code = ?body.code, "closing session: {}", body.message);
+        let _ = writer
+            .send(to_payload(&ServerFrame::Error { error: body }))
+            .await;
+    }
+    let _ = hub.send(Command::Close { session }).await;
+}
+
+type Reader = FramedRead<tokio::net::unix::OwnedReadHalf, tokio_util::codec::LengthDelimitedCodec>;
+type Writer =
+    FramedWrite<tokio::net::unix::OwnedWriteHalf, tokio_util::codec::LengthDelimitedCodec>;
+
+/// The session after admission. Returns the error to send before closing, if any.
+async fn run(
+    session: SessionId,
+    hub: &mpsc::Sender<Command>,
+    reader: &mut Reader,
+    writer: &mut Writer,
+    queue: &mut mpsc::Receiver<ServerFrame>,
+) -> Result<(), ErrorBody> {
+    // Handshake.
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.next()).await {
+        Err(_) => {
+            return Err(ErrorBody::new(
+                ErrorCode::HelloRequired,
+                "no hello within 10 s",
+            ));
+        }
+        Ok(None) => return Ok(()),
+        Ok(Some(frame)) => parse(frame)?,
+    };
+    match hello {
+        ClientFrame::Hello { version, .. } if version == PROTOCOL_VERSION => {}
+        ClientFrame::Hello { version, .. } => {
+            return Err(ErrorBody::new(
+                ErrorCode::UnsupportedVersion,
+                format!(
+                    "protocol version {version} is not supported; this gpud speaks {PROTOCOL_VERSION}"
+                ),
+            ));
+        }
+        ClientFrame::Request { .. } => {
+            return Err(ErrorBody::new(
+                ErrorCode::HelloRequired,
+                "the first frame must be a hello",
+            ));
+        }
+    }
+    let welcome = ServerFrame::Welcome {
+        version: PROTOCOL_VERSION,
+        session,
+        daemon: format!("gpud {}", env!("CARGO_PKG_VERSION")),
+    };
+    writer.send(to_payload(&welcome)).await.map_err(io_closed)?;
+
+    loop {
+        tokio::select! {
+            biased;
+            out = queue.recv() => {
+                // None: the hub dropped us (shutdown, or we did not read fast enough).
+                let Some(frame) = out else { return Ok(()) };
+                writer.feed(to_payload(&frame)).await.map_err(io_closed)?;
+                while let Ok(more) = queue.try_recv() {
+                    writer.feed(to_payload(&more)).await.map_err(io_closed)?;
+                }
+                SinkExt::<bytes::Bytes>::flush(writer).await.map_err(io_closed)?;
+            }
+            frame = reader.next() => {
+                let Some(frame) = frame else { return Ok(()) };
+                match parse(frame)? {
+                    ClientFrame::Request { id, op } => {
+                        if hub.send(Command::Request { session, id, op }).await.is_err() {
+                            return Err(ErrorBody::new(ErrorCode::ShuttingDown, "gpud is stopping"));
+                        }
+                    }
+                    ClientFrame::Hello { .. } => {
+                        return Err(ErrorBody::new(ErrorCode::BadFrame, "hello sent twice"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Turns a raw frame into a client message, or the error that closes the session.
+fn parse(frame: Result<bytes::BytesMut, io::Error>) -> Result<ClientFrame, ErrorBody> {
+    let payload = frame.map_err(|e| {
+        if e.get_ref()
+            .is_some_and(|inner| inner.is::<LengthDelimitedCodecError>())
+        {
+            ErrorBody::new(
+                ErrorCode::FrameTooLarge,
+                "frame length exceeds limits.max_frame_bytes",
+            )
+        } else {
+            ErrorBody::new(ErrorCode::BadFrame, format!("read failed: {e}"))
+        }
+    })?;
+    from_payload(&payload)
+        .map_err(|e| ErrorBody::new(ErrorCode::BadFrame, format!("not a valid message: {e}")))
+}
+
+fn io_closed(e: io::Error) -> ErrorBody {
+    ErrorBody::new(ErrorCode::BadFrame, format!("write failed: {e}"))
+}
