@@ -29,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod buffer;
+pub mod cpu;
 pub mod device;
 pub mod driver;
 pub mod error;

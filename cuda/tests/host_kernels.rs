@@ -1,0 +1,234 @@
+//! The kernels' arithmetic and NTT index math, compiled as plain C++ with g++ and run on the
+//! CPU, against blstrs: field operations on random inputs, and the exact launch plans the GPU
+//! runs (every pass, permutation and scaling) for all transform kinds and the H polynomial.
+//!
+//! Needs g++ (Debian: build-essential). Fails, not skips, without it.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use blstrs::Scalar;
+use ff::Field;
+use gpud_cuda::cpu;
+use gpud_cuda::fr::{cast_slice, to_limbs};
+use gpud_cuda::ntt::plan::{self, NttKind, Step, TableKey};
+use gpud_cuda::ntt::tables;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+fn harness() -> &'static PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fr_ntt_harness");
+        let status = Command::new("g++")
+            .args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas"])
+            .arg("-I")
+            .arg(root.join("kernels"))
+            .arg(root.join("tests/host/harness.cpp"))
+            .arg("-o")
+            .arg(&out)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run g++ (install build-essential): {e}"));
+        assert!(status.success(), "g++ failed to compile the kernel headers as C++");
+        out
+    })
+}
+
+fn run_harness(input: &[u8]) -> Vec<u8> {
+    let mut child = Command::new(harness())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start harness");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let data = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().expect("harness output");
+    writer.join().expect("writer thread").expect("write to harness");
+    assert!(out.status.success(), "harness failed: {:?}", out.status);
+    out.stdout
+}
+
+fn put_scalars(buf: &mut Vec<u8>, xs: &[Scalar]) {
+    for x in xs {
+        for l in to_limbs(x) {
+            buf.extend_from_slice(&l.to_le_bytes());
+        }
+    }
+}
+
+fn get_scalars(bytes: &[u8]) -> Vec<Scalar> {
+    assert_eq!(bytes.len() % 32, 0);
+    bytes
+        .chunks_exact(32)
+        .map(|c| {
+            let l: [u64; 4] = std::array::from_fn(|i| u64::from_le_bytes(c[8 * i..8 * i + 8].try_into().unwrap()));
+            gpud_cuda::fr::from_limbs(l).expect("harness returned a non-canonical element")
+        })
+        .collect()
+}
+
+#[test]
+fn scalar_layout_is_blst_montgomery_limbs() {
+    let mut rng = ChaCha20Rng::seed_from_u64(7);
+    for _ in 0..16 {
+        let s = Scalar::random(&mut rng);
+        assert_eq!(to_limbs(&s), blst::blst_fr::from(s).l);
+        let as_u32: &[[u32; 8]] = cast_slice(std::slice::from_ref(&s));
+        let l = blst::blst_fr::from(s).l;
+        for i in 0..4 {
+            assert_eq!(as_u32[0][2 * i] as u64 | (as_u32[0][2 * i + 1] as u64) << 32, l[i]);
+        }
+    }
+}
+
+#[test]
+fn field_ops_match_blstrs_bit_for_bit() {
+    let mut rng = ChaCha20Rng::seed_from_u64(0x5eed);
+    let minus_one = -Scalar::ONE;
+    let edges = [Scalar::ZERO, Scalar::ONE, minus_one, minus_one - Scalar::ONE, Scalar::from(2u64)];
+    let mut cases: Vec<(Scalar, Scalar, u64)> = Vec::new();
+    for a in edges {
+        for b in edges {
+            cases.push((a, b, rng.r#gen()));
+        }
+    }
+    for _ in 0..20_000 {
+        cases.push((Scalar::random(&mut rng), Scalar::random(&mut rng), rng.r#gen()));
+    }
+    cases.push((Scalar::random(&mut rng), Scalar::ONE, 0));
+    cases.push((Scalar::random(&mut rng), Scalar::ONE, u64::MAX));
+    let mut input = 1u32.to_le_bytes().to_vec();
+    input.extend_from_slice(&(cases.len() as u64).to_le_bytes());
+    for (a, b, e) in &cases {
+        put_scalars(&mut input, &[*a, *b]);
+        input.extend_from_slice(&e.to_le_bytes());
+    }
+    let out = get_scalars(&run_harness(&input));
+    assert_eq!(out.len(), cases.len() * 6);
+    for (i, (a, b, e)) in cases.iter().enumerate() {
+        let got = &out[6 * i..6 * i + 6];
+        let want = [*a + b, *a - b, *a * b, a.square(), -*a, a.pow_vartime([*e])];
+        for (op, (g, w)) in ["add", "sub", "mul", "sqr", "neg", "pow"].iter().zip(got.iter().zip(want)) {
+            assert_eq!(*g, w, "{op} of case {i}: a={a:?} b={b:?} e={e}");
+        }
+    }
+}
+
+/// Serializes a plan for the harness: regions are consecutive `region_len`-element slices of
+/// `data`; every table the steps read is built the way the GPU engine builds it.
+fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
+    let keys = plan::tables_used(steps);
+    let mut tables: Vec<(TableKey, Vec<Scalar>)> = Vec::new();
+    let mut prelude: Vec<[u64; 13]> = Vec::new();
+    let index_of = |tables: &Vec<(TableKey, Vec<Scalar>)>, k: TableKey| tables.iter().position(|(t, _)| *t == k);
+    for key in keys {
+        match key {
+            TableKey::Powers { .. } => tables.push((key, tables::powers_for(key).unwrap())),
+            TableKey::Twiddles { log_n } => {
+                let src = tables::twiddle_source(log_n);
+                if index_of(&tables, src).is_none() {
+                    tables.push((src, tables::powers_for(src).unwrap()));
+                }
+                let src_idx = index_of(&tables, src).unwrap() as u64;
+                tables.push((key, Vec::new()));
+                let dst = (tables.len() - 1) as u64;
+                prelude.push([1, 0, 1 << (log_n - 1), log_n as u64, 0, 0, 0, 0, 0, src_idx, 0, dst, 0]);
+            }
+        }
+    }
+    let off = |r: usize| (r * region_len) as u64;
+    let mut encoded = prelude;
+    for s in steps {
+        encoded.push(match *s {
+            Step::Pass { region, params } => {
+                let tw = index_of(&tables, TableKey::Twiddles { log_n: params.log_n }).unwrap() as u64;
+                [
+                    2,
+                    off(region),
+                    params.total,
+                    params.log_n as u64,
+                    params.log_stride as u64,
+                    params.k as u64,
+                    params.log_subs as u64,
+                    params.inverse as u64,
+                    params.dit as u64,
+                    tw,
+                    0,
+                    0,
+                    0,
+                ]
+            }
+            Step::Bitrev { region, total, log_n } => [3, off(region), total, log_n as u64, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            Step::Scale { region, total, log_n, table, bitrev } => {
+                let t = index_of(&tables, table).unwrap() as u64;
+                [4, off(region), total, log_n as u64, 0, 0, 0, 0, 0, t, bitrev as u64, 0, 0]
+            }
+            Step::Pointwise { a, b, c, log_n } => [5, off(a), 1 << log_n, log_n as u64, 0, 0, 0, 0, 0, 0, 0, off(b), off(c)],
+        });
+    }
+    let mut input = 2u32.to_le_bytes().to_vec();
+    input.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    put_scalars(&mut input, data);
+    input.extend_from_slice(&(tables.len() as u32).to_le_bytes());
+    for (_, t) in &tables {
+        input.extend_from_slice(&(t.len() as u64).to_le_bytes());
+        put_scalars(&mut input, t);
+    }
+    input.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
+    for e in &encoded {
+        for v in e {
+            input.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    get_scalars(&run_harness(&input))
+}
+
+fn random(rng: &mut ChaCha20Rng, n: usize) -> Vec<Scalar> {
+    (0..n).map(|_| Scalar::random(&mut *rng)).collect()
+}
+
+#[test]
+fn ntt_launch_plans_match_the_cpu_reference() {
+    let mut rng = ChaCha20Rng::seed_from_u64(11);
+    // Sizes cover one pass (<= 8 stages), two passes with blocks smaller and larger than a
+    // sub-problem's stride, three passes, and odd batch sizes (blocks straddling polynomials).
+    let cases: &[(u32, u64)] = &[(1, 1), (1, 3), (2, 1), (2, 5), (3, 2), (5, 1), (8, 1), (8, 3), (9, 1), (10, 3), (11, 1), (13, 2), (16, 1), (17, 1)];
+    for &(log_n, batch) in cases {
+        for kind in [NttKind::Forward, NttKind::Inverse, NttKind::CosetForward, NttKind::CosetInverse] {
+            let n = 1usize << log_n;
+            let x = random(&mut rng, n * batch as usize);
+            let got = run_plan(&x, x.len(), &plan::ntt_steps(kind, log_n, batch));
+            let mut want = x.clone();
+            cpu::ntt(&mut want, kind, log_n).unwrap();
+            assert!(got == want, "{kind:?} 2^{log_n} x {batch}: mismatch");
+        }
+    }
+}
+
+#[test]
+fn h_launch_plan_matches_the_cpu_reference() {
+    let mut rng = ChaCha20Rng::seed_from_u64(12);
+    for log_n in [1u32, 2, 3, 7, 9, 12, 15] {
+        let n = 1usize << log_n;
+        // Inputs shorter than the domain are zero-padded, as bellperson pads them.
+        let len = if log_n > 2 { n - 3 } else { n };
+        let (a, b, c) = (random(&mut rng, len), random(&mut rng, len), random(&mut rng, len));
+        let mut data = Vec::with_capacity(3 * n);
+        for x in [&a, &b, &c] {
+            data.extend_from_slice(x);
+            data.resize(data.len() + n - len, Scalar::ZERO);
+        }
+        let mut steps = Vec::new();
+        for r in 0..3 {
+            steps.extend(plan::h_input_steps(log_n, r));
+        }
+        steps.extend(plan::h_tail_steps(log_n, 0, 1, 2));
+        let got = run_plan(&data, n, &steps);
+        let want = cpu::h_poly(&a, &b, &c).unwrap();
+        assert!(got[..n] == want[..], "H 2^{log_n}: mismatch");
+    }
+}
