@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what gpud-cuda's CPU tests need and prints the line that makes NVRTC loadable:
+#   eval "$(cuda/ci-setup.sh)"
+# - g++ compiles the kernel headers as C++ for the arithmetic tests (Debian: build-essential).
+# - NVRTC 13.0 from PyPI compiles every kernel to sm_90 CUBIN without a GPU. NVRTC loads its
+#   builtins library by name, so its folder must be on LD_LIBRARY_PATH before the tests start.
+set -euo pipefail
+if ! command -v g++ >/dev/null 2>&1; then
+    { apt-get update -qq && apt-get install -y -qq build-essential; } >&2
+fi
+python3 -m pip install --quiet --disable-pip-version-check nvidia-cuda-nvrtc==13.0.88 >&2
+libdir=$(python3 - <<'PY'
+import os, nvidia
+for base in nvidia.__path__:
+    d = os.path.join(base, "cu13", "lib")
+    if os.path.exists(os.path.join(d, "libnvrtc.so.13")):
+        print(d)
+        break
+PY
+)
+if [ -z "$libdir" ]; then
+    echo "ci-setup: libnvrtc.so.13 not found in the nvidia-cuda-nvrtc wheel" >&2
+    exit 1
+fi
+echo "export GPUD_NVRTC_LIB_DIR='$libdir'"
+echo "export LD_LIBRARY_PATH='$libdir'\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
