@@ -45,8 +45,19 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
     /// # Safety
     /// `ptr` is a live allocation of at least `len * size_of::<T>()` bytes from `dev`'s pool,
     /// ordered on its main stream, charged `charged` bytes on its ledger, owned by no one else.
-    pub(crate) unsafe fn from_raw(dev: &'d Device, ptr: CUdeviceptr, len: usize, charged: u64) -> Self {
-        Self { dev, ptr, len, charged, _t: PhantomData }
+    pub(crate) unsafe fn from_raw(
+        dev: &'d Device,
+        ptr: CUdeviceptr,
+        len: usize,
+        charged: u64,
+    ) -> Self {
+        Self {
+            dev,
+            ptr,
+            len,
+            charged,
+            _t: PhantomData,
+        }
     }
 
     /// Elements.
@@ -77,7 +88,10 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
     /// The raw device address of element `index` (may be `len`, one past the end).
     pub fn device_ptr_at(&self, index: usize) -> Result<CUdeviceptr> {
         if index > self.len {
-            return Err(Error::InvalidArgument(format!("index {index} past a buffer of {}", self.len)));
+            return Err(Error::InvalidArgument(format!(
+                "index {index} past a buffer of {}",
+                self.len
+            )));
         }
         Ok(self.ptr + (index * std::mem::size_of::<T>()) as u64)
     }
@@ -105,7 +119,11 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
     /// Copies all of `src` (same length) into the buffer and waits.
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
         if src.len() != self.len {
-            return Err(Error::InvalidArgument(format!("{} elements into a buffer of {}", src.len(), self.len)));
+            return Err(Error::InvalidArgument(format!(
+                "{} elements into a buffer of {}",
+                src.len(),
+                self.len
+            )));
         }
         self.copy_from_host_at(0, src)
     }
@@ -123,7 +141,11 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
     /// Copies the whole buffer into `dst` (same length) and waits.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         if dst.len() != self.len {
-            return Err(Error::InvalidArgument(format!("a buffer of {} into {} elements", self.len, dst.len())));
+            return Err(Error::InvalidArgument(format!(
+                "a buffer of {} into {} elements",
+                self.len,
+                dst.len()
+            )));
         }
         self.copy_to_host_at(0, dst)
     }
@@ -142,7 +164,14 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
     pub fn fill_bytes(&mut self, byte: u8) -> Result<()> {
         self.dev.bind()?;
         // SAFETY: the range is exactly this allocation; ordered on the main stream.
-        unsafe { result::memset_d8_async(self.ptr, byte, self.num_bytes(), self.dev.stream().cu_stream()) }?;
+        unsafe {
+            result::memset_d8_async(
+                self.ptr,
+                byte,
+                self.num_bytes(),
+                self.dev.stream().cu_stream(),
+            )
+        }?;
         Ok(())
     }
 
@@ -151,7 +180,12 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
     /// # Safety
     /// `src` must stay alive and unmodified until `stream` has executed the copy, and `stream`
     /// must be ordered after the allocation (the main stream, or one that waited on it).
-    pub unsafe fn copy_from_host_async(&mut self, offset: usize, src: &[T], stream: CUstream) -> Result<()> {
+    pub unsafe fn copy_from_host_async(
+        &mut self,
+        offset: usize,
+        src: &[T],
+        stream: CUstream,
+    ) -> Result<()> {
         self.check_range(offset, src.len())?;
         if src.is_empty() {
             return Ok(());
@@ -168,7 +202,12 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
     /// # Safety
     /// `dst` must stay alive and untouched until `stream` has executed the copy, and `stream`
     /// must be ordered after the work that wrote the range.
-    pub unsafe fn copy_to_host_async(&self, offset: usize, dst: &mut [T], stream: CUstream) -> Result<()> {
+    pub unsafe fn copy_to_host_async(
+        &self,
+        offset: usize,
+        dst: &mut [T],
+        stream: CUstream,
+    ) -> Result<()> {
         self.check_range(offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());

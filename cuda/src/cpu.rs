@@ -70,20 +70,23 @@ fn fft_in_place(a: &mut [Scalar], w: Scalar) {
                     });
             }
         } else {
-            a.par_chunks_mut((2 * h).max(1 << 12)).for_each(|chunk| chunk.chunks_mut(2 * h).for_each(body));
+            a.par_chunks_mut((2 * h).max(1 << 12))
+                .for_each(|chunk| chunk.chunks_mut(2 * h).for_each(body));
         }
         h *= 2;
     }
 }
 
 fn scale_by_powers(a: &mut [Scalar], base: Scalar, factor: Scalar) {
-    a.par_chunks_mut(1 << 12).enumerate().for_each(|(c, chunk)| {
-        let mut p = factor * base.pow_vartime([(c as u64) << 12]);
-        for x in chunk {
-            *x *= p;
-            p *= base;
-        }
-    });
+    a.par_chunks_mut(1 << 12)
+        .enumerate()
+        .for_each(|(c, chunk)| {
+            let mut p = factor * base.pow_vartime([(c as u64) << 12]);
+            for x in chunk {
+                *x *= p;
+                p *= base;
+            }
+        });
 }
 
 /// Transforms every 2^log_n-point polynomial of `data` in place.
@@ -125,7 +128,9 @@ pub fn ntt(data: &mut [Scalar], kind: NttKind, log_n: u32) -> Result<()> {
 pub fn h_poly(a: &[Scalar], b: &[Scalar], c: &[Scalar]) -> Result<Vec<Scalar>> {
     let log_n = crate::hpoly::domain_log_n(a.len())?;
     if b.len() != a.len() || c.len() != a.len() {
-        return Err(crate::Error::InvalidArgument("a, b, c lengths differ".into()));
+        return Err(crate::Error::InvalidArgument(
+            "a, b, c lengths differ".into(),
+        ));
     }
     let n = 1usize << log_n;
     let prep = |x: &[Scalar]| -> Result<Vec<Scalar>> {
@@ -175,7 +180,10 @@ mod tests {
             let mut y = x.clone();
             ntt(&mut y, NttKind::Forward, log_n).unwrap();
             for p in 0..2 {
-                assert_eq!(&y[p * n..(p + 1) * n], &naive(&x[p * n..(p + 1) * n], omega(log_n))[..]);
+                assert_eq!(
+                    &y[p * n..(p + 1) * n],
+                    &naive(&x[p * n..(p + 1) * n], omega(log_n))[..]
+                );
             }
             ntt(&mut y, NttKind::Inverse, log_n).unwrap();
             assert_eq!(y, x);

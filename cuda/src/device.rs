@@ -98,7 +98,9 @@ impl Device {
             .checked_mul(std::mem::size_of::<T>())
             .ok_or_else(|| Error::InvalidArgument(format!("{len} elements overflow usize")))?;
         let charged = self.ledger.charge(bytes as u64)?;
-        let ptr = self.bind().and_then(|()| self.pool.alloc(bytes, self.stream.cu_stream()));
+        let ptr = self
+            .bind()
+            .and_then(|()| self.pool.alloc(bytes, self.stream.cu_stream()));
         match ptr {
             // SAFETY: `ptr` is a fresh allocation of `bytes` bytes from this device's pool on
             // its main stream, charged `charged` bytes.
@@ -115,7 +117,9 @@ impl Device {
     }
 
     fn check_token(&self, token: &ComputeToken<'_>) -> Result<()> {
-        if token.lease_id() == self.lease_id && normalize_uuid(token.device_uuid()) == normalize_uuid(&self.info.uuid) {
+        if token.lease_id() == self.lease_id
+            && normalize_uuid(token.device_uuid()) == normalize_uuid(&self.info.uuid)
+        {
             Ok(())
         } else {
             Err(Error::WrongToken {
@@ -166,7 +170,10 @@ impl Device {
         self.pool.set_release_threshold(bytes)?;
         let usage = self.trim(bytes, token)?;
         if usage.reserved > bytes {
-            return Err(Error::PoolNotReturned { held: usage.reserved, limit: bytes });
+            return Err(Error::PoolNotReturned {
+                held: usage.reserved,
+                limit: bytes,
+            });
         }
         Ok(usage)
     }
@@ -177,7 +184,10 @@ impl Device {
     pub fn close(self, token: &ComputeToken<'_>) -> Result<PoolUsage> {
         let usage = self.trim(0, token)?;
         if usage.reserved != 0 {
-            return Err(Error::PoolNotReturned { held: usage.reserved, limit: 0 });
+            return Err(Error::PoolNotReturned {
+                held: usage.reserved,
+                limit: 0,
+            });
         }
         Ok(usage)
     }
@@ -195,9 +205,16 @@ impl Device {
     }
 
     /// A kernel of a module (see [`Device::module`]).
-    pub fn function(&self, module: &'static KernelModule, kernel: &'static str) -> Result<CudaFunction> {
+    pub fn function(
+        &self,
+        module: &'static KernelModule,
+        kernel: &'static str,
+    ) -> Result<CudaFunction> {
         self.module(module)?
             .load_function(kernel)
-            .map_err(|_| Error::MissingKernel { module: module.name, kernel })
+            .map_err(|_| Error::MissingKernel {
+                module: module.name,
+                kernel,
+            })
     }
 }

@@ -75,7 +75,10 @@ pub fn normalize_uuid(uuid: &str) -> String {
     }
 }
 
-fn attribute(dev: cudarc::driver::sys::CUdevice, attr: cudarc::driver::sys::CUdevice_attribute) -> Result<i32> {
+fn attribute(
+    dev: cudarc::driver::sys::CUdevice,
+    attr: cudarc::driver::sys::CUdevice_attribute,
+) -> Result<i32> {
     // SAFETY: `dev` comes from cuDeviceGet after cuInit; the attribute is a plain query.
     Ok(unsafe { result::device::get_attribute(dev, attr) }?)
 }
@@ -130,7 +133,10 @@ mod tests {
         ];
         let s = format_uuid(&b);
         assert_eq!(s, "GPU-12345678-9abc-def0-0123-456789abcdef");
-        assert_eq!(normalize_uuid("gpu-12345678-9ABC-def0-0123-456789abcdef"), s);
+        assert_eq!(
+            normalize_uuid("gpu-12345678-9ABC-def0-0123-456789abcdef"),
+            s
+        );
         assert_eq!(normalize_uuid("12345678-9abc-def0-0123-456789abcdef"), s);
     }
 

@@ -51,7 +51,9 @@ pub enum Error {
         limit: u64,
     },
     /// A compute token of another lease or device was presented.
-    #[error("compute token of lease {token_lease} on {token_device} does not match this device's lease {lease} on {device}")]
+    #[error(
+        "compute token of lease {token_lease} on {token_device} does not match this device's lease {lease} on {device}"
+    )]
     WrongToken {
         /// The token's lease.
         token_lease: u64,

@@ -25,7 +25,10 @@ const _: () = assert!(std::mem::align_of::<Scalar>() <= 16);
 /// Reinterprets a slice of one Fr layout as another (no copy).
 pub fn cast_slice<A: FrElement, B: FrElement>(a: &[A]) -> &[B] {
     assert_eq!(std::mem::size_of::<A>(), std::mem::size_of::<B>());
-    assert!(a.as_ptr() as usize % std::mem::align_of::<B>() == 0, "misaligned Fr slice");
+    assert!(
+        a.as_ptr() as usize % std::mem::align_of::<B>() == 0,
+        "misaligned Fr slice"
+    );
     // SAFETY: same size, alignment checked above, every bit pattern of a canonical element is
     // valid for both types, and the lifetime is carried over.
     unsafe { std::slice::from_raw_parts(a.as_ptr() as *const B, a.len()) }
@@ -34,7 +37,10 @@ pub fn cast_slice<A: FrElement, B: FrElement>(a: &[A]) -> &[B] {
 /// Mutable form of [`cast_slice`].
 pub fn cast_slice_mut<A: FrElement, B: FrElement>(a: &mut [A]) -> &mut [B] {
     assert_eq!(std::mem::size_of::<A>(), std::mem::size_of::<B>());
-    assert!(a.as_ptr() as usize % std::mem::align_of::<B>() == 0, "misaligned Fr slice");
+    assert!(
+        a.as_ptr() as usize % std::mem::align_of::<B>() == 0,
+        "misaligned Fr slice"
+    );
     // SAFETY: as in `cast_slice`, with unique access carried over from `a`.
     unsafe { std::slice::from_raw_parts_mut(a.as_mut_ptr() as *mut B, a.len()) }
 }
@@ -53,7 +59,12 @@ pub fn from_limbs(l: [u64; 4]) -> Option<Scalar> {
         0x73ed_a753_299d_7d48,
     ];
     // Canonical iff l < r, compared from the top limb.
-    let below = l.iter().rev().zip(R.iter().rev()).find(|(a, b)| a != b).map(|(a, b)| a < b);
+    let below = l
+        .iter()
+        .rev()
+        .zip(R.iter().rev())
+        .find(|(a, b)| a != b)
+        .map(|(a, b)| a < b);
     if below != Some(true) {
         return None;
     }

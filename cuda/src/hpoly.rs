@@ -47,7 +47,11 @@ impl<'d> HOutput<'d> {
     /// Waits for the computation and copies the first `dst.len()` coefficients into `dst`.
     pub fn download_into<T: FrElement>(&self, dst: &mut [T]) -> Result<()> {
         if dst.len() > self.h.len() {
-            return Err(Error::InvalidArgument(format!("{} coefficients asked of {}", dst.len(), self.h.len())));
+            return Err(Error::InvalidArgument(format!(
+                "{} coefficients asked of {}",
+                dst.len(),
+                self.h.len()
+            )));
         }
         let dst: &mut [Scalar] = crate::fr::cast_slice_mut(dst);
         self.h.copy_to_host_at(0, dst)
@@ -64,7 +68,9 @@ pub struct HPoly<'d> {
 /// Domain size bellperson uses for inputs of `len` elements: the next power of two.
 pub fn domain_log_n(len: usize) -> Result<u32> {
     if len < 2 {
-        return Err(Error::InvalidArgument(format!("H needs at least 2 evaluations, got {len}")));
+        return Err(Error::InvalidArgument(format!(
+            "H needs at least 2 evaluations, got {len}"
+        )));
     }
     let log_n = usize::BITS - (len - 1).leading_zeros();
     plan::check_log_n(log_n)?;
@@ -105,7 +111,11 @@ impl<'d> HPoly<'d> {
         for steps in inputs.iter().chain(std::iter::once(&tail)) {
             self.engine.prepare(steps)?;
         }
-        let mut bufs = [dev.alloc::<Scalar>(n)?, dev.alloc::<Scalar>(n)?, dev.alloc::<Scalar>(n)?];
+        let mut bufs = [
+            dev.alloc::<Scalar>(n)?,
+            dev.alloc::<Scalar>(n)?,
+            dev.alloc::<Scalar>(n)?,
+        ];
         // The copy stream may touch the buffers only after the main stream allocated them.
         self.copy.join(dev.stream())?;
         let regions = bufs.each_ref().map(|b| b.device_ptr());
@@ -120,7 +130,14 @@ impl<'d> HPoly<'d> {
                     let tail_ptr = buf.device_ptr_at(src.len())?;
                     dev.bind()?;
                     // SAFETY: the zeroed range is the buffer's tail, ordered on the copy stream.
-                    unsafe { result::memset_d8_async(tail_ptr, 0, (n - src.len()) * 32, self.copy.cu_stream()) }?;
+                    unsafe {
+                        result::memset_d8_async(
+                            tail_ptr,
+                            0,
+                            (n - src.len()) * 32,
+                            self.copy.cu_stream(),
+                        )
+                    }?;
                 }
                 dev.stream().join(&self.copy)?;
                 self.engine.execute(&inputs[i], &regions)?;
@@ -157,9 +174,11 @@ impl<'d> HPoly<'d> {
         plan::check_log_n(log_n)?;
         let regions = [a.device_ptr(), b.device_ptr(), c.device_ptr()];
         for r in 0..3 {
-            self.engine.execute(&plan::h_input_steps(log_n, r), &regions)?;
+            self.engine
+                .execute(&plan::h_input_steps(log_n, r), &regions)?;
         }
-        self.engine.execute(&plan::h_tail_steps(log_n, 0, 1, 2), &regions)?;
+        self.engine
+            .execute(&plan::h_tail_steps(log_n, 0, 1, 2), &regions)?;
         Ok(HOutput { h: a, log_n })
     }
 }

@@ -92,7 +92,9 @@ pub fn cache_dir() -> Option<PathBuf> {
         None => std::env::var_os("XDG_CACHE_HOME")
             .filter(|v| !v.is_empty())
             .map(|d| PathBuf::from(d).join("gpud-cuda"))
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/gpud-cuda"))),
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/gpud-cuda"))
+            }),
     }
 }
 
@@ -101,14 +103,26 @@ pub fn compile(module: &KernelModule, arch: &str) -> Result<Compiled> {
     if !nvrtc_present() {
         return Err(Error::NoNvrtc);
     }
-    let cstr = |s: &str| CString::new(s).map_err(|_| Error::InvalidArgument(format!("NUL in {s:?}")));
+    let cstr =
+        |s: &str| CString::new(s).map_err(|_| Error::InvalidArgument(format!("NUL in {s:?}")));
     let src = cstr(module.source)?;
     let name = cstr(&format!("{}.cu", module.name))?;
-    let header_src: Vec<CString> = module.headers.iter().map(|h| cstr(h.source)).collect::<Result<_>>()?;
-    let header_names: Vec<CString> = module.headers.iter().map(|h| cstr(h.name)).collect::<Result<_>>()?;
+    let header_src: Vec<CString> = module
+        .headers
+        .iter()
+        .map(|h| cstr(h.source))
+        .collect::<Result<_>>()?;
+    let header_names: Vec<CString> = module
+        .headers
+        .iter()
+        .map(|h| cstr(h.name))
+        .collect::<Result<_>>()?;
     let header_src_ptrs: Vec<*const c_char> = header_src.iter().map(|s| s.as_ptr()).collect();
     let header_name_ptrs: Vec<*const c_char> = header_names.iter().map(|s| s.as_ptr()).collect();
-    let opts: Vec<CString> = options(arch).iter().map(|o| cstr(o)).collect::<Result<_>>()?;
+    let opts: Vec<CString> = options(arch)
+        .iter()
+        .map(|o| cstr(o))
+        .collect::<Result<_>>()?;
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|s| s.as_ptr()).collect();
 
     let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
@@ -139,7 +153,9 @@ fn program_log(prog: sys::nvrtcProgram) -> String {
     }
     let mut buf = vec![0u8; size.max(1)];
     // SAFETY: `buf` has the size NVRTC asked for.
-    if unsafe { sys::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char) } != sys::nvrtcResult::NVRTC_SUCCESS {
+    if unsafe { sys::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char) }
+        != sys::nvrtcResult::NVRTC_SUCCESS
+    {
         return String::new();
     }
     CStr::from_bytes_until_nul(&buf)
@@ -147,22 +163,36 @@ fn program_log(prog: sys::nvrtcProgram) -> String {
         .unwrap_or_default()
 }
 
-fn compile_program(module: &KernelModule, prog: sys::nvrtcProgram, opts: &[*const c_char]) -> Result<Compiled> {
+fn compile_program(
+    module: &KernelModule,
+    prog: sys::nvrtcProgram,
+    opts: &[*const c_char],
+) -> Result<Compiled> {
     // SAFETY: `prog` is live; `opts` holds NUL-terminated strings that outlive the call.
     let r = unsafe { sys::nvrtcCompileProgram(prog, opts.len() as c_int, opts.as_ptr()) };
     let log = program_log(prog);
     if r != sys::nvrtcResult::NVRTC_SUCCESS {
         return Err(Error::Compile {
             module: module.name,
-            log: if log.is_empty() { format!("{r:?}") } else { log },
+            log: if log.is_empty() {
+                format!("{r:?}")
+            } else {
+                log
+            },
         });
     }
     let mut size = 0usize;
     // SAFETY: `prog` compiled successfully; `size` is a valid out-pointer.
-    check(unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) }, "nvrtcGetCUBINSize")?;
+    check(
+        unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) },
+        "nvrtcGetCUBINSize",
+    )?;
     let mut cubin = vec![0u8; size];
     // SAFETY: `cubin` has exactly the size NVRTC reported.
-    check(unsafe { sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char) }, "nvrtcGetCUBIN")?;
+    check(
+        unsafe { sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char) },
+        "nvrtcGetCUBIN",
+    )?;
     if cubin.is_empty() {
         return Err(Error::Compile {
             module: module.name,
@@ -171,10 +201,17 @@ fn compile_program(module: &KernelModule, prog: sys::nvrtcProgram, opts: &[*cons
     }
     for kernel in module.kernels {
         if !contains(&cubin, kernel.as_bytes()) {
-            return Err(Error::MissingKernel { module: module.name, kernel });
+            return Err(Error::MissingKernel {
+                module: module.name,
+                kernel,
+            });
         }
     }
-    Ok(Compiled { cubin, log, from_cache: false })
+    Ok(Compiled {
+        cubin,
+        log,
+        from_cache: false,
+    })
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -182,12 +219,19 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Cache { path: path.to_path_buf(), source }
+    move |source| Error::Cache {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// The CUBIN of `module` for `arch`: from `dir` when a matching entry exists, else compiled and
 /// stored there. With no directory, always compiles.
-pub fn load_or_compile_in(module: &KernelModule, arch: &str, dir: Option<&Path>) -> Result<Compiled> {
+pub fn load_or_compile_in(
+    module: &KernelModule,
+    arch: &str,
+    dir: Option<&Path>,
+) -> Result<Compiled> {
     let Some(dir) = dir else {
         return compile(module, arch);
     };
@@ -195,12 +239,21 @@ pub fn load_or_compile_in(module: &KernelModule, arch: &str, dir: Option<&Path>)
     let path = dir.join(format!("{}-{}.cubin", module.name, &key[..32]));
     if let Ok(cubin) = std::fs::read(&path) {
         if !cubin.is_empty() {
-            return Ok(Compiled { cubin, log: String::new(), from_cache: true });
+            return Ok(Compiled {
+                cubin,
+                log: String::new(),
+                from_cache: true,
+            });
         }
     }
     let compiled = compile(module, arch)?;
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-    let tmp = dir.join(format!(".{}-{}.{}.tmp", module.name, &key[..32], std::process::id()));
+    let tmp = dir.join(format!(
+        ".{}-{}.{}.tmp",
+        module.name,
+        &key[..32],
+        std::process::id()
+    ));
     std::fs::write(&tmp, &compiled.cubin).map_err(io_err(&tmp))?;
     std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
     Ok(compiled)
@@ -216,11 +269,19 @@ mod tests {
     use super::*;
     use crate::kernels::{FR_CUH, Header};
 
-    static A: KernelModule = KernelModule { name: "a", source: "x", headers: &[FR_CUH], kernels: &[] };
+    static A: KernelModule = KernelModule {
+        name: "a",
+        source: "x",
+        headers: &[FR_CUH],
+        kernels: &[],
+    };
     static B: KernelModule = KernelModule {
         name: "a",
         source: "x",
-        headers: &[Header { name: "fr.cuh", source: "changed" }],
+        headers: &[Header {
+            name: "fr.cuh",
+            source: "changed",
+        }],
         kernels: &[],
     };
 

@@ -31,7 +31,8 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
             .ok_or_else(|| Error::InvalidArgument(format!("{len} elements overflow usize")))?;
         dev.bind()?;
         // SAFETY: plain allocation; PORTABLE makes it pinned for every context.
-        let p = unsafe { result::malloc_host(bytes.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) }? as *mut T;
+        let p =
+            unsafe { result::malloc_host(bytes.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) }? as *mut T;
         // SAFETY: `p` points to `bytes` writable bytes; all-zero bytes are a valid T
         // (DeviceCopy types are plain data for which zero is a value).
         unsafe { std::ptr::write_bytes(p as *mut u8, 0, bytes) };

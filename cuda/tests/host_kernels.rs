@@ -24,7 +24,14 @@ fn harness() -> &'static PathBuf {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fr_ntt_harness");
         let status = Command::new("g++")
-            .args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas"])
+            .args([
+                "-std=c++17",
+                "-O2",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-Wno-unknown-pragmas",
+            ])
             .arg("-I")
             .arg(root.join("kernels"))
             .arg(root.join("tests/host/harness.cpp"))
@@ -32,7 +39,10 @@ fn harness() -> &'static PathBuf {
             .arg(&out)
             .status()
             .unwrap_or_else(|e| panic!("cannot run g++ (install build-essential): {e}"));
-        assert!(status.success(), "g++ failed to compile the kernel headers as C++");
+        assert!(
+            status.success(),
+            "g++ failed to compile the kernel headers as C++"
+        );
         out
     })
 }
@@ -47,7 +57,10 @@ fn run_harness(input: &[u8]) -> Vec<u8> {
     let data = input.to_vec();
     let writer = std::thread::spawn(move || stdin.write_all(&data));
     let out = child.wait_with_output().expect("harness output");
-    writer.join().expect("writer thread").expect("write to harness");
+    writer
+        .join()
+        .expect("writer thread")
+        .expect("write to harness");
     assert!(out.status.success(), "harness failed: {:?}", out.status);
     out.stdout
 }
@@ -65,7 +78,9 @@ fn get_scalars(bytes: &[u8]) -> Vec<Scalar> {
     bytes
         .chunks_exact(32)
         .map(|c| {
-            let l: [u64; 4] = std::array::from_fn(|i| u64::from_le_bytes(c[8 * i..8 * i + 8].try_into().unwrap()));
+            let l: [u64; 4] = std::array::from_fn(|i| {
+                u64::from_le_bytes(c[8 * i..8 * i + 8].try_into().unwrap())
+            });
             gpud_cuda::fr::from_limbs(l).expect("harness returned a non-canonical element")
         })
         .collect()
@@ -80,7 +95,10 @@ fn scalar_layout_is_blst_montgomery_limbs() {
         let as_u32: &[[u32; 8]] = cast_slice(std::slice::from_ref(&s));
         let l = blst::blst_fr::from(s).l;
         for i in 0..4 {
-            assert_eq!(as_u32[0][2 * i] as u64 | (as_u32[0][2 * i + 1] as u64) << 32, l[i]);
+            assert_eq!(
+                as_u32[0][2 * i] as u64 | (as_u32[0][2 * i + 1] as u64) << 32,
+                l[i]
+            );
         }
     }
 }
@@ -89,7 +107,13 @@ fn scalar_layout_is_blst_montgomery_limbs() {
 fn field_ops_match_blstrs_bit_for_bit() {
     let mut rng = ChaCha20Rng::seed_from_u64(0x5eed);
     let minus_one = -Scalar::ONE;
-    let edges = [Scalar::ZERO, Scalar::ONE, minus_one, minus_one - Scalar::ONE, Scalar::from(2u64)];
+    let edges = [
+        Scalar::ZERO,
+        Scalar::ONE,
+        minus_one,
+        minus_one - Scalar::ONE,
+        Scalar::from(2u64),
+    ];
     let mut cases: Vec<(Scalar, Scalar, u64)> = Vec::new();
     for a in edges {
         for b in edges {
@@ -97,7 +121,11 @@ fn field_ops_match_blstrs_bit_for_bit() {
         }
     }
     for _ in 0..20_000 {
-        cases.push((Scalar::random(&mut rng), Scalar::random(&mut rng), rng.r#gen()));
+        cases.push((
+            Scalar::random(&mut rng),
+            Scalar::random(&mut rng),
+            rng.r#gen(),
+        ));
     }
     cases.push((Scalar::random(&mut rng), Scalar::ONE, 0));
     cases.push((Scalar::random(&mut rng), Scalar::ONE, u64::MAX));
@@ -112,7 +140,10 @@ fn field_ops_match_blstrs_bit_for_bit() {
     for (i, (a, b, e)) in cases.iter().enumerate() {
         let got = &out[6 * i..6 * i + 6];
         let want = [*a + b, *a - b, *a * b, a.square(), -*a, a.pow_vartime([*e])];
-        for (op, (g, w)) in ["add", "sub", "mul", "sqr", "neg", "pow"].iter().zip(got.iter().zip(want)) {
+        for (op, (g, w)) in ["add", "sub", "mul", "sqr", "neg", "pow"]
+            .iter()
+            .zip(got.iter().zip(want))
+        {
             assert_eq!(*g, w, "{op} of case {i}: a={a:?} b={b:?} e={e}");
         }
     }
@@ -124,7 +155,9 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
     let keys = plan::tables_used(steps);
     let mut tables: Vec<(TableKey, Vec<Scalar>)> = Vec::new();
     let mut prelude: Vec<[u64; 13]> = Vec::new();
-    let index_of = |tables: &Vec<(TableKey, Vec<Scalar>)>, k: TableKey| tables.iter().position(|(t, _)| *t == k);
+    let index_of = |tables: &Vec<(TableKey, Vec<Scalar>)>, k: TableKey| {
+        tables.iter().position(|(t, _)| *t == k)
+    };
     for key in keys {
         match key {
             TableKey::Powers { .. } => tables.push((key, tables::powers_for(key).unwrap())),
@@ -136,7 +169,21 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
                 let src_idx = index_of(&tables, src).unwrap() as u64;
                 tables.push((key, Vec::new()));
                 let dst = (tables.len() - 1) as u64;
-                prelude.push([1, 0, 1 << (log_n - 1), log_n as u64, 0, 0, 0, 0, 0, src_idx, 0, dst, 0]);
+                prelude.push([
+                    1,
+                    0,
+                    1 << (log_n - 1),
+                    log_n as u64,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    src_idx,
+                    0,
+                    dst,
+                    0,
+                ]);
             }
         }
     }
@@ -145,7 +192,13 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
     for s in steps {
         encoded.push(match *s {
             Step::Pass { region, params } => {
-                let tw = index_of(&tables, TableKey::Twiddles { log_n: params.log_n }).unwrap() as u64;
+                let tw = index_of(
+                    &tables,
+                    TableKey::Twiddles {
+                        log_n: params.log_n,
+                    },
+                )
+                .unwrap() as u64;
                 [
                     2,
                     off(region),
@@ -162,12 +215,64 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
                     0,
                 ]
             }
-            Step::Bitrev { region, total, log_n } => [3, off(region), total, log_n as u64, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-            Step::Scale { region, total, log_n, table, bitrev } => {
+            Step::Bitrev {
+                region,
+                total,
+                log_n,
+            } => [
+                3,
+                off(region),
+                total,
+                log_n as u64,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+            ],
+            Step::Scale {
+                region,
+                total,
+                log_n,
+                table,
+                bitrev,
+            } => {
                 let t = index_of(&tables, table).unwrap() as u64;
-                [4, off(region), total, log_n as u64, 0, 0, 0, 0, 0, t, bitrev as u64, 0, 0]
+                [
+                    4,
+                    off(region),
+                    total,
+                    log_n as u64,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    t,
+                    bitrev as u64,
+                    0,
+                    0,
+                ]
             }
-            Step::Pointwise { a, b, c, log_n } => [5, off(a), 1 << log_n, log_n as u64, 0, 0, 0, 0, 0, 0, 0, off(b), off(c)],
+            Step::Pointwise { a, b, c, log_n } => [
+                5,
+                off(a),
+                1 << log_n,
+                log_n as u64,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                off(b),
+                off(c),
+            ],
         });
     }
     let mut input = 2u32.to_le_bytes().to_vec();
@@ -196,9 +301,29 @@ fn ntt_launch_plans_match_the_cpu_reference() {
     let mut rng = ChaCha20Rng::seed_from_u64(11);
     // Sizes cover one pass (<= 8 stages), two passes with blocks smaller and larger than a
     // sub-problem's stride, three passes, and odd batch sizes (blocks straddling polynomials).
-    let cases: &[(u32, u64)] = &[(1, 1), (1, 3), (2, 1), (2, 5), (3, 2), (5, 1), (8, 1), (8, 3), (9, 1), (10, 3), (11, 1), (13, 2), (16, 1), (17, 1)];
+    let cases: &[(u32, u64)] = &[
+        (1, 1),
+        (1, 3),
+        (2, 1),
+        (2, 5),
+        (3, 2),
+        (5, 1),
+        (8, 1),
+        (8, 3),
+        (9, 1),
+        (10, 3),
+        (11, 1),
+        (13, 2),
+        (16, 1),
+        (17, 1),
+    ];
     for &(log_n, batch) in cases {
-        for kind in [NttKind::Forward, NttKind::Inverse, NttKind::CosetForward, NttKind::CosetInverse] {
+        for kind in [
+            NttKind::Forward,
+            NttKind::Inverse,
+            NttKind::CosetForward,
+            NttKind::CosetInverse,
+        ] {
             let n = 1usize << log_n;
             let x = random(&mut rng, n * batch as usize);
             let got = run_plan(&x, x.len(), &plan::ntt_steps(kind, log_n, batch));
@@ -216,7 +341,11 @@ fn h_launch_plan_matches_the_cpu_reference() {
         let n = 1usize << log_n;
         // Inputs shorter than the domain are zero-padded, as bellperson pads them.
         let len = if log_n > 2 { n - 3 } else { n };
-        let (a, b, c) = (random(&mut rng, len), random(&mut rng, len), random(&mut rng, len));
+        let (a, b, c) = (
+            random(&mut rng, len),
+            random(&mut rng, len),
+            random(&mut rng, len),
+        );
         let mut data = Vec::with_capacity(3 * n);
         for x in [&a, &b, &c] {
             data.extend_from_slice(x);

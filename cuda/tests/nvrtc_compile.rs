@@ -38,7 +38,10 @@ fn with_nvrtc(test_name: &str, body: impl FnOnce()) {
     }
     let hint = "NVRTC 13 is required: run `eval \"$(cuda/ci-setup.sh)\"` (installs the \
                 nvidia-cuda-nvrtc==13.0.88 wheel and puts it on LD_LIBRARY_PATH)";
-    assert!(std::env::var_os(REEXEC).is_none(), "{hint} (libnvrtc.so.13 still not loadable)");
+    assert!(
+        std::env::var_os(REEXEC).is_none(),
+        "{hint} (libnvrtc.so.13 still not loadable)"
+    );
     let dir = wheel_lib_dir().unwrap_or_else(|| panic!("{hint}"));
     let path = match std::env::var_os("LD_LIBRARY_PATH") {
         Some(p) if !p.is_empty() => format!("{}:{}", dir.display(), p.to_string_lossy()),
@@ -50,19 +53,35 @@ fn with_nvrtc(test_name: &str, body: impl FnOnce()) {
         .env(REEXEC, "1")
         .status()
         .expect("rerun test binary");
-    assert!(status.success(), "{test_name} failed with NVRTC from {}", dir.display());
+    assert!(
+        status.success(),
+        "{test_name} failed with NVRTC from {}",
+        dir.display()
+    );
 }
 
 #[test]
 fn every_kernel_module_compiles_for_sm_90() {
     with_nvrtc("every_kernel_module_compiles_for_sm_90", || {
         let (major, minor) = nvrtc::version().expect("NVRTC version");
-        assert_eq!(major, 13, "NVRTC {major}.{minor}: the kernels target CUDA 13");
+        assert_eq!(
+            major, 13,
+            "NVRTC {major}.{minor}: the kernels target CUDA 13"
+        );
         for module in ALL_MODULES {
             let compiled = nvrtc::compile(module, "sm_90").unwrap_or_else(|e| panic!("{e}"));
-            assert!(compiled.cubin.starts_with(b"\x7fELF"), "{}: not an ELF CUBIN", module.name);
+            assert!(
+                compiled.cubin.starts_with(b"\x7fELF"),
+                "{}: not an ELF CUBIN",
+                module.name
+            );
             // ptxas' resource report (registers, spills) for the record.
-            println!("== {} ({} bytes)\n{}", module.name, compiled.cubin.len(), compiled.log.trim());
+            println!(
+                "== {} ({} bytes)\n{}",
+                module.name,
+                compiled.cubin.len(),
+                compiled.log.trim()
+            );
         }
     });
 }

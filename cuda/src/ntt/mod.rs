@@ -57,7 +57,12 @@ impl<'d> NttEngine<'d> {
 
     /// Transforms every polynomial of `data` (back to back, each 2^log_n points) in place.
     /// Queued on the device's main stream; returns without waiting.
-    pub fn run<T: FrElement>(&mut self, data: &mut DeviceBuffer<'d, T>, kind: NttKind, log_n: u32) -> Result<()> {
+    pub fn run<T: FrElement>(
+        &mut self,
+        data: &mut DeviceBuffer<'d, T>,
+        kind: NttKind,
+        log_n: u32,
+    ) -> Result<()> {
         plan::check_log_n(log_n)?;
         let n = 1usize << log_n;
         if data.is_empty() || data.len() % n != 0 {
@@ -94,7 +99,8 @@ impl<'d> NttEngine<'d> {
         }
         let buf = match key {
             TableKey::Powers { .. } => {
-                let host = tables::powers_for(key).ok_or_else(|| Error::InvalidArgument(format!("{key:?}")))?;
+                let host = tables::powers_for(key)
+                    .ok_or_else(|| Error::InvalidArgument(format!("{key:?}")))?;
                 let mut buf = self.dev.alloc::<Scalar>(host.len())?;
                 buf.copy_from_host(&host)?;
                 buf
@@ -117,24 +123,36 @@ impl<'d> NttEngine<'d> {
         Ok(ptr)
     }
 
+    /// Queues steps of a plan (for timing single launches); `regions[i]` is the device address
+    /// of region i.
+    ///
+    /// # Safety
+    /// Each region must hold at least the elements the steps address, and the two regions of a
+    /// pointwise step's a and b or c must not overlap.
+    pub unsafe fn execute_steps(&mut self, steps: &[Step], regions: &[u64]) -> Result<()> {
+        self.execute(steps, regions)
+    }
+
     /// Queues `steps` on the main stream; `regions[i]` is the device address of region i. The
     /// caller guarantees each region holds what the steps address (the planners do).
     pub(crate) fn execute(&mut self, steps: &[Step], regions: &[u64]) -> Result<()> {
         self.prepare(steps)?;
         let region = |r: usize| {
-            regions
-                .get(r)
-                .copied()
-                .ok_or_else(|| Error::InvalidArgument(format!("step names region {r} of {}", regions.len())))
+            regions.get(r).copied().ok_or_else(|| {
+                Error::InvalidArgument(format!("step names region {r} of {}", regions.len()))
+            })
         };
         let stream = self.dev.stream().clone();
         for step in steps {
             match *step {
                 Step::Pass { region: r, params } => {
                     let data = region(r)?;
-                    let tw = self.table(TableKey::Twiddles { log_n: params.log_n })?;
-                    let blocks = u32::try_from(params.blocks())
-                        .map_err(|_| Error::InvalidArgument("batch too large for one launch".into()))?;
+                    let tw = self.table(TableKey::Twiddles {
+                        log_n: params.log_n,
+                    })?;
+                    let blocks = u32::try_from(params.blocks()).map_err(|_| {
+                        Error::InvalidArgument("batch too large for one launch".into())
+                    })?;
                     let cfg = LaunchConfig {
                         grid_dim: (blocks, 1, 1),
                         block_dim: (PASS_THREADS, 1, 1),
@@ -146,14 +164,24 @@ impl<'d> NttEngine<'d> {
                     // twiddles of this size; shared memory matches the block's elements.
                     unsafe { b.launch(cfg) }?;
                 }
-                Step::Bitrev { region: r, total, log_n } => {
+                Step::Bitrev {
+                    region: r,
+                    total,
+                    log_n,
+                } => {
                     let data = region(r)?;
                     let mut b = stream.launch_builder(&self.bitrev);
                     b.arg(&data).arg(&log_n).arg(&total);
                     // SAFETY: `data` holds `total` elements, a whole number of polynomials.
                     unsafe { b.launch(elementwise_config(self.dev, total)) }?;
                 }
-                Step::Scale { region: r, total, log_n, table, bitrev } => {
+                Step::Scale {
+                    region: r,
+                    total,
+                    log_n,
+                    table,
+                    bitrev,
+                } => {
                     let data = region(r)?;
                     let t = self.table(table)?;
                     let flag = u32::from(bitrev);
@@ -178,7 +206,9 @@ impl<'d> NttEngine<'d> {
 /// A grid-stride launch over `count` elements: enough blocks to fill the device a few times.
 fn elementwise_config(dev: &Device, count: u64) -> LaunchConfig {
     let max_blocks = u64::from(dev.info().multiprocessors.max(1)) * 16;
-    let blocks = count.div_ceil(u64::from(ELEMENTWISE_THREADS)).clamp(1, max_blocks);
+    let blocks = count
+        .div_ceil(u64::from(ELEMENTWISE_THREADS))
+        .clamp(1, max_blocks);
     LaunchConfig {
         grid_dim: (blocks as u32, 1, 1),
         block_dim: (ELEMENTWISE_THREADS, 1, 1),

@@ -208,12 +208,22 @@ pub fn check_log_n(log_n: u32) -> Result<()> {
     if (1..=MAX_LOG_N).contains(&log_n) {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(format!("NTT size 2^{log_n} outside 2^1..2^{MAX_LOG_N}")))
+        Err(Error::InvalidArgument(format!(
+            "NTT size 2^{log_n} outside 2^1..2^{MAX_LOG_N}"
+        )))
     }
 }
 
-fn pass_steps(region: usize, log_n: u32, batch: u64, inverse: bool, dit: bool) -> impl Iterator<Item = Step> {
-    passes(log_n, batch, inverse, dit).into_iter().map(move |params| Step::Pass { region, params })
+fn pass_steps(
+    region: usize,
+    log_n: u32,
+    batch: u64,
+    inverse: bool,
+    dit: bool,
+) -> impl Iterator<Item = Step> {
+    passes(log_n, batch, inverse, dit)
+        .into_iter()
+        .map(move |params| Step::Pass { region, params })
 }
 
 /// The steps of a standalone transform of `batch` polynomials (natural order in and out).
@@ -222,19 +232,43 @@ pub fn ntt_steps(kind: NttKind, log_n: u32, batch: u64) -> Vec<Step> {
     let inverse = matches!(kind, NttKind::Inverse | NttKind::CosetInverse);
     let mut steps = Vec::new();
     if kind == NttKind::CosetForward {
-        let table = TableKey::Powers { log_n, base: Base::Gen, factor: Factor::One };
-        steps.push(Step::Scale { region: 0, total, log_n, table, bitrev: false });
+        let table = TableKey::Powers {
+            log_n,
+            base: Base::Gen,
+            factor: Factor::One,
+        };
+        steps.push(Step::Scale {
+            region: 0,
+            total,
+            log_n,
+            table,
+            bitrev: false,
+        });
     }
     steps.extend(pass_steps(0, log_n, batch, inverse, false));
-    steps.push(Step::Bitrev { region: 0, total, log_n });
+    steps.push(Step::Bitrev {
+        region: 0,
+        total,
+        log_n,
+    });
     let post = match kind {
         NttKind::Forward | NttKind::CosetForward => None,
         NttKind::Inverse => Some(Base::One),
         NttKind::CosetInverse => Some(Base::GenInv),
     };
     if let Some(base) = post {
-        let table = TableKey::Powers { log_n, base, factor: Factor::InvN };
-        steps.push(Step::Scale { region: 0, total, log_n, table, bitrev: false });
+        let table = TableKey::Powers {
+            log_n,
+            base,
+            factor: Factor::InvN,
+        };
+        steps.push(Step::Scale {
+            region: 0,
+            total,
+            log_n,
+            table,
+            bitrev: false,
+        });
     }
     steps
 }
@@ -245,8 +279,18 @@ pub fn ntt_steps(kind: NttKind, log_n: u32, batch: u64) -> Vec<Step> {
 pub fn h_input_steps(log_n: u32, region: usize) -> Vec<Step> {
     let n = 1u64 << log_n;
     let mut steps: Vec<Step> = pass_steps(region, log_n, 1, true, false).collect();
-    let table = TableKey::Powers { log_n, base: Base::Gen, factor: Factor::InvN };
-    steps.push(Step::Scale { region, total: n, log_n, table, bitrev: true });
+    let table = TableKey::Powers {
+        log_n,
+        base: Base::Gen,
+        factor: Factor::InvN,
+    };
+    steps.push(Step::Scale {
+        region,
+        total: n,
+        log_n,
+        table,
+        bitrev: true,
+    });
     steps.extend(pass_steps(region, log_n, 1, false, true));
     steps
 }
@@ -257,8 +301,18 @@ pub fn h_tail_steps(log_n: u32, a: usize, b: usize, c: usize) -> Vec<Step> {
     let n = 1u64 << log_n;
     let mut steps = vec![Step::Pointwise { a, b, c, log_n }];
     steps.extend(pass_steps(a, log_n, 1, true, true));
-    let table = TableKey::Powers { log_n, base: Base::GenInv, factor: Factor::InvNInvZ };
-    steps.push(Step::Scale { region: a, total: n, log_n, table, bitrev: false });
+    let table = TableKey::Powers {
+        log_n,
+        base: Base::GenInv,
+        factor: Factor::InvNInvZ,
+    };
+    steps.push(Step::Scale {
+        region: a,
+        total: n,
+        log_n,
+        table,
+        bitrev: false,
+    });
     steps
 }
 
@@ -267,7 +321,9 @@ pub fn tables_used(steps: &[Step]) -> Vec<TableKey> {
     let mut out: Vec<TableKey> = Vec::new();
     for s in steps {
         let key = match *s {
-            Step::Pass { params, .. } => Some(TableKey::Twiddles { log_n: params.log_n }),
+            Step::Pass { params, .. } => Some(TableKey::Twiddles {
+                log_n: params.log_n,
+            }),
             Step::Scale { table, .. } => Some(table),
             _ => None,
         };
@@ -305,7 +361,10 @@ mod tests {
                 let p = passes(l, 3, false, dit);
                 // Each pass covers stages whose half-size exponents are
                 // [log_stride, log_stride + k); together they tile 0..l.
-                let mut ranges: Vec<(u32, u32)> = p.iter().map(|q| (q.log_stride, q.log_stride + q.k)).collect();
+                let mut ranges: Vec<(u32, u32)> = p
+                    .iter()
+                    .map(|q| (q.log_stride, q.log_stride + q.k))
+                    .collect();
                 if !dit {
                     ranges.reverse();
                 }

@@ -63,7 +63,11 @@ pub fn power_table(base: Scalar, factor: Scalar) -> Vec<Scalar> {
     // base^(2^(bits of the levels below)): the step between entries of this level.
     let mut step = base;
     for (level, bits) in POW_LEVEL_BITS.iter().enumerate() {
-        let mut acc = if level + 1 == POW_LEVEL_BITS.len() { factor } else { Scalar::ONE };
+        let mut acc = if level + 1 == POW_LEVEL_BITS.len() {
+            factor
+        } else {
+            Scalar::ONE
+        };
         for _ in 0..(1u32 << bits) {
             out.push(acc);
             acc *= step;
@@ -76,16 +80,25 @@ pub fn power_table(base: Scalar, factor: Scalar) -> Vec<Scalar> {
 /// The contents of a `TableKey::Powers` table.
 pub fn powers_for(key: TableKey) -> Option<Vec<Scalar>> {
     match key {
-        TableKey::Powers { log_n, base, factor } => {
-            Some(power_table(base_value(log_n, base), factor_value(log_n, factor)))
-        }
+        TableKey::Powers {
+            log_n,
+            base,
+            factor,
+        } => Some(power_table(
+            base_value(log_n, base),
+            factor_value(log_n, factor),
+        )),
         TableKey::Twiddles { .. } => None,
     }
 }
 
 /// The power table a twiddle table is expanded from (omega_n^e).
 pub fn twiddle_source(log_n: u32) -> TableKey {
-    TableKey::Powers { log_n, base: Base::Omega, factor: Factor::One }
+    TableKey::Powers {
+        log_n,
+        base: Base::Omega,
+        factor: Factor::One,
+    }
 }
 
 #[cfg(test)]
@@ -93,7 +106,9 @@ mod tests {
     use super::*;
 
     fn lookup(t: &[Scalar], e: u64) -> Scalar {
-        t[(e & 1023) as usize] * t[1024 + ((e >> 10) & 1023) as usize] * t[2048 + (e >> 20) as usize]
+        t[(e & 1023) as usize]
+            * t[1024 + ((e >> 10) & 1023) as usize]
+            * t[2048 + (e >> 20) as usize]
     }
 
     #[test]
@@ -102,7 +117,17 @@ mod tests {
         let c = Scalar::from(11u64);
         let t = power_table(b, c);
         assert_eq!(t.len(), POW_TABLE_LEN);
-        for e in [0u64, 1, 1023, 1024, 1025, (1 << 20) - 1, 1 << 20, (1 << 27) - 1, 123_456_789] {
+        for e in [
+            0u64,
+            1,
+            1023,
+            1024,
+            1025,
+            (1 << 20) - 1,
+            1 << 20,
+            (1 << 27) - 1,
+            123_456_789,
+        ] {
             assert_eq!(lookup(&t, e), c * b.pow_vartime([e]), "e = {e}");
         }
     }

@@ -1,0 +1,463 @@
+//! GPU check and benchmark of gpud-cuda's NTT and H polynomial, in one run on the GPU machine.
+//!
+//! `gpud-cuda-bench [--check] [--bench] [--max-log N] [--json PATH]`
+//!
+//! --check: every transform kind at 2^1..2^max-log (and odd batches at small sizes), and the H
+//!   polynomial at sizes up to 2^min(max-log, 26), against the rayon CPU reference, bit for bit,
+//!   on fresh random inputs; the reservation overflow check.
+//! --bench: device-to-device copy bandwidth; forward NTT 2^16..2^27 (median of timed runs, and
+//!   each pass's time and bandwidth); the same NTT on the CPU's cores with rayon and the ratio;
+//!   H 2^20..2^26 without host transfers, and with them from page-locked memory.
+//! Prints tables; writes everything as JSON to --json.
+
+use std::time::Instant;
+
+use blstrs::Scalar;
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaEvent, result};
+use ff::Field;
+use gpud_client::{ExclusiveDevice, Reservation};
+use gpud_cuda::hpoly::HPoly;
+use gpud_cuda::ntt::NttEngine;
+use gpud_cuda::ntt::plan::{self, NttKind, Step};
+use gpud_cuda::{Device, Error, PinnedBuffer, cpu, driver};
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use rayon::prelude::*;
+use serde_json::{Value, json};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+struct Args {
+    check: bool,
+    bench: bool,
+    max_log: u32,
+    json: Option<String>,
+}
+
+fn parse_args() -> Res<Args> {
+    let mut a = Args {
+        check: false,
+        bench: false,
+        max_log: plan::MAX_LOG_N,
+        json: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--check" => a.check = true,
+            "--bench" => a.bench = true,
+            "--max-log" => a.max_log = it.next().ok_or("--max-log needs a value")?.parse()?,
+            "--json" => a.json = Some(it.next().ok_or("--json needs a path")?),
+            "-h" | "--help" => {
+                println!("usage: gpud-cuda-bench [--check] [--bench] [--max-log N] [--json PATH]");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other}").into()),
+        }
+    }
+    if !a.check && !a.bench {
+        a.check = true;
+        a.bench = true;
+    }
+    a.max_log = a.max_log.clamp(1, plan::MAX_LOG_N);
+    Ok(a)
+}
+
+/// Fresh random scalars, generated in parallel (one seeded stream per chunk).
+fn random(seed: u64, n: usize) -> Vec<Scalar> {
+    let mut v = vec![Scalar::ZERO; n];
+    v.par_chunks_mut(1 << 14).enumerate().for_each(|(i, c)| {
+        let mut rng =
+            ChaCha20Rng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        for x in c {
+            *x = Scalar::random(&mut rng);
+        }
+    });
+    v
+}
+
+fn event(dev: &Device) -> Res<CudaEvent> {
+    Ok(dev
+        .context()
+        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn check(
+    dev: &Device,
+    lease: &ExclusiveDevice,
+    max_log: u32,
+    seed: &mut ChaCha20Rng,
+    report: &mut Vec<Value>,
+) -> Res<bool> {
+    let mut ntt = NttEngine::new(dev)?;
+    let mut ok = true;
+    println!("\n== correctness vs CPU (blstrs + rayon), fresh random inputs");
+    println!(
+        "{:<14} {:>6} {:>6} {:>8}",
+        "kind", "log_n", "batch", "result"
+    );
+    for log_n in 1..=max_log {
+        let batches: &[u64] = if log_n <= 12 { &[1, 3] } else { &[1] };
+        for &batch in batches {
+            for kind in [
+                NttKind::Forward,
+                NttKind::Inverse,
+                NttKind::CosetForward,
+                NttKind::CosetInverse,
+            ] {
+                // The largest sizes once per kind is enough: forward and inverse share passes.
+                if log_n > 24 && matches!(kind, NttKind::CosetForward | NttKind::CosetInverse) {
+                    continue;
+                }
+                let x = random(seed.next_u64(), (batch as usize) << log_n);
+                let mut buf = dev.alloc::<Scalar>(x.len())?;
+                buf.copy_from_host(&x)?;
+                ntt.run(&mut buf, kind, log_n)?;
+                let got = buf.to_vec()?;
+                drop(buf);
+                let mut want = x;
+                cpu::ntt(&mut want, kind, log_n)?;
+                let pass = got == want;
+                ok &= pass;
+                println!(
+                    "{:<14} {:>6} {:>6} {:>8}",
+                    format!("{kind:?}"),
+                    log_n,
+                    batch,
+                    if pass { "ok" } else { "MISMATCH" }
+                );
+                report.push(json!({"check": "ntt", "kind": format!("{kind:?}"), "log_n": log_n, "batch": batch, "ok": pass}));
+            }
+        }
+        if log_n >= 20 {
+            ntt.release_tables();
+        }
+    }
+    drop(ntt);
+    let mut hp = HPoly::new(dev)?;
+    let h_sizes: Vec<u32> = [1u32, 2, 3, 4, 8, 12, 16, 20, 22, 24, 26]
+        .into_iter()
+        .filter(|&l| l <= max_log.min(26))
+        .collect();
+    for log_n in h_sizes {
+        let n = 1usize << log_n;
+        let len = if n > 4 { n - 1 } else { n };
+        let (a, b, c) = (
+            random(seed.next_u64(), len),
+            random(seed.next_u64(), len),
+            random(seed.next_u64(), len),
+        );
+        let out = hp.compute(&a, &b, &c)?;
+        let mut got = vec![Scalar::ZERO; n];
+        out.download_into(&mut got)?;
+        drop(out);
+        let want = cpu::h_poly(&a, &b, &c)?;
+        let pass = got == want;
+        ok &= pass;
+        println!(
+            "{:<14} {:>6} {:>6} {:>8}",
+            "H",
+            log_n,
+            1,
+            if pass { "ok" } else { "MISMATCH" }
+        );
+        report.push(json!({"check": "h", "log_n": log_n, "ok": pass}));
+        if log_n >= 20 {
+            hp.engine().release_tables();
+        }
+    }
+    drop(hp);
+    // Reservation: an allocation past it fails with the typed error, CUDA untouched, and the
+    // device stays usable.
+    let budget = dev.ledger();
+    let remaining = budget.limit - budget.in_use;
+    let before = dev.pool_usage()?;
+    let over = dev.alloc::<u8>((remaining + 1) as usize);
+    let typed = matches!(over, Err(Error::OverReservation { .. }));
+    drop(over);
+    let untouched = dev.pool_usage()?.reserved == before.reserved;
+    let mut ntt = NttEngine::new(dev)?;
+    let x = random(seed.next_u64(), 1 << 16);
+    let mut buf = dev.alloc::<Scalar>(x.len())?;
+    buf.copy_from_host(&x)?;
+    ntt.run(&mut buf, NttKind::Forward, 16)?;
+    let mut want = x;
+    cpu::ntt(&mut want, NttKind::Forward, 16)?;
+    let usable = buf.to_vec()? == want;
+    drop((buf, ntt));
+    let token = lease.compute_token().ok_or("no compute token")?;
+    dev.synchronize(&token)?;
+    let pass = typed && untouched && usable;
+    ok &= pass;
+    println!(
+        "reservation overflow: typed error {typed}, pool untouched {untouched}, device usable after {usable}"
+    );
+    report.push(json!({"check": "reservation_overflow", "typed_error": typed, "pool_untouched": untouched, "usable_after": usable, "ok": pass}));
+    Ok(ok)
+}
+
+/// Device-to-device copy bandwidth, bytes read plus written per second.
+fn copy_bandwidth(dev: &Device) -> Res<f64> {
+    let bytes = 4usize << 30;
+    let src = dev.alloc::<u8>(bytes)?;
+    let mut dst = dev.alloc::<u8>(bytes)?;
+    dst.fill_bytes(1)?;
+    let stream = dev.stream().cu_stream();
+    let mut times = Vec::new();
+    for i in 0..12 {
+        let (e0, e1) = (event(dev)?, event(dev)?);
+        e0.record(dev.stream())?;
+        dev.bind()?;
+        // SAFETY: both buffers hold `bytes` bytes on this device, ordered on the main stream.
+        unsafe { result::memcpy_dtod_async(dst.device_ptr(), src.device_ptr(), bytes, stream) }?;
+        e1.record(dev.stream())?;
+        e1.synchronize()?;
+        if i >= 2 {
+            times.push(e0.elapsed_ms(&e1)? as f64);
+        }
+    }
+    Ok(2.0 * bytes as f64 / (median(times) / 1e3))
+}
+
+fn bench(dev: &Device, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Value>) -> Res<()> {
+    let copy_bw = copy_bandwidth(dev)?;
+    println!(
+        "\n== device-to-device copy: {:.0} GB/s (read + write)",
+        copy_bw / 1e9
+    );
+    report.push(json!({"bench": "copy", "bytes_per_s": copy_bw}));
+
+    println!("\n== forward NTT (natural order in and out), median of timed runs");
+    println!(
+        "{:>6} {:>10} {:>10} {:>8} {:>12}   per launch: ms, GB/s (% of copy)",
+        "log_n", "gpu ms", "cpu ms", "cpu/gpu", "gpu GB/s"
+    );
+    let mut ntt = NttEngine::new(dev)?;
+    for log_n in 16..=max_log {
+        let n = 1usize << log_n;
+        let x = random(seed.next_u64(), n);
+        let mut buf = dev.alloc::<Scalar>(n)?;
+        buf.copy_from_host(&x)?;
+        let steps = plan::ntt_steps(NttKind::Forward, log_n, 1);
+        ntt.prepare(&steps)?;
+        ntt.run(&mut buf, NttKind::Forward, log_n)?; // warm-up
+        let reps = if log_n <= 22 { 20 } else { 7 };
+        let mut times = Vec::new();
+        for _ in 0..reps {
+            let (e0, e1) = (event(dev)?, event(dev)?);
+            e0.record(dev.stream())?;
+            ntt.run(&mut buf, NttKind::Forward, log_n)?;
+            e1.record(dev.stream())?;
+            e1.synchronize()?;
+            times.push(e0.elapsed_ms(&e1)? as f64);
+        }
+        let gpu_ms = median(times);
+        // Each launch timed alone: a pass reads and writes every element once.
+        let mut per_launch = Vec::new();
+        for step in &steps {
+            let mut ts = Vec::new();
+            for _ in 0..5 {
+                let (e0, e1) = (event(dev)?, event(dev)?);
+                e0.record(dev.stream())?;
+                ntt_step(&mut ntt, step, buf.device_ptr())?;
+                e1.record(dev.stream())?;
+                e1.synchronize()?;
+                ts.push(e0.elapsed_ms(&e1)? as f64);
+            }
+            let ms = median(ts);
+            let bw = 2.0 * (n * 32) as f64 / (ms / 1e3);
+            per_launch.push((step_name(step), ms, bw));
+        }
+        let total_bytes = 2.0 * (n * 32) as f64 * steps.len() as f64;
+        let gpu_bw = total_bytes / (gpu_ms / 1e3);
+        // CPU: same transform with rayon on every core of this machine.
+        let cpu_reps = if log_n <= 20 { 3 } else { 1 };
+        let mut cpu_times = Vec::new();
+        let mut y = x.clone();
+        for _ in 0..cpu_reps {
+            let t = Instant::now();
+            cpu::ntt(&mut y, NttKind::Forward, log_n)?;
+            cpu_times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let cpu_ms = median(cpu_times);
+        let launches: Vec<String> = per_launch
+            .iter()
+            .map(|(name, ms, bw)| {
+                format!(
+                    "{name} {ms:.3} {:.0} ({:.0}%)",
+                    bw / 1e9,
+                    100.0 * bw / copy_bw
+                )
+            })
+            .collect();
+        println!(
+            "{:>6} {:>10.3} {:>10.1} {:>8.1} {:>12.0}   {}",
+            log_n,
+            gpu_ms,
+            cpu_ms,
+            cpu_ms / gpu_ms,
+            gpu_bw / 1e9,
+            launches.join(" | ")
+        );
+        report.push(json!({
+            "bench": "ntt_forward", "log_n": log_n, "gpu_ms": gpu_ms, "cpu_ms": cpu_ms,
+            "cpu_threads": rayon::current_num_threads(), "gpu_bytes_per_s": gpu_bw,
+            "launches": per_launch.iter().map(|(name, ms, bw)| json!({"step": name, "ms": ms, "bytes_per_s": bw, "fraction_of_copy": bw / copy_bw})).collect::<Vec<_>>(),
+        }));
+        drop(buf);
+        if log_n >= 22 {
+            ntt.release_tables();
+        }
+    }
+    drop(ntt);
+
+    println!("\n== Groth16 H (3 iNTT + 3 coset NTT + pointwise + coset iNTT)");
+    println!(
+        "{:>6} {:>14} {:>22}",
+        "log_n", "on device ms", "with uploads (pinned) ms"
+    );
+    let mut hp = HPoly::new(dev)?;
+    for log_n in 20..=max_log.min(26) {
+        let n = 1usize << log_n;
+        let inputs: Vec<Vec<Scalar>> = (0..3).map(|_| random(seed.next_u64(), n)).collect();
+        let mut times = Vec::new();
+        for rep in 0..6 {
+            let mut bufs = Vec::new();
+            for x in &inputs {
+                let mut b = dev.alloc::<Scalar>(n)?;
+                b.copy_from_host(x)?;
+                bufs.push(b);
+            }
+            let c = bufs.pop().ok_or("c")?;
+            let b = bufs.pop().ok_or("b")?;
+            let a = bufs.pop().ok_or("a")?;
+            let (e0, e1) = (event(dev)?, event(dev)?);
+            e0.record(dev.stream())?;
+            let out = hp.compute_on_device(a, b, c)?;
+            e1.record(dev.stream())?;
+            e1.synchronize()?;
+            if rep > 0 {
+                times.push(e0.elapsed_ms(&e1)? as f64);
+            }
+            drop(out);
+        }
+        let on_device = median(times);
+        let mut pins = Vec::new();
+        for x in &inputs {
+            let mut p = PinnedBuffer::<Scalar>::zeroed(dev, n)?;
+            p.copy_from_slice(x);
+            pins.push(p);
+        }
+        let mut full = Vec::new();
+        for _ in 0..3 {
+            let t = Instant::now();
+            let out = hp.compute(&pins[0], &pins[1], &pins[2])?;
+            dev.stream().synchronize()?;
+            full.push(t.elapsed().as_secs_f64() * 1e3);
+            drop(out);
+        }
+        let with_uploads = median(full);
+        println!("{:>6} {:>14.3} {:>22.3}", log_n, on_device, with_uploads);
+        report.push(json!({"bench": "h", "log_n": log_n, "on_device_ms": on_device, "with_pinned_uploads_ms": with_uploads}));
+        if log_n >= 22 {
+            hp.engine().release_tables();
+        }
+    }
+    Ok(())
+}
+
+fn step_name(s: &Step) -> String {
+    match s {
+        Step::Pass { params, .. } => format!("pass k={} S=2^{}", params.k, params.log_stride),
+        Step::Bitrev { .. } => "bitrev".into(),
+        Step::Scale { .. } => "scale".into(),
+        Step::Pointwise { .. } => "pointwise".into(),
+    }
+}
+
+fn ntt_step(ntt: &mut NttEngine<'_>, step: &Step, ptr: u64) -> Res<()> {
+    // SAFETY: `ptr` is the buffer the plan was made for (one polynomial of the plan's size).
+    unsafe { ntt.execute_steps(std::slice::from_ref(step), &[ptr]) }?;
+    Ok(())
+}
+
+fn main() {
+    match run() {
+        Ok(true) => {}
+        Ok(false) => {
+            eprintln!("gpud-cuda-bench: some checks FAILED");
+            std::process::exit(1);
+        }
+        Err(e) => {
+            eprintln!("gpud-cuda-bench: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn run() -> Res<bool> {
+    let args = parse_args()?;
+    let info = driver::list_devices()?
+        .into_iter()
+        .next()
+        .ok_or("no CUDA device")?;
+    println!(
+        "device {} ({}), {} SMs, {:.1} GiB, sm_{}{}; rayon threads {}",
+        info.name,
+        info.uuid,
+        info.multiprocessors,
+        info.total_mem as f64 / (1u64 << 30) as f64,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        rayon::current_num_threads()
+    );
+    // The whole card but 2 GiB, claimed by this program alone.
+    let lease = ExclusiveDevice::claim(
+        info.uuid.clone(),
+        info.ordinal as u32,
+        info.total_mem.saturating_sub(2 << 30),
+    );
+    let dev = Device::open(&lease)?;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos() as u64;
+    println!("seed {seed}");
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let mut report = Vec::new();
+    let t = Instant::now();
+    dev.module(&gpud_cuda::kernels::NTT)?;
+    println!(
+        "kernel module ready in {:.0} ms (NVRTC or disk cache)",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let mut ok = true;
+    if args.check {
+        ok &= check(&dev, &lease, args.max_log, &mut rng, &mut report)?;
+    }
+    if args.bench {
+        bench(&dev, args.max_log, &mut rng, &mut report)?;
+    }
+    let token = lease.compute_token().ok_or("no compute token")?;
+    let closed = dev.close(&token)?;
+    println!("closed: pool holds {} bytes", closed.reserved);
+    if let Some(path) = args.json {
+        let doc = json!({"device": info.name, "uuid": info.uuid, "seed": seed, "ok": ok, "results": report});
+        std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
+        println!("wrote {path}");
+    }
+    println!(
+        "\n{}",
+        if ok {
+            "ALL CHECKS PASSED"
+        } else {
+            "CHECKS FAILED"
+        }
+    );
+    Ok(ok)
+}

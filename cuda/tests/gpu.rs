@@ -1,0 +1,194 @@
+//! GPU tests: run with `--ignored` on a machine with an NVIDIA GPU (gpu/run-suite.sh does).
+//! Without a GPU they are skipped visibly (ignored, with the reason).
+//!
+//! Each test claims the first device alone (`ExclusiveDevice`) with a budget that it sets.
+
+use blstrs::Scalar;
+use ff::Field;
+use gpud_client::{ExclusiveDevice, Reservation};
+use gpud_cuda::hpoly::HPoly;
+use gpud_cuda::ntt::NttEngine;
+use gpud_cuda::ntt::plan::NttKind;
+use gpud_cuda::{Device, Error, PinnedBuffer, cpu, driver};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+
+const MIB: u64 = 1 << 20;
+
+fn claim(vram: u64) -> ExclusiveDevice {
+    let info = driver::list_devices()
+        .expect("CUDA driver")
+        .into_iter()
+        .next()
+        .expect("a GPU");
+    ExclusiveDevice::claim(info.uuid, info.ordinal as u32, vram)
+}
+
+fn fresh_rng() -> ChaCha20Rng {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1);
+    println!("seed {seed}");
+    ChaCha20Rng::seed_from_u64(seed)
+}
+
+fn random(rng: &mut ChaCha20Rng, n: usize) -> Vec<Scalar> {
+    (0..n).map(|_| Scalar::random(&mut *rng)).collect()
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn ntt_kinds_and_batches_match_the_cpu_bit_for_bit() {
+    let lease = claim(4096 * MIB);
+    let dev = Device::open(&lease).unwrap();
+    let mut ntt = NttEngine::new(&dev).unwrap();
+    let mut rng = fresh_rng();
+    for log_n in 1..=20u32 {
+        let batch = if log_n <= 12 { 3 } else { 1 };
+        for kind in [
+            NttKind::Forward,
+            NttKind::Inverse,
+            NttKind::CosetForward,
+            NttKind::CosetInverse,
+        ] {
+            let x = random(&mut rng, batch << log_n);
+            let mut buf = dev.alloc::<Scalar>(x.len()).unwrap();
+            buf.copy_from_host(&x).unwrap();
+            ntt.run(&mut buf, kind, log_n).unwrap();
+            let got = buf.to_vec().unwrap();
+            let mut want = x;
+            cpu::ntt(&mut want, kind, log_n).unwrap();
+            assert!(
+                got == want,
+                "{kind:?} 2^{log_n} x {batch} differs from the CPU"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn h_matches_the_cpu_from_pageable_and_pinned_memory() {
+    let lease = claim(8192 * MIB);
+    let dev = Device::open(&lease).unwrap();
+    let mut h = HPoly::new(&dev).unwrap();
+    let mut rng = fresh_rng();
+    for log_n in [1u32, 2, 3, 5, 10, 13, 16, 18] {
+        let n = 1usize << log_n;
+        let len = if n > 4 { n - 1 } else { n };
+        let (a, b, c) = (
+            random(&mut rng, len),
+            random(&mut rng, len),
+            random(&mut rng, len),
+        );
+        let want = cpu::h_poly(&a, &b, &c).unwrap();
+        // Ordinary memory.
+        let out = h.compute(&a, &b, &c).unwrap();
+        let mut got = vec![Scalar::ZERO; n];
+        out.download_into(&mut got).unwrap();
+        assert!(got == want, "H 2^{log_n} (pageable) differs from the CPU");
+        drop(out);
+        // Page-locked memory, downloaded into page-locked memory.
+        let mut pins = [0, 1, 2].map(|_| PinnedBuffer::<Scalar>::zeroed(&dev, len).unwrap());
+        for (p, src) in pins.iter_mut().zip([&a, &b, &c]) {
+            p.copy_from_slice(src);
+        }
+        assert!(gpud_cuda::pinned::is_pinned(&pins[0]));
+        let out = h.compute(&pins[0], &pins[1], &pins[2]).unwrap();
+        let mut dst = PinnedBuffer::<Scalar>::zeroed(&dev, n).unwrap();
+        out.download_into(&mut dst).unwrap();
+        assert!(
+            dst[..] == want[..],
+            "H 2^{log_n} (pinned) differs from the CPU"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn an_allocation_past_the_reservation_fails_typed_and_the_device_stays_usable() {
+    let lease = claim(64 * MIB);
+    let dev = Device::open(&lease).unwrap();
+    let first = dev.alloc::<u8>(40 << 20).unwrap();
+    let pool_before = dev.pool_usage().unwrap();
+    match dev.alloc::<u8>(30 << 20) {
+        Err(Error::OverReservation {
+            requested,
+            in_use,
+            reserved,
+        }) => {
+            assert_eq!(
+                (requested, in_use, reserved),
+                (30 * MIB, 40 * MIB, 64 * MIB)
+            );
+        }
+        other => panic!("expected OverReservation, got {other:?}"),
+    }
+    // CUDA was not asked: the pool did not grow.
+    assert_eq!(dev.pool_usage().unwrap().reserved, pool_before.reserved);
+    drop(first);
+    // Still usable: an NTT within the budget runs and is right.
+    let mut ntt = NttEngine::new(&dev).unwrap();
+    let mut rng = fresh_rng();
+    let x = random(&mut rng, 1 << 12);
+    let mut buf = dev.alloc::<Scalar>(x.len()).unwrap();
+    buf.copy_from_host(&x).unwrap();
+    ntt.run(&mut buf, NttKind::Forward, 12).unwrap();
+    let mut want = x;
+    cpu::ntt(&mut want, NttKind::Forward, 12).unwrap();
+    assert!(buf.to_vec().unwrap() == want);
+    drop((buf, ntt));
+    let token = lease
+        .compute_token()
+        .expect("exclusive devices hold the compute slot");
+    let usage = dev.close(&token).unwrap();
+    assert_eq!(usage.reserved, 0, "the pool returned all its memory");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn shrinking_is_refused_while_allocated_and_returns_memory_after() {
+    let lease = claim(256 * MIB);
+    let dev = Device::open(&lease).unwrap();
+    let token = lease.compute_token().unwrap();
+    let a = dev.alloc::<u8>(100 << 20).unwrap();
+    assert!(matches!(
+        dev.resize(64 * MIB, &token),
+        Err(Error::StillAllocated { .. })
+    ));
+    drop(a);
+    let usage = dev.resize(64 * MIB, &token).unwrap();
+    assert!(
+        usage.reserved <= 64 * MIB,
+        "pool still holds {} bytes",
+        usage.reserved
+    );
+    assert!(matches!(
+        dev.alloc::<u8>(100 << 20),
+        Err(Error::OverReservation { .. })
+    ));
+    dev.resize(512 * MIB, &token).unwrap();
+    drop(dev.alloc::<u8>(100 << 20).unwrap());
+    dev.close(&token).unwrap();
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_token_of_another_lease_is_refused_and_unknown_devices_are_errors() {
+    let lease = claim(64 * MIB);
+    let dev = Device::open(&lease).unwrap();
+    let other = ExclusiveDevice::claim("GPU-00000000-0000-0000-0000-000000000000", 0, 0);
+    let wrong = other.compute_token().unwrap();
+    assert!(matches!(
+        dev.synchronize(&wrong),
+        Err(Error::WrongToken { .. })
+    ));
+    assert!(matches!(
+        Device::open(&other),
+        Err(Error::DeviceNotFound { .. })
+    ));
+    let token = lease.compute_token().unwrap();
+    let (free, total) = dev.mem_info(&token).unwrap();
+    assert!(free <= total && total > 0);
+}
