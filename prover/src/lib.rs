@@ -25,12 +25,14 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod bench;
 pub mod circuits;
 pub mod engine;
 pub mod error;
 pub mod fft;
 pub mod msm;
 pub mod params;
+pub mod pipeline;
 pub mod prove;
 pub mod synthesis;
 pub mod vram;

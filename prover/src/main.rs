@@ -1,1 +1,362 @@
-fn main() {}
+//! `gpud-prover`: prove, generate parameters, benchmark.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use gpud_prover::bench::{self, BenchRow};
+use gpud_prover::pipeline::{self, LocalLeaser, PipelineConfig, PipelineReport};
+use gpud_prover::{CircuitKind, CircuitSpec, CpuEngine, ParamsCache, ProverError, ProvingKey};
+use indicatif::{ProgressBar, ProgressStyle};
+
+#[derive(Parser)]
+#[command(
+    name = "gpud-prover",
+    version,
+    about = "Groth16 prover that shares GPUs through gpud"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Prove N proofs of P partitions each, every GPU phase under a gpud lease.
+    Prove(ProveArgs),
+    /// Generate (or check) the cached parameters of a circuit.
+    Params(ParamsArgs),
+    /// Compare our CPU prover with bellperson's on the same circuit, sizes 2^FROM..2^TO.
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Clone)]
+struct CircuitArgs {
+    /// Circuit: synthetic, poseidon or sha256.
+    #[arg(long, default_value = "synthetic")]
+    circuit: String,
+    /// Parameter cache directory [default: $GPUD_PROVER_PARAMS, $XDG_CACHE_HOME/gpud-prover,
+    /// ~/.cache/gpud-prover or /var/tmp/gpud-prover].
+    #[arg(long)]
+    params_dir: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl CircuitArgs {
+    fn cache(&self) -> ParamsCache {
+        ParamsCache::new(
+            self.params_dir
+                .clone()
+                .unwrap_or_else(ParamsCache::default_dir),
+        )
+    }
+}
+
+#[derive(Args)]
+struct ProveArgs {
+    #[command(flatten)]
+    common: CircuitArgs,
+    /// log2 of the constraint count (the evaluation domain).
+    #[arg(long, short = 'k')]
+    log_size: u32,
+    /// Partitions per proof (one Groth16 proof each).
+    #[arg(long, default_value_t = 1)]
+    partitions: usize,
+    /// Number of proofs.
+    #[arg(long, default_value_t = 1)]
+    proofs: usize,
+    /// Lease class: critical, high, normal or background.
+    #[arg(long, default_value = "normal")]
+    class: String,
+    /// gpud's socket.
+    #[arg(long, env = "GPUD_SOCKET", default_value = "/run/gpud/gpud.sock")]
+    socket: PathBuf,
+    /// Run without gpud: leases come from an in-process lock (one process per device!).
+    #[arg(long)]
+    no_daemon: bool,
+    /// Concurrent synthesis workers.
+    #[arg(long, default_value_t = 1)]
+    synthesis_workers: usize,
+    /// Witness seed (partition j uses seed + j).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Generate missing parameters instead of failing.
+    #[arg(long)]
+    generate: bool,
+}
+
+#[derive(Args)]
+struct ParamsArgs {
+    #[command(flatten)]
+    common: CircuitArgs,
+    /// log2 of the constraint count.
+    #[arg(long, short = 'k')]
+    log_size: u32,
+    /// Only report whether valid parameters are cached; never generate.
+    #[arg(long)]
+    check: bool,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    common: CircuitArgs,
+    /// Smallest log size.
+    #[arg(long, default_value_t = 10)]
+    from: u32,
+    /// Largest log size.
+    #[arg(long, default_value_t = 16)]
+    to: u32,
+    /// Timed repetitions per size (after one warm-up).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Also print a Markdown table (for BENCHMARKS.md).
+    #[arg(long)]
+    markdown: bool,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Prove(a) => prove(a),
+        Command::Params(a) => params(a),
+        Command::Bench(a) => bench_cmd(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpud-prover: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn spinner(msg: String, json: bool) -> ProgressBar {
+    if json {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new_spinner().with_message(msg);
+    pb.enable_steady_tick(Duration::from_millis(120));
+    pb
+}
+
+/// Loads cached parameters, or generates them (with a spinner) when `generate` is set.
+fn load_key(
+    cache: &ParamsCache,
+    spec: &CircuitSpec,
+    generate: bool,
+    json: bool,
+) -> Result<ProvingKey> {
+    match cache.load(spec) {
+        Ok(key) => Ok(key),
+        Err(e @ (ProverError::ParamsMissing { .. } | ProverError::ParamsCorrupt { .. }))
+            if !generate =>
+        {
+            Err(e).context(format!("parameters for {spec}"))
+        }
+        Err(ProverError::ParamsMissing { .. } | ProverError::ParamsCorrupt { .. }) => {
+            let pb = spinner(
+                format!("generating parameters for {spec} (slow; cached afterwards)"),
+                json,
+            );
+            let key = cache
+                .generate(spec, &mut rand::thread_rng())
+                .with_context(|| format!("generating parameters for {spec}"))?;
+            pb.finish_and_clear();
+            Ok(key)
+        }
+        Err(e) => Err(e).context(format!("loading parameters for {spec}")),
+    }
+}
+
+fn params(a: ParamsArgs) -> Result<()> {
+    let spec = CircuitSpec::parse(&a.common.circuit, a.log_size)?;
+    let cache = a.common.cache();
+    let start = Instant::now();
+    let generated = if a.check {
+        cache
+            .load(&spec)
+            .with_context(|| format!("parameters for {spec}"))?;
+        false
+    } else {
+        match cache.load(&spec) {
+            Ok(_) => false,
+            Err(ProverError::ParamsMissing { .. } | ProverError::ParamsCorrupt { .. }) => {
+                load_key(&cache, &spec, true, a.common.json)?;
+                true
+            }
+            Err(e) => return Err(e).context(format!("loading parameters for {spec}")),
+        }
+    };
+    let meta = cache.meta(&spec)?;
+    let path = cache.params_path(&spec);
+    if a.common.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "circuit": spec.kind().name(), "log_size": spec.log_size(),
+                "path": path, "generated": generated, "bytes": meta.bytes,
+                "sha256": meta.sha256, "generation_secs": meta.generation_secs,
+                "secs": start.elapsed().as_secs_f64(),
+            })
+        );
+    } else {
+        println!(
+            "{spec}: {} {} ({:.1} MiB, generation took {:.1} s)",
+            if generated {
+                "generated"
+            } else {
+                "cached and valid at"
+            },
+            path.display(),
+            meta.bytes as f64 / (1 << 20) as f64,
+            meta.generation_secs
+        );
+    }
+    Ok(())
+}
+
+fn prove(a: ProveArgs) -> Result<()> {
+    if a.partitions == 0 || a.proofs == 0 {
+        bail!("--partitions and --proofs must be at least 1");
+    }
+    let spec = CircuitSpec::parse(&a.common.circuit, a.log_size)?;
+    let json = a.common.json;
+    let key = load_key(&a.common.cache(), &spec, a.generate, json)?;
+    let cfg = PipelineConfig {
+        spec,
+        partitions: a.partitions,
+        proofs: a.proofs,
+        synthesis_workers: a.synthesis_workers,
+        class: a.class.clone(),
+        seed: a.seed,
+        label: format!("gpud-prover[{}]", std::process::id()),
+    };
+    let jobs = (a.partitions * a.proofs) as u64;
+    let pb = if json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(jobs).with_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} partitions ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        )
+    };
+    pb.set_message(format!("proving {spec}"));
+    let progress = |_: &pipeline::PartitionRecord| pb.inc(1);
+    let report = if a.no_daemon {
+        pipeline::run(&CpuEngine, &LocalLeaser::default(), &key, &cfg, &progress)?
+    } else {
+        bail!(
+            "gpud at {} is not supported by this build yet; use --no-daemon",
+            a.socket.display()
+        );
+    };
+    pb.finish_and_clear();
+    print_report(&report, json)?;
+    if !report.all_verified {
+        bail!("some proofs did not verify");
+    }
+    Ok(())
+}
+
+fn print_report(r: &PipelineReport, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(r)?);
+        return Ok(());
+    }
+    println!(
+        "{} proofs × {} partitions of {}@2^{} on the {} engine, {:.2} s wall, lease {:.1} MiB",
+        r.proofs,
+        r.partitions,
+        r.circuit,
+        r.log_size,
+        r.engine,
+        r.wall,
+        r.vram_bytes as f64 / (1 << 20) as f64
+    );
+    println!("  stage        mean s    max s   total s");
+    for (name, s) in [
+        ("synthesis", r.synthesis),
+        ("lease wait", r.lease_wait),
+        ("GPU phase", r.gpu_phase),
+        ("CPU tail", r.cpu_tail),
+    ] {
+        println!(
+            "  {name:<11}{:>8.3} {:>8.3} {:>9.3}",
+            s.mean, s.max, s.total
+        );
+    }
+    println!("  GPU-phase occupancy {:.0} %", 100.0 * r.gpu_occupancy);
+    let n = r.partitions_detail.len();
+    if r.all_verified {
+        println!("all {n} partition proofs verified");
+    } else {
+        let ok = r.partitions_detail.iter().filter(|p| p.verified).count();
+        println!(
+            "VERIFICATION FAILED: {ok} of {} partition proofs verified",
+            r.proofs * r.partitions
+        );
+    }
+    Ok(())
+}
+
+fn bench_cmd(a: BenchArgs) -> Result<()> {
+    let kind = CircuitKind::from_name(&a.common.circuit)?;
+    if a.from > a.to {
+        bail!("--from {} is larger than --to {}", a.from, a.to);
+    }
+    let cache = a.common.cache();
+    let mut rows: Vec<BenchRow> = Vec::new();
+    for k in a.from..=a.to {
+        let spec = CircuitSpec::new(kind, k)?;
+        let key = load_key(&cache, &spec, true, a.common.json)?;
+        let pb = spinner(format!("benchmarking {spec}"), a.common.json);
+        let row =
+            bench::run(&spec, &key, a.reps).with_context(|| format!("benchmarking {spec}"))?;
+        pb.finish_and_clear();
+        if !a.common.json {
+            println!(
+                "{spec}: ours {:.3} s (synth {:.3}, H {:.3}, G1 {:.3}, tail {:.3}) bellperson {:.3} s ratio {:.2}",
+                row.ours.total,
+                row.ours.synthesis,
+                row.ours.h,
+                row.ours.g1_msms,
+                row.ours.cpu_tail,
+                row.bellperson,
+                row.ratio
+            );
+        }
+        rows.push(row);
+    }
+    if a.common.json {
+        println!(
+            "{}",
+            serde_json::json!({ "rows": rows, "threads": rayon::current_num_threads() })
+        );
+    }
+    if a.markdown {
+        println!(
+            "\n| circuit | k | constraints | ours (s) | synthesis | H (7 FFTs) | G1 MSMs | CPU tail | bellperson (s) | ratio |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        for r in &rows {
+            println!(
+                "| {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} |",
+                r.circuit,
+                r.log_size,
+                r.constraints,
+                r.ours.total,
+                r.ours.synthesis,
+                r.ours.h,
+                r.ours.g1_msms,
+                r.ours.cpu_tail,
+                r.bellperson,
+                r.ratio
+            );
+        }
+    }
+    Ok(())
+}

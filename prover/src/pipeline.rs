@@ -1,0 +1,542 @@
+//! The partition pipeline: synthesis → lease → GPU phase → release → CPU tail.
+//!
+//! A run proves `proofs × partitions` circuit instances (one Groth16 proof per partition, as a
+//! Filecoin C2 proof is ten partition proofs). Three kinds of thread overlap:
+//!
+//! ```text
+//! synthesis workers (bounded) ──▶ GPU-phase thread ──▶ CPU-tail thread
+//!                                  acquire {vram, compute}
+//!                                  H + G1 MSMs
+//!                                  release
+//! ```
+//!
+//! The GPU-phase thread holds a lease only around the GPU phase, so partition `i`'s CPU tail
+//! (G2 MSM, assembly, verification) runs while partition `i+1` holds the device: the "single
+//! lock" design that kept a SupraSeal C2 GPU 85–91 % busy. Lease acquisition is the
+//! [`Leaser`] seam: gpud through its client, or [`LocalLeaser`] in-process when no daemon is
+//! wanted (benchmarks, single-tenant hosts).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use blstrs::Scalar;
+use ff::Field;
+use gpud_client::{ComputeToken, ExclusiveDevice, LeaseId, Reservation};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use serde::Serialize;
+
+use crate::circuits::CircuitSpec;
+use crate::engine::Engine;
+use crate::error::{ProverError, Result};
+use crate::params::ProvingKey;
+use crate::prove::{self, GpuPhaseOutput, Synthesized};
+use crate::synthesis::SynthesisOptions;
+
+/// What the GPU phase of one partition asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeaseRequest {
+    /// Device memory, from [`crate::vram::estimate`].
+    pub vram_bytes: u64,
+    /// Whether the compute slot is needed (always, for a GPU phase).
+    pub compute: bool,
+    /// Priority class name (`critical`, `high`, `normal`, `background`).
+    pub class: String,
+    /// A label for `gpudctl leases`.
+    pub label: String,
+}
+
+/// Acquires leases for GPU phases; a lease is released when dropped.
+pub trait Leaser: Sync {
+    /// The lease guard.
+    type Lease: Reservation;
+    /// Blocks until the lease is granted (or fails).
+    fn acquire(&self, request: &LeaseRequest) -> Result<Self::Lease>;
+}
+
+/// An in-process stand-in for gpud: one compute slot shared by this process's pipelines, and
+/// no VRAM accounting. For runs without a daemon; it cannot coordinate processes.
+#[derive(Debug, Clone, Default)]
+pub struct LocalLeaser {
+    slot: Arc<(Mutex<bool>, Condvar)>,
+    next_id: Arc<AtomicUsize>,
+}
+
+/// A lease from [`LocalLeaser`]; frees the slot when dropped.
+#[derive(Debug)]
+pub struct LocalLease {
+    device: ExclusiveDevice,
+    id: LeaseId,
+    slot: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl Leaser for LocalLeaser {
+    type Lease = LocalLease;
+
+    fn acquire(&self, request: &LeaseRequest) -> Result<LocalLease> {
+        let (lock, cv) = &*self.slot;
+        let mut busy = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while *busy {
+            busy = cv.wait(busy).unwrap_or_else(|e| e.into_inner());
+        }
+        *busy = true;
+        Ok(LocalLease {
+            device: ExclusiveDevice::claim("local", 0, request.vram_bytes),
+            id: self.next_id.fetch_add(1, Ordering::Relaxed) as LeaseId + 1,
+            slot: self.slot.clone(),
+        })
+    }
+}
+
+impl Drop for LocalLease {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.slot;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        cv.notify_one();
+    }
+}
+
+impl Reservation for LocalLease {
+    fn lease_id(&self) -> LeaseId {
+        self.id
+    }
+    fn device_uuid(&self) -> &str {
+        self.device.device_uuid()
+    }
+    fn device_index(&self) -> u32 {
+        self.device.device_index()
+    }
+    fn vram_bytes(&self) -> u64 {
+        self.device.vram_bytes()
+    }
+    fn compute_token(&self) -> Option<ComputeToken<'_>> {
+        self.device.compute_token()
+    }
+}
+
+/// What to prove.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// Circuit and size.
+    pub spec: CircuitSpec,
+    /// Partitions per proof.
+    pub partitions: usize,
+    /// Proofs.
+    pub proofs: usize,
+    /// Concurrent synthesis workers (synthesized partitions waiting for the GPU are bounded
+    /// by the same number, which bounds memory).
+    pub synthesis_workers: usize,
+    /// Lease class.
+    pub class: String,
+    /// Witness seeds are `seed + job index`; blinding comes from a generator seeded by it too.
+    pub seed: u64,
+    /// Label for the leases.
+    pub label: String,
+}
+
+/// Timestamps and facts of one partition. Times are seconds since the run started;
+/// `*_unix` fields are absolute (nanoseconds since the epoch), for comparing processes.
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionRecord {
+    /// Proof index.
+    pub proof: usize,
+    /// Partition index within the proof.
+    pub partition: usize,
+    /// Constraints (with input constraints).
+    pub constraints: usize,
+    /// Synthesis start.
+    pub synth_start: f64,
+    /// Synthesis end.
+    pub synth_end: f64,
+    /// Lease asked for.
+    pub lease_requested: f64,
+    /// Lease granted.
+    pub lease_granted: f64,
+    /// Lease released (GPU phase done).
+    pub lease_released: f64,
+    /// CPU tail start.
+    pub tail_start: f64,
+    /// CPU tail end (proof assembled and verified).
+    pub tail_end: f64,
+    /// `lease_granted` as Unix nanoseconds.
+    pub lease_granted_unix: u128,
+    /// `lease_released` as Unix nanoseconds.
+    pub lease_released_unix: u128,
+    /// `tail_start` as Unix nanoseconds.
+    pub tail_start_unix: u128,
+    /// `tail_end` as Unix nanoseconds.
+    pub tail_end_unix: u128,
+    /// The lease's id.
+    pub lease_id: LeaseId,
+    /// The device it was on.
+    pub device_uuid: String,
+    /// Whether bellperson's verifier accepted the proof.
+    pub verified: bool,
+}
+
+impl PartitionRecord {
+    /// Seconds spent synthesizing.
+    pub fn synthesis(&self) -> f64 {
+        self.synth_end - self.synth_start
+    }
+    /// Seconds waiting for the lease.
+    pub fn lease_wait(&self) -> f64 {
+        self.lease_granted - self.lease_requested
+    }
+    /// Seconds of GPU phase (lease held).
+    pub fn gpu_phase(&self) -> f64 {
+        self.lease_released - self.lease_granted
+    }
+    /// Seconds of CPU tail.
+    pub fn cpu_tail(&self) -> f64 {
+        self.tail_end - self.tail_start
+    }
+}
+
+/// Sum, mean and max of one stage over the partitions.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct StageStats {
+    /// Total seconds.
+    pub total: f64,
+    /// Mean seconds per partition.
+    pub mean: f64,
+    /// Longest partition, seconds.
+    pub max: f64,
+}
+
+impl StageStats {
+    fn of(values: impl Iterator<Item = f64>) -> Self {
+        let (mut total, mut max, mut n) = (0.0, 0.0f64, 0usize);
+        for v in values {
+            total += v;
+            max = max.max(v);
+            n += 1;
+        }
+        Self {
+            total,
+            mean: if n == 0 { 0.0 } else { total / n as f64 },
+            max,
+        }
+    }
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PipelineReport {
+    /// Circuit name.
+    pub circuit: String,
+    /// log2 of the domain.
+    pub log_size: u32,
+    /// Proofs asked for.
+    pub proofs: usize,
+    /// Partitions per proof.
+    pub partitions: usize,
+    /// Engine that ran the GPU phase.
+    pub engine: String,
+    /// VRAM each lease reserved.
+    pub vram_bytes: u64,
+    /// Wall-clock seconds of the run.
+    pub wall: f64,
+    /// Synthesis per partition.
+    pub synthesis: StageStats,
+    /// Lease wait per partition.
+    pub lease_wait: StageStats,
+    /// GPU phase per partition.
+    pub gpu_phase: StageStats,
+    /// CPU tail per partition.
+    pub cpu_tail: StageStats,
+    /// Fraction of the wall time some partition of this run held the lease.
+    pub gpu_occupancy: f64,
+    /// Every partition proof verified.
+    pub all_verified: bool,
+    /// Per-partition detail, in completion order.
+    pub partitions_detail: Vec<PartitionRecord>,
+}
+
+struct Clock {
+    start: Instant,
+    start_unix: u128,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            start_unix: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        }
+    }
+    fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+    fn unix(&self, t: f64) -> u128 {
+        self.start_unix + (t * 1e9) as u128
+    }
+}
+
+struct SynthDone {
+    job: usize,
+    syn: Synthesized,
+    start: f64,
+    end: f64,
+}
+
+struct GpuDone {
+    job: usize,
+    out: GpuPhaseOutput,
+    constraints: usize,
+    synth: (f64, f64),
+    lease: (f64, f64, f64),
+    lease_id: LeaseId,
+    device_uuid: String,
+}
+
+/// Runs the pipeline; `progress` is called as each partition's proof is verified.
+pub fn run<E: Engine, L: Leaser>(
+    engine: &E,
+    leaser: &L,
+    key: &ProvingKey,
+    cfg: &PipelineConfig,
+    progress: &(dyn Fn(&PartitionRecord) + Sync),
+) -> Result<PipelineReport> {
+    let jobs = cfg.proofs * cfg.partitions;
+    let workers = cfg.synthesis_workers.max(1);
+    let clock = Clock::new();
+    let next_job = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let first_error: Mutex<Option<ProverError>> = Mutex::new(None);
+    let fail = |e: ProverError| {
+        stop.store(true, Ordering::Relaxed);
+        let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert(e);
+    };
+    let mut records = Vec::with_capacity(jobs);
+    let mut vram = 0u64;
+
+    std::thread::scope(|scope| {
+        let (syn_tx, syn_rx) = sync_channel::<SynthDone>(workers);
+        let (gpu_tx, gpu_rx) = sync_channel::<GpuDone>(1);
+
+        for _ in 0..workers {
+            let syn_tx = syn_tx.clone();
+            let (next_job, stop, fail, clock) = (&next_job, &stop, &fail, &clock);
+            scope.spawn(move || {
+                synthesis_worker(key, cfg, jobs, next_job, stop, clock, &syn_tx, fail)
+            });
+        }
+        drop(syn_tx);
+
+        let tail = {
+            let (stop, fail, clock) = (&stop, &fail, &clock);
+            scope.spawn(move || tail_worker(key, cfg, gpu_rx, stop, clock, progress, fail))
+        };
+
+        vram = gpu_worker(
+            engine, leaser, key, cfg, syn_rx, gpu_tx, &stop, &clock, &fail,
+        );
+        match tail.join() {
+            Ok(r) => records = r,
+            Err(_) => fail(ProverError::Engine {
+                engine: "pipeline",
+                message: "CPU-tail thread panicked".into(),
+            }),
+        }
+    });
+
+    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let wall = clock.now();
+    Ok(report(engine, cfg, vram, wall, records))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn synthesis_worker(
+    key: &ProvingKey,
+    cfg: &PipelineConfig,
+    jobs: usize,
+    next_job: &AtomicUsize,
+    stop: &AtomicBool,
+    clock: &Clock,
+    tx: &SyncSender<SynthDone>,
+    fail: &(dyn Fn(ProverError) + Sync),
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let job = next_job.fetch_add(1, Ordering::Relaxed);
+        if job >= jobs {
+            return;
+        }
+        let start = clock.now();
+        let circuit = cfg.spec.with_witness(cfg.seed.wrapping_add(job as u64));
+        match prove::synthesize(key, circuit, SynthesisOptions::default()) {
+            Ok(syn) => {
+                let end = clock.now();
+                if tx
+                    .send(SynthDone {
+                        job,
+                        syn,
+                        start,
+                        end,
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Err(e) => return fail(e),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gpu_worker<E: Engine, L: Leaser>(
+    engine: &E,
+    leaser: &L,
+    key: &ProvingKey,
+    cfg: &PipelineConfig,
+    rx: Receiver<SynthDone>,
+    tx: SyncSender<GpuDone>,
+    stop: &AtomicBool,
+    clock: &Clock,
+    fail: &(dyn Fn(ProverError) + Sync),
+) -> u64 {
+    let mut vram = 0;
+    for item in rx {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let constraints = item.syn.num_constraints();
+        let request = LeaseRequest {
+            vram_bytes: engine.vram_bytes(key, item.syn.log_domain()),
+            compute: true,
+            class: cfg.class.clone(),
+            label: format!(
+                "{} {} proof {} partition {}",
+                cfg.label,
+                cfg.spec,
+                item.job / cfg.partitions,
+                item.job % cfg.partitions
+            ),
+        };
+        vram = request.vram_bytes;
+        let requested = clock.now();
+        let lease = match leaser.acquire(&request) {
+            Ok(l) => l,
+            Err(e) => {
+                fail(e);
+                break;
+            }
+        };
+        let granted = clock.now();
+        let (lease_id, device_uuid) = (lease.lease_id(), lease.device_uuid().to_owned());
+        let out = prove::gpu_phase(engine, &lease, key, item.syn);
+        // Released before the CPU tail: that is what lets the next GPU phase overlap it.
+        drop(lease);
+        let released = clock.now();
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => {
+                fail(e);
+                break;
+            }
+        };
+        let done = GpuDone {
+            job: item.job,
+            out,
+            constraints,
+            synth: (item.start, item.end),
+            lease: (requested, granted, released),
+            lease_id,
+            device_uuid,
+        };
+        if tx.send(done).is_err() {
+            break;
+        }
+    }
+    vram
+}
+
+fn tail_worker(
+    key: &ProvingKey,
+    cfg: &PipelineConfig,
+    rx: Receiver<GpuDone>,
+    stop: &AtomicBool,
+    clock: &Clock,
+    progress: &(dyn Fn(&PartitionRecord) + Sync),
+    fail: &(dyn Fn(ProverError) + Sync),
+) -> Vec<PartitionRecord> {
+    let mut records = Vec::new();
+    for done in rx {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let tail_start = clock.now();
+        // Fresh blinding per proof, reproducible from the run's seed.
+        let mut rng = ChaCha20Rng::seed_from_u64(cfg.seed ^ (done.job as u64).rotate_left(32));
+        let (r, s) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
+        let inputs = done.out.public_inputs().to_vec();
+        let verified = prove::cpu_tail(key, done.out, r, s).and_then(|p| key.verify(&p, &inputs));
+        let verified = match verified {
+            Ok(v) => v,
+            Err(e) => {
+                fail(e);
+                break;
+            }
+        };
+        let tail_end = clock.now();
+        let (requested, granted, released) = done.lease;
+        let record = PartitionRecord {
+            proof: done.job / cfg.partitions,
+            partition: done.job % cfg.partitions,
+            constraints: done.constraints,
+            synth_start: done.synth.0,
+            synth_end: done.synth.1,
+            lease_requested: requested,
+            lease_granted: granted,
+            lease_released: released,
+            tail_start,
+            tail_end,
+            lease_granted_unix: clock.unix(granted),
+            lease_released_unix: clock.unix(released),
+            tail_start_unix: clock.unix(tail_start),
+            tail_end_unix: clock.unix(tail_end),
+            lease_id: done.lease_id,
+            device_uuid: done.device_uuid,
+            verified,
+        };
+        progress(&record);
+        records.push(record);
+    }
+    records
+}
+
+fn report<E: Engine>(
+    engine: &E,
+    cfg: &PipelineConfig,
+    vram: u64,
+    wall: f64,
+    records: Vec<PartitionRecord>,
+) -> PipelineReport {
+    let held: f64 = records.iter().map(PartitionRecord::gpu_phase).sum();
+    PipelineReport {
+        circuit: cfg.spec.kind().name().to_owned(),
+        log_size: cfg.spec.log_size(),
+        proofs: cfg.proofs,
+        partitions: cfg.partitions,
+        engine: engine.name().to_owned(),
+        vram_bytes: vram,
+        wall,
+        synthesis: StageStats::of(records.iter().map(PartitionRecord::synthesis)),
+        lease_wait: StageStats::of(records.iter().map(PartitionRecord::lease_wait)),
+        gpu_phase: StageStats::of(records.iter().map(PartitionRecord::gpu_phase)),
+        cpu_tail: StageStats::of(records.iter().map(PartitionRecord::cpu_tail)),
+        gpu_occupancy: if wall > 0.0 { held / wall } else { 0.0 },
+        all_verified: records.len() == cfg.proofs * cfg.partitions
+            && records.iter().all(|r| r.verified),
+        partitions_detail: records,
+    }
+}
