@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Builds the release binaries that gpu/run-suite.sh runs on the GPU machine (which has no
+# cargo) and copies them to .gpu/ (git-ignored). Then run, on the device with carry [".gpu"]:
+#   bash gpu/run-suite.sh
+#
+# Sections add their binaries to the lists below: BINS (from src/bin) and TESTS (integration
+# test targets, run there with --ignored).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+
+BINS=(gpud-cuda-bench)
+TESTS=(gpu)
+
+out=.gpu
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/tests"
+
+cargo build --release -p gpud-cuda --bins
+for b in "${BINS[@]}"; do
+    cp "$CARGO_TARGET_DIR/release/$b" "$out/bin/"
+done
+
+test_args=()
+for t in "${TESTS[@]}"; do test_args+=(--test "$t"); done
+cargo test --release -p gpud-cuda "${test_args[@]}" --no-run --message-format=json >"$out/.cargo-test.json"
+python3 - "$out" <<'PY'
+import json, shutil, sys, os
+out = sys.argv[1]
+for line in open(os.path.join(out, ".cargo-test.json")):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"].get("test"):
+        name = m["target"]["name"]
+        shutil.copy(m["executable"], os.path.join(out, "tests", name))
+        print("test binary:", name)
+PY
+rm -f "$out/.cargo-test.json"
+for t in "${TESTS[@]}"; do
+    [ -x "$out/tests/$t" ] || { echo "build.sh: test binary $t missing" >&2; exit 1; }
+done
+
+{
+    echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty tree)')"
+    echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
+} >"$out/BUILD"
+size=$(du -sm "$out" | cut -f1)
+echo "built into $out: ${size} MiB"
+if [ "$size" -gt 60 ]; then
+    echo "build.sh: $out is over 60 MiB; the device call carries at most 64 MiB" >&2
+    exit 1
+fi

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The whole GPU check and benchmark suite, from the prebuilt binaries in .gpu/ (gpu/build.sh),
+# in one run on the GPU machine:
+#   bash gpu/run-suite.sh [SECTION...]   (from the repository root; the call carries .gpu)
+# With no arguments every section runs; name sections to run only those (to split the suite
+# over several device calls of at most 10 minutes). Section time limits add up to under 600 s.
+# Logs and JSON go to $OUT (default ./gpu-out). The summary prints last.
+#
+# Each section is one `section NAME TIMEOUT_S COMMAND...` line below; add new ones there.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+G=.gpu
+# Kernels are compiled by NVRTC on first use; cache them for the later sections of this run.
+export GPUD_CUDA_CACHE_DIR=${GPUD_CUDA_CACHE_DIR:-/tmp/gpud-cuda-kernels}
+export RUST_BACKTRACE=1
+
+summary=()
+failed=0
+
+wanted=("$@")
+section() {
+    local name=$1 limit=$2
+    shift 2
+    if [ "${#wanted[@]}" -gt 0 ] && ! printf '%s\n' "${wanted[@]}" | grep -qx "$name"; then
+        return 0
+    fi
+    echo "=== $name: $*"
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    local took=$((SECONDS - start))
+    tail -n 25 "$OUT/$name.log"
+    summary+=("$(printf '%-16s rc=%-3s %4ss  %s' "$name" "$rc" "$took" "$OUT/$name.log")")
+    [ "$rc" -eq 0 ] || failed=1
+}
+
+[ -d "$G" ] || { echo "no $G: run gpu/build.sh on the development machine and carry .gpu" >&2; exit 2; }
+{
+    cat "$G/BUILD"
+    nvidia-smi --query-gpu=name,uuid,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+    echo "cpus: $(nproc)"
+} >"$OUT/env.log" 2>&1
+cat "$OUT/env.log"
+
+# --- gpud-cuda: device layer, NTT, H polynomial ----------------------------------------------
+section cuda-tests 120 "$G/tests/gpu" --ignored --test-threads=1
+section cuda-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$G/bin/gpud-cuda-bench" --check --max-log 10
+section cuda-check 180 "$G/bin/gpud-cuda-bench" --check --json "$OUT/cuda-check.json"
+section cuda-bench 170 "$G/bin/gpud-cuda-bench" --bench --json "$OUT/cuda-bench.json"
+# The benchmark's tables, whole, for the reply.
+[ -f "$OUT/cuda-bench.log" ] && grep -A 40 "== device-to-device" "$OUT/cuda-bench.log" | head -n 60
+
+echo
+echo "=== summary"
+printf '%s\n' "${summary[@]}"
+exit "$failed"
