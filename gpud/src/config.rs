@@ -244,9 +244,17 @@ impl Config {
 
     /// Validates config text (`path` is only used in messages).
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string().trim_end().replace('\n', " | "),
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let at = e.span().map_or(String::new(), |span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {column}: ")
+            });
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: format!("{at}{}", e.message()),
+            }
         })?;
         let value_err = |key: &str, message: String| ConfigError::Value {
             path: path.to_path_buf(),

@@ -1,1 +1,196 @@
-//! Harness for whole-system tests.
+//! Harness for whole-system tests: real `gpud` daemons on temporary sockets, real clients,
+//! real `gpudctl`.
+//!
+//! Binaries are taken from the cargo target directory this test runs from; the README's test
+//! command builds them first (`cargo build --workspace --bins`).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use gpud_client::blocking::Client;
+
+/// The directory holding the workspace's binaries (`target/debug` or `target/release`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// The path of a workspace binary, which must have been built.
+pub fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the binaries first (cargo build --workspace --bins)",
+        path.display()
+    );
+    path
+}
+
+/// A gpud daemon running on a temporary socket; killed when dropped.
+pub struct Daemon {
+    child: Child,
+    /// Its socket.
+    pub socket: PathBuf,
+    /// Its temporary directory (config, socket, logs).
+    pub dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// Starts gpud on simulated devices (`2x16GiB`, …) with default config and no headroom.
+    pub fn start(simulate: &str) -> Self {
+        Self::start_with(simulate, "")
+    }
+
+    /// Starts gpud with extra config text (TOML).
+    pub fn start_with(simulate: &str, config: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("gpud-test")
+            .tempdir()
+            .expect("tempdir");
+        // Let other uids reach the socket, so that access control is gpud's to decide.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let socket = dir.path().join("gpud.sock");
+        let config_path = dir.path().join("gpud.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let log = std::fs::File::create(dir.path().join("gpud.log")).unwrap();
+        let child = Command::new(bin("gpud"))
+            .arg("--simulate")
+            .arg(simulate)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--headroom")
+            .arg("0")
+            .arg("--log")
+            .arg("debug")
+            .stderr(log)
+            .spawn()
+            .expect("spawn gpud");
+        let daemon = Self { child, socket, dir };
+        daemon.wait_ready(Duration::from_secs(10));
+        daemon
+    }
+
+    fn wait_ready(&self, limit: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!(
+            "gpud did not come up within {limit:?}; log:\n{}",
+            self.log()
+        );
+    }
+
+    /// A blocking client session.
+    pub fn client(&self) -> Client {
+        Client::connect(&self.socket).expect("connect")
+    }
+
+    /// Runs `gpudctl` with this daemon's socket.
+    pub fn gpudctl(&self, args: &[&str]) -> Output {
+        self.gpudctl_command(args).output().expect("run gpudctl")
+    }
+
+    /// A `gpudctl` command with this daemon's socket, not yet started.
+    pub fn gpudctl_command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin("gpudctl"));
+        c.arg("--socket").arg(&self.socket).args(args);
+        c.stdin(Stdio::null());
+        c
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("gpud.log")).unwrap_or_default()
+    }
+
+    /// The daemon's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the daemon process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` every 5 ms until it returns true or `limit` passes.
+pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    check()
+}
+
+/// Reads a whole stream until EOF or `limit`, returning what came.
+pub fn read_until_eof(stream: &mut std::os::unix::net::UnixStream, limit: Duration) -> Vec<u8> {
+    use std::io::Read;
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = Vec::new();
+    let _ = stream.read_to_end(&mut buf);
+    buf
+}
+
+/// Splits length-prefixed frames and parses each as JSON.
+pub fn frames(bytes: &[u8]) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while rest.len() >= 4 {
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if rest.len() < 4 + len {
+            break;
+        }
+        if let Ok(v) = serde_json::from_slice(&rest[4..4 + len]) {
+            out.push(v);
+        }
+        rest = &rest[4 + len..];
+    }
+    out
+}
+
+/// Encodes one frame.
+pub fn frame(json: &serde_json::Value) -> Vec<u8> {
+    let body = serde_json::to_vec(json).unwrap();
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend(body);
+    out
+}

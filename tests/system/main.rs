@@ -1,1 +1,6 @@
-//! Whole-system tests.
+//! Whole-system tests: real daemons on temporary sockets with simulated GPUs, real clients,
+//! real `gpudctl`, real processes killed with SIGKILL.
+
+mod gpudctl;
+mod hostile;
+mod leases;
