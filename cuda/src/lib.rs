@@ -37,6 +37,7 @@ pub mod fr;
 pub mod hpoly;
 pub mod kernels;
 pub mod ledger;
+pub mod msm;
 pub mod ntt;
 pub mod nvrtc;
 pub mod pinned;

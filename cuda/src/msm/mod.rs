@@ -1,0 +1,9 @@
+//! Multi-scalar multiplication over BLS12-381 G1 on the GPU (Pippenger, XYZZ buckets).
+//!
+//! See `cuda/README-msm.md` for the algorithm, its cost model and its measured numbers.
+
+pub mod combine;
+mod error;
+pub mod plan;
+
+pub use error::MsmError;
