@@ -10,7 +10,7 @@
 //! Without a CUDA driver every entry point returns [`Error::NoDriver`]; nothing panics.
 //!
 //! ```no_run
-//! use gpud_client::ExclusiveDevice;
+//! use gpud_client::{ExclusiveDevice, Reservation};
 //! use gpud_cuda::{Device, driver, ntt::{NttEngine, plan::NttKind}};
 //!
 //! # fn main() -> gpud_cuda::Result<()> {
