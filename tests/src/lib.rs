@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use gpud_client::blocking::Client;
 
+pub mod stats;
+
 /// The directory holding the workspace's binaries (`target/debug` or `target/release`).
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
@@ -49,6 +51,11 @@ impl Daemon {
 
     /// Starts gpud with extra config text (TOML).
     pub fn start_with(simulate: &str, config: &str) -> Self {
+        Self::start_logging(simulate, config, "debug")
+    }
+
+    /// Starts gpud with extra config text and a log level.
+    pub fn start_logging(simulate: &str, config: &str, log: &str) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("gpud-test")
             .tempdir()
@@ -58,7 +65,7 @@ impl Daemon {
         let socket = dir.path().join("gpud.sock");
         let config_path = dir.path().join("gpud.toml");
         std::fs::write(&config_path, config).unwrap();
-        let log = std::fs::File::create(dir.path().join("gpud.log")).unwrap();
+        let log_file = std::fs::File::create(dir.path().join("gpud.log")).unwrap();
         let child = Command::new(bin("gpud"))
             .arg("--simulate")
             .arg(simulate)
@@ -69,8 +76,8 @@ impl Daemon {
             .arg("--headroom")
             .arg("0")
             .arg("--log")
-            .arg("debug")
-            .stderr(log)
+            .arg(log)
+            .stderr(log_file)
             .spawn()
             .expect("spawn gpud");
         let daemon = Self { child, socket, dir };

@@ -156,6 +156,9 @@ impl Hub {
             Command::Request { session, id, op } => {
                 if self.sessions.contains_key(&session) {
                     if let Some(outcome) = self.request(now, session, id, op) {
+                        // Grants the request caused go out before its own reply: after a
+                        // release, the next holder is waiting and the releaser is not.
+                        self.deliver();
                         self.send(session, ServerFrame::Reply { id, outcome });
                     }
                 }
