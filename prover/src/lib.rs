@@ -30,6 +30,7 @@ pub mod circuits;
 pub mod engine;
 pub mod error;
 pub mod fft;
+pub mod lease;
 pub mod msm;
 pub mod params;
 pub mod pipeline;

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use gpud_prover::bench::{self, BenchRow};
-use gpud_prover::pipeline::{self, LocalLeaser, PipelineConfig, PipelineReport};
+use gpud_prover::lease::{GpudLeaser, LocalLeaser};
+use gpud_prover::pipeline::{self, PipelineConfig, PipelineReport};
 use gpud_prover::{CircuitKind, CircuitSpec, CpuEngine, ParamsCache, ProverError, ProvingKey};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -224,7 +225,17 @@ fn prove(a: ProveArgs) -> Result<()> {
         bail!("--partitions and --proofs must be at least 1");
     }
     let spec = CircuitSpec::parse(&a.common.circuit, a.log_size)?;
+    a.class
+        .parse::<gpud_client::Class>()
+        .map_err(anyhow::Error::from)
+        .context("--class")?;
     let json = a.common.json;
+    // Connect before the (possibly slow) parameter load, so a missing daemon is reported at once.
+    let leaser = if a.no_daemon {
+        None
+    } else {
+        Some(GpudLeaser::connect(&a.socket)?)
+    };
     let key = load_key(&a.common.cache(), &spec, a.generate, json)?;
     let cfg = PipelineConfig {
         spec,
@@ -246,13 +257,10 @@ fn prove(a: ProveArgs) -> Result<()> {
     };
     pb.set_message(format!("proving {spec}"));
     let progress = |_: &pipeline::PartitionRecord| pb.inc(1);
-    let report = if a.no_daemon {
-        pipeline::run(&CpuEngine, &LocalLeaser::default(), &key, &cfg, &progress)?
+    let report = if let Some(leaser) = leaser {
+        pipeline::run(&CpuEngine, &leaser, &key, &cfg, &progress)?
     } else {
-        bail!(
-            "gpud at {} is not supported by this build yet; use --no-daemon",
-            a.socket.display()
-        );
+        pipeline::run(&CpuEngine, &LocalLeaser::default(), &key, &cfg, &progress)?
     };
     pb.finish_and_clear();
     print_report(&report, json)?;

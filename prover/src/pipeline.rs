@@ -12,18 +12,17 @@
 //!
 //! The GPU-phase thread holds a lease only around the GPU phase, so partition `i`'s CPU tail
 //! (G2 MSM, assembly, verification) runs while partition `i+1` holds the device: the "single
-//! lock" design that kept a SupraSeal C2 GPU 85–91 % busy. Lease acquisition is the
-//! [`Leaser`] seam: gpud through its client, or [`LocalLeaser`] in-process when no daemon is
-//! wanted (benchmarks, single-tenant hosts).
+//! lock" design that kept a SupraSeal C2 GPU 85–91 % busy. Leases come through the
+//! [`Leaser`] seam (see [`crate::lease`]).
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use blstrs::Scalar;
 use ff::Field;
-use gpud_client::{ComputeToken, ExclusiveDevice, LeaseId, Reservation};
+use gpud_client::{LeaseId, Reservation};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
@@ -31,90 +30,10 @@ use serde::Serialize;
 use crate::circuits::CircuitSpec;
 use crate::engine::Engine;
 use crate::error::{ProverError, Result};
+use crate::lease::{LeaseRequest, Leaser};
 use crate::params::ProvingKey;
 use crate::prove::{self, GpuPhaseOutput, Synthesized};
 use crate::synthesis::SynthesisOptions;
-
-/// What the GPU phase of one partition asks for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LeaseRequest {
-    /// Device memory, from [`crate::vram::estimate`].
-    pub vram_bytes: u64,
-    /// Whether the compute slot is needed (always, for a GPU phase).
-    pub compute: bool,
-    /// Priority class name (`critical`, `high`, `normal`, `background`).
-    pub class: String,
-    /// A label for `gpudctl leases`.
-    pub label: String,
-}
-
-/// Acquires leases for GPU phases; a lease is released when dropped.
-pub trait Leaser: Sync {
-    /// The lease guard.
-    type Lease: Reservation;
-    /// Blocks until the lease is granted (or fails).
-    fn acquire(&self, request: &LeaseRequest) -> Result<Self::Lease>;
-}
-
-/// An in-process stand-in for gpud: one compute slot shared by this process's pipelines, and
-/// no VRAM accounting. For runs without a daemon; it cannot coordinate processes.
-#[derive(Debug, Clone, Default)]
-pub struct LocalLeaser {
-    slot: Arc<(Mutex<bool>, Condvar)>,
-    next_id: Arc<AtomicUsize>,
-}
-
-/// A lease from [`LocalLeaser`]; frees the slot when dropped.
-#[derive(Debug)]
-pub struct LocalLease {
-    device: ExclusiveDevice,
-    id: LeaseId,
-    slot: Arc<(Mutex<bool>, Condvar)>,
-}
-
-impl Leaser for LocalLeaser {
-    type Lease = LocalLease;
-
-    fn acquire(&self, request: &LeaseRequest) -> Result<LocalLease> {
-        let (lock, cv) = &*self.slot;
-        let mut busy = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while *busy {
-            busy = cv.wait(busy).unwrap_or_else(|e| e.into_inner());
-        }
-        *busy = true;
-        Ok(LocalLease {
-            device: ExclusiveDevice::claim("local", 0, request.vram_bytes),
-            id: self.next_id.fetch_add(1, Ordering::Relaxed) as LeaseId + 1,
-            slot: self.slot.clone(),
-        })
-    }
-}
-
-impl Drop for LocalLease {
-    fn drop(&mut self) {
-        let (lock, cv) = &*self.slot;
-        *lock.lock().unwrap_or_else(|e| e.into_inner()) = false;
-        cv.notify_one();
-    }
-}
-
-impl Reservation for LocalLease {
-    fn lease_id(&self) -> LeaseId {
-        self.id
-    }
-    fn device_uuid(&self) -> &str {
-        self.device.device_uuid()
-    }
-    fn device_index(&self) -> u32 {
-        self.device.device_index()
-    }
-    fn vram_bytes(&self) -> u64 {
-        self.device.vram_bytes()
-    }
-    fn compute_token(&self) -> Option<ComputeToken<'_>> {
-        self.device.compute_token()
-    }
-}
 
 /// What to prove.
 #[derive(Debug, Clone)]
@@ -433,10 +352,21 @@ fn gpu_worker<E: Engine, L: Leaser>(
         };
         let granted = clock.now();
         let (lease_id, device_uuid) = (lease.lease_id(), lease.device_uuid().to_owned());
-        let out = prove::gpu_phase(engine, &lease, key, item.syn);
-        // Released before the CPU tail: that is what lets the next GPU phase overlap it.
-        drop(lease);
+        let out = prove::gpu_phase(engine, &lease, key, item.syn).and_then(|out| {
+            // A revoked lease protected nothing: a GPU engine's results are suspect.
+            if leaser.lost(&lease) {
+                Err(ProverError::Lease(format!(
+                    "lease {lease_id} was revoked during the GPU phase"
+                )))
+            } else {
+                Ok(out)
+            }
+        });
+        // Recorded before the release is sent, so [granted, released] lies inside the time
+        // the daemon saw the lease held. Released before the CPU tail: that is what lets the
+        // next GPU phase overlap it.
         let released = clock.now();
+        drop(lease);
         let out = match out {
             Ok(o) => o,
             Err(e) => {

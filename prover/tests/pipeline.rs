@@ -5,7 +5,8 @@ mod common;
 use std::sync::Mutex;
 
 use gpud_prover::CpuEngine;
-use gpud_prover::pipeline::{self, LocalLeaser, PipelineConfig, PipelineReport};
+use gpud_prover::lease::LocalLeaser;
+use gpud_prover::pipeline::{self, PipelineConfig, PipelineReport};
 
 fn config(circuit: &str, k: u32, proofs: usize, partitions: usize, label: &str) -> PipelineConfig {
     let (spec, _) = common::key(circuit, k);

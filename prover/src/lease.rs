@@ -1,0 +1,146 @@
+//! How the pipeline gets its leases: the [`Leaser`] seam, gpud's blocking client
+//! ([`GpudLeaser`]) and an in-process stand-in ([`LocalLeaser`]).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use gpud_client::{ComputeToken, ExclusiveDevice, LeaseId, Reservation};
+use serde::Serialize;
+
+use crate::error::{ProverError, Result};
+
+/// What the GPU phase of one partition asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeaseRequest {
+    /// Device memory, from [`crate::vram::estimate`].
+    pub vram_bytes: u64,
+    /// Whether the compute slot is needed (always, for a GPU phase).
+    pub compute: bool,
+    /// Priority class name (`critical`, `high`, `normal`, `background`).
+    pub class: String,
+    /// A label for `gpudctl leases`.
+    pub label: String,
+}
+
+/// Acquires leases for GPU phases; a lease is released when dropped.
+pub trait Leaser {
+    /// The lease guard.
+    type Lease: Reservation;
+    /// Blocks until the lease is granted (or fails).
+    fn acquire(&self, request: &LeaseRequest) -> Result<Self::Lease>;
+    /// Whether the lease was revoked or its connection lost while held.
+    fn lost(&self, _lease: &Self::Lease) -> bool {
+        false
+    }
+}
+
+/// An in-process stand-in for gpud: one compute slot shared by this process's pipelines, and
+/// no VRAM accounting. For runs without a daemon; it cannot coordinate processes.
+#[derive(Debug, Clone, Default)]
+pub struct LocalLeaser {
+    slot: Arc<(Mutex<bool>, Condvar)>,
+    next_id: Arc<AtomicUsize>,
+}
+
+/// A lease from [`LocalLeaser`]; frees the slot when dropped.
+#[derive(Debug)]
+pub struct LocalLease {
+    device: ExclusiveDevice,
+    id: LeaseId,
+    slot: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl Leaser for LocalLeaser {
+    type Lease = LocalLease;
+
+    fn acquire(&self, request: &LeaseRequest) -> Result<LocalLease> {
+        let (lock, cv) = &*self.slot;
+        let mut busy = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while *busy {
+            busy = cv.wait(busy).unwrap_or_else(|e| e.into_inner());
+        }
+        *busy = true;
+        Ok(LocalLease {
+            device: ExclusiveDevice::claim("local", 0, request.vram_bytes),
+            id: self.next_id.fetch_add(1, Ordering::Relaxed) as LeaseId + 1,
+            slot: self.slot.clone(),
+        })
+    }
+}
+
+impl Drop for LocalLease {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.slot;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        cv.notify_one();
+    }
+}
+
+impl Reservation for LocalLease {
+    fn lease_id(&self) -> LeaseId {
+        self.id
+    }
+    fn device_uuid(&self) -> &str {
+        self.device.device_uuid()
+    }
+    fn device_index(&self) -> u32 {
+        self.device.device_index()
+    }
+    fn vram_bytes(&self) -> u64 {
+        self.device.vram_bytes()
+    }
+    fn compute_token(&self) -> Option<ComputeToken<'_>> {
+        self.device.compute_token()
+    }
+}
+
+/// Leases from gpud through its blocking client: one session per prover process, so every
+/// lease dies with the process (a killed prover frees its device).
+pub struct GpudLeaser {
+    client: gpud_client::blocking::Client,
+}
+
+impl std::fmt::Debug for GpudLeaser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpudLeaser")
+            .field("session", &self.client.session())
+            .finish()
+    }
+}
+
+impl GpudLeaser {
+    /// Connects to gpud at `socket`.
+    pub fn connect(socket: impl AsRef<std::path::Path>) -> Result<Self> {
+        let client = gpud_client::blocking::Client::connect(socket)
+            .map_err(|e| ProverError::Lease(e.to_string()))?;
+        Ok(Self { client })
+    }
+
+    /// The client, for status queries.
+    pub fn client(&self) -> &gpud_client::blocking::Client {
+        &self.client
+    }
+}
+
+impl Leaser for GpudLeaser {
+    type Lease = gpud_client::blocking::Lease;
+
+    fn acquire(&self, request: &LeaseRequest) -> Result<Self::Lease> {
+        let class = request
+            .class
+            .parse::<gpud_client::Class>()
+            .map_err(|e| ProverError::Lease(e.to_string()))?;
+        let req = gpud_client::LeaseRequest::new()
+            .vram(request.vram_bytes)
+            .with_compute(request.compute)
+            .class(class)
+            .label(request.label.clone());
+        self.client
+            .acquire(&req)
+            .map_err(|e| ProverError::Lease(e.to_string()))
+    }
+
+    fn lost(&self, lease: &Self::Lease) -> bool {
+        lease.is_lost()
+    }
+}
