@@ -401,6 +401,15 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_parses_to_the_defaults() {
+        let text = include_str!("../../systemd/gpud.toml");
+        let c = parse(text).unwrap();
+        let mut expected = Config::default();
+        expected.socket = Some("/run/gpud/gpud.sock".into());
+        assert_eq!(c, expected);
+    }
+
+    #[test]
     fn empty_config_gives_defaults() {
         let c = parse("").unwrap();
         assert_eq!(c, Config::default());

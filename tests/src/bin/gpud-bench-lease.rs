@@ -26,7 +26,11 @@ struct Options {
 }
 
 fn options() -> Result<Options> {
-    let mut o = Options { iterations: 20_000, waiters: 64, json: false };
+    let mut o = Options {
+        iterations: 20_000,
+        waiters: 64,
+        json: false,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -40,12 +44,17 @@ fn options() -> Result<Options> {
             other => anyhow::bail!("unknown argument {other:?} (try --help)"),
         }
     }
-    anyhow::ensure!(o.iterations >= 100 && o.waiters >= 2, "need --iterations >= 100 and --waiters >= 2");
+    anyhow::ensure!(
+        o.iterations >= 100 && o.waiters >= 2,
+        "need --iterations >= 100 and --waiters >= 2"
+    );
     Ok(o)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
 }
 
 /// One client pinging: the floor of any request.
@@ -187,8 +196,14 @@ impl Handoff {
             return;
         }
         let mut guard = self.next_grant.0.lock().unwrap_or_else(|p| p.into_inner());
-        while !self.done.load(Ordering::Acquire) && self.grants.load(Ordering::Acquire) == grants_at_release {
-            guard = self.next_grant.1.wait(guard).unwrap_or_else(|p| p.into_inner());
+        while !self.done.load(Ordering::Acquire)
+            && self.grants.load(Ordering::Acquire) == grants_at_release
+        {
+            guard = self
+                .next_grant
+                .1
+                .wait(guard)
+                .unwrap_or_else(|p| p.into_inner());
         }
     }
 
@@ -197,11 +212,19 @@ impl Handoff {
         self.passed_on.load(Ordering::Relaxed) as f64 / self.target as f64
     }
     fn finish(&self, local: Vec<Duration>) {
-        self.samples.lock().unwrap_or_else(|p| p.into_inner()).extend(local);
+        self.samples
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(local);
     }
 }
 
-fn gpud_handoff(daemon: &Daemon, waiters: usize, target: u64, forced: bool) -> Result<(Summary, f64)> {
+fn gpud_handoff(
+    daemon: &Daemon,
+    waiters: usize,
+    target: u64,
+    forced: bool,
+) -> Result<(Summary, f64)> {
     let h = Handoff::new(target, forced);
     let threads: Vec<_> = (0..waiters)
         .map(|me| {
@@ -230,7 +253,8 @@ fn gpud_handoff(daemon: &Daemon, waiters: usize, target: u64, forced: bool) -> R
         })
         .collect();
     for t in threads {
-        t.join().map_err(|_| anyhow::anyhow!("client thread panicked"))??;
+        t.join()
+            .map_err(|_| anyhow::anyhow!("client thread panicked"))??;
     }
     let mut samples = std::mem::take(&mut *h.samples.lock().unwrap_or_else(|p| p.into_inner()));
     if samples.is_empty() {
@@ -239,7 +263,12 @@ fn gpud_handoff(daemon: &Daemon, waiters: usize, target: u64, forced: bool) -> R
     Ok((summarize(&mut samples), h.fairness()))
 }
 
-fn flock_handoff(path: &std::path::Path, waiters: usize, target: u64, forced: bool) -> Result<(Summary, f64)> {
+fn flock_handoff(
+    path: &std::path::Path,
+    waiters: usize,
+    target: u64,
+    forced: bool,
+) -> Result<(Summary, f64)> {
     let h = Handoff::new(target, forced);
     let threads: Vec<_> = (0..waiters)
         .map(|me| {
@@ -265,7 +294,8 @@ fn flock_handoff(path: &std::path::Path, waiters: usize, target: u64, forced: bo
         })
         .collect();
     for t in threads {
-        t.join().map_err(|_| anyhow::anyhow!("flock thread panicked"))??;
+        t.join()
+            .map_err(|_| anyhow::anyhow!("flock thread panicked"))??;
     }
     let mut samples = std::mem::take(&mut *h.samples.lock().unwrap_or_else(|p| p.into_inner()));
     if samples.is_empty() {
@@ -301,15 +331,27 @@ fn main() -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("lease latency, {} iterations, {} waiting clients for handoff", o.iterations, o.waiters);
+    println!(
+        "lease latency, {} iterations, {} waiting clients for handoff",
+        o.iterations, o.waiters
+    );
 
-    println!("{:<42} {:>10} {:>10} {:>10}", "", "p50 µs", "p99 µs", "mean µs");
+    println!(
+        "{:<42} {:>10} {:>10} {:>10}",
+        "", "p50 µs", "p99 µs", "mean µs"
+    );
     let row = |name: &str, s: &Summary| {
-        println!("{name:<42} {:>10.1} {:>10.1} {:>10.1}", s.p50_us, s.p99_us, s.mean_us)
+        println!(
+            "{name:<42} {:>10.1} {:>10.1} {:>10.1}",
+            s.p50_us, s.p99_us, s.mean_us
+        )
     };
     row("gpud ping (one request, the floor)", &gpud_ping);
     row("gpud acquire + release (reply awaited)", &gpud_rt);
-    row("gpud acquire + guard drop (release pipelined)", &gpud_rt_drop);
+    row(
+        "gpud acquire + guard drop (release pipelined)",
+        &gpud_rt_drop,
+    );
     row("flock open+lock+close (bellperson style)", &flock_rt);
     row("gpud handoff (release -> next grant)", &gpud_ho);
     row("flock handoff (unlock -> next lock)", &flock_ho);

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh Debian machine with Rust (run as root, as CI does):
+# installs what the tests need, builds once in the dev profile, then checks formatting,
+# lints and every test. GPU tests are marked `#[ignore = "needs a GPU"]` and run on a GPU
+# host with gpu/run-suite.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# System packages the tests use: a C++ compiler (kernel arithmetic compiled on the host),
+# pip (NVRTC wheel), dbus-daemon and busctl (D-Bus tests), systemd tools (unit checks,
+# socket activation).
+missing=()
+command -v g++ >/dev/null || missing+=(build-essential)
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+command -v dbus-daemon >/dev/null || missing+=(dbus-daemon)
+command -v busctl >/dev/null || missing+=(systemd)
+command -v systemd-socket-activate >/dev/null || missing+=(systemd)
+command -v pkill >/dev/null || missing+=(procps)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+eval "$(cuda/ci-setup.sh)"
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+# System tests run the real binaries: build them first, in the same profile as the tests.
+cargo build --workspace --bins
+cargo test --workspace -- --show-output 2>&1 | tee target/test-output.log
+echo "all tests passed"
