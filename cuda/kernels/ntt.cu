@@ -1,5 +1,6 @@
-// NTT kernels over BLS12-381 Fr: radix-2^k passes in shared memory, bit-reversal, coset and
-// 1/n scaling, and the pointwise step of the Groth16 H polynomial. Thin loops: the arithmetic
+// NTT kernels over BLS12-381 Fr: radix-2^k passes in shared memory (with coset, 1/n and 1/Z
+// scaling folded into their loads or stores), bit reversal, and the pointwise step of the
+// Groth16 H polynomial. Thin loops: the arithmetic
 // and index math live in ntt.cuh and fr.cuh, which the CPU tests run on the host.
 #include "ntt.cuh"
 
@@ -14,13 +15,14 @@ extern "C" __global__ void ntt_twiddles(fr_t *out, const fr_t *pow_table, u64 co
 }
 
 // One pass of k stages over a batch stored back to back (see ntt.cuh). One block per SUBS
-// sub-problems; dynamic shared memory: 32 bytes per element of the block.
+// sub-problems; dynamic shared memory: 32 bytes per element of the block. `scale` is a power
+// table when p.scale asks for one.
 extern "C" __global__ void __launch_bounds__(256) ntt_pass_kernel(fr_t *data, const fr_t *twiddles,
-                                                                 ntt_pass p) {
+                                                                 const fr_t *scale, ntt_pass p) {
     extern __shared__ fr_u32 sm[];
     const fr_u32 E = ntt_block_elems(p);
     const u64 block = blockIdx.x;
-    for (fr_u32 i = threadIdx.x; i < E; i += blockDim.x) ntt_pass_load(p, data, block, sm, i);
+    for (fr_u32 i = threadIdx.x; i < E; i += blockDim.x) ntt_pass_load(p, data, scale, block, sm, i);
     __syncthreads();
     for (fr_u32 r = 0; r < p.k; r++) {
         fr_u32 log_hp = ntt_stage_log_hp(p, r);
@@ -28,19 +30,12 @@ extern "C" __global__ void __launch_bounds__(256) ntt_pass_kernel(fr_t *data, co
             ntt_butterfly(p, twiddles, block, sm, b, log_hp);
         __syncthreads();
     }
-    for (fr_u32 i = threadIdx.x; i < E; i += blockDim.x) ntt_pass_store(p, data, block, sm, i);
+    for (fr_u32 i = threadIdx.x; i < E; i += blockDim.x) ntt_pass_store(p, data, scale, block, sm, i);
 }
 
 // In-place bit-reversal permutation of each 2^log_n-point polynomial of the batch.
 extern "C" __global__ void ntt_bitrev_kernel(fr_t *data, fr_u32 log_n, u64 total) {
     for (u64 g = first_index(); g < total; g += grid_stride()) ntt_bitrev_one(data, g, log_n);
-}
-
-// data[i] *= c * g^e, e the index of i in its polynomial (bit-reversed when `bitrev`).
-extern "C" __global__ void ntt_scale(fr_t *data, const fr_t *pow_table, u64 total, fr_u32 log_n,
-                                     fr_u32 bitrev) {
-    for (u64 g = first_index(); g < total; g += grid_stride())
-        data[g] = ntt_scale_one(pow_table, data[g], g, log_n, bitrev);
 }
 
 // Groth16 H: a <- a * b - c on the coset, in bit-reversed order.

@@ -19,14 +19,20 @@
 #include "fr.cuh"
 
 struct ntt_pass {
-    fr_u32 log_n;      // transform size n = 2^log_n
-    fr_u32 log_stride; // S = 2^log_stride: distance between the elements of one sub-problem
-    fr_u32 k;          // stages in this pass: a sub-problem has 2^k elements
-    fr_u32 log_subs;   // sub-problems per block: the block holds 2^(log_subs + k) elements
-    fr_u64 total;      // elements over the whole batch (batch * n)
-    fr_u32 inverse;    // use omega^-1
-    fr_u32 dit;        // DIT order (stages with growing h) instead of DIF
+    fr_u32 log_n;        // transform size n = 2^log_n
+    fr_u32 log_stride;   // S = 2^log_stride: distance between the elements of one sub-problem
+    fr_u32 k;            // stages in this pass: a sub-problem has 2^k elements
+    fr_u32 log_subs;     // sub-problems per block: the block holds 2^(log_subs + k) elements
+    fr_u64 total;        // elements over the whole batch (batch * n)
+    fr_u32 inverse;      // use omega^-1
+    fr_u32 dit;          // DIT order (stages with growing h) instead of DIF
+    fr_u32 scale;        // multiply by the power table: 0 never, 1 as loaded, 2 before storing
+    fr_u32 scale_bitrev; // index the power table by the bit-reversed position
 };
+
+#define NTT_SCALE_NONE 0u
+#define NTT_SCALE_ON_LOAD 1u
+#define NTT_SCALE_ON_STORE 2u
 
 // Elements a block holds.
 FR_FN fr_u32 ntt_block_elems(const ntt_pass &p) { return 1u << (p.log_subs + p.k); }
@@ -131,20 +137,14 @@ FR_FN fr_u64 ntt_bitrev(fr_u64 x, fr_u32 bits) {
 #endif
 }
 
-// c * g^e from three tables covering e < 2^27: lo[e & 1023] * mid[(e >> 10) & 1023] *
-// hi[e >> 20], where hi already carries the constant c. Used for coset shifts and 1/n scaling.
-#define NTT_POW_LO_BITS 10
-#define NTT_POW_MID_BITS 10
-#define NTT_POW_HI_BITS 7
-#define NTT_POW_TABLE_LEN ((1 << NTT_POW_LO_BITS) + (1 << NTT_POW_MID_BITS) + (1 << NTT_POW_HI_BITS))
+// c * g^e from two tables covering e < 2^27: lo[e mod 2^14] * hi[e >> 14], where hi already
+// carries the constant c. Used for coset shifts, 1/n and 1/Z scaling, and to expand twiddles.
+#define NTT_POW_LO_BITS 14
+#define NTT_POW_HI_BITS 13
+#define NTT_POW_TABLE_LEN ((1 << NTT_POW_LO_BITS) + (1 << NTT_POW_HI_BITS))
 
 FR_FN fr_t ntt_pow_from_table(const fr_t *table, fr_u64 e) {
-    const fr_t *lo = table;
-    const fr_t *mid = table + (1 << NTT_POW_LO_BITS);
-    const fr_t *hi = mid + (1 << NTT_POW_MID_BITS);
-    fr_t v = fr_mul(lo[e & ((1 << NTT_POW_LO_BITS) - 1)],
-                    mid[(e >> NTT_POW_LO_BITS) & ((1 << NTT_POW_MID_BITS) - 1)]);
-    return fr_mul(v, hi[e >> (NTT_POW_LO_BITS + NTT_POW_MID_BITS)]);
+    return fr_mul(table[e & ((1u << NTT_POW_LO_BITS) - 1)], table[(1u << NTT_POW_LO_BITS) + (e >> NTT_POW_LO_BITS)]);
 }
 
 // Element i of a batch of n-point polynomials, scaled by c * g^e with e its index in the
@@ -155,23 +155,31 @@ FR_FN fr_t ntt_scale_one(const fr_t *table, fr_t v, fr_u64 i, fr_u32 log_n, fr_u
     return fr_mul(v, ntt_pow_from_table(table, e));
 }
 
-// Twiddle table entry e: omega^e = lo[e & 1023] * mid[(e >> 10) & 1023] * hi[e >> 20] with the
-// same three-level layout as the power tables (table of omega, c = 1).
+// Twiddle table entry e: omega^e from the power table of omega (c = 1).
 FR_FN fr_t ntt_twiddle_entry(const fr_t *pow_table, fr_u64 e) {
     return ntt_pow_from_table(pow_table, e);
 }
 
-// The block's i-th element: global memory to shared memory, and back.
-FR_FN void ntt_pass_load(const ntt_pass &p, const fr_t *data, fr_u64 block, fr_u32 *sm, fr_u32 i) {
+// The block's i-th element: global memory to shared memory, and back, with the pass's
+// scaling folded in (saving a separate pass over memory).
+FR_FN void ntt_pass_load(const ntt_pass &p, const fr_t *data, const fr_t *scale, fr_u64 block, fr_u32 *sm,
+                         fr_u32 i) {
     fr_u64 x;
     fr_u32 slot;
-    if (ntt_locate(p, block, i, x, slot)) ntt_smem_put(sm, ntt_block_elems(p), slot, data[x]);
+    if (!ntt_locate(p, block, i, x, slot)) return;
+    fr_t v = data[x];
+    if (p.scale == NTT_SCALE_ON_LOAD) v = ntt_scale_one(scale, v, x, p.log_n, p.scale_bitrev);
+    ntt_smem_put(sm, ntt_block_elems(p), slot, v);
 }
 
-FR_FN void ntt_pass_store(const ntt_pass &p, fr_t *data, fr_u64 block, const fr_u32 *sm, fr_u32 i) {
+FR_FN void ntt_pass_store(const ntt_pass &p, fr_t *data, const fr_t *scale, fr_u64 block, const fr_u32 *sm,
+                          fr_u32 i) {
     fr_u64 x;
     fr_u32 slot;
-    if (ntt_locate(p, block, i, x, slot)) data[x] = ntt_smem_get(sm, ntt_block_elems(p), slot);
+    if (!ntt_locate(p, block, i, x, slot)) return;
+    fr_t v = ntt_smem_get(sm, ntt_block_elems(p), slot);
+    if (p.scale == NTT_SCALE_ON_STORE) v = ntt_scale_one(scale, v, x, p.log_n, p.scale_bitrev);
+    data[x] = v;
 }
 
 // Bit-reversal permutation, in place: global element g swaps with its partner when it is the

@@ -40,7 +40,8 @@ pub const NTT_CUH: Header = Header {
     source: include_str!("../kernels/ntt.cuh"),
 };
 
-/// NTT passes, bit reversal, coset scaling and the Groth16 H pointwise step.
+/// NTT passes (with coset and 1/n scaling folded in), bit reversal and the Groth16 H pointwise
+/// step.
 pub static NTT: KernelModule = KernelModule {
     name: "ntt",
     source: include_str!("../kernels/ntt.cu"),
@@ -49,7 +50,6 @@ pub static NTT: KernelModule = KernelModule {
         "ntt_twiddles",
         "ntt_pass_kernel",
         "ntt_bitrev_kernel",
-        "ntt_scale",
         "h_pointwise",
     ],
 };

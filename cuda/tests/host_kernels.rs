@@ -191,7 +191,11 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
     let mut encoded = prelude;
     for s in steps {
         encoded.push(match *s {
-            Step::Pass { region, params } => {
+            Step::Pass {
+                region,
+                params,
+                scale,
+            } => {
                 let tw = index_of(
                     &tables,
                     TableKey::Twiddles {
@@ -199,6 +203,9 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
                     },
                 )
                 .unwrap() as u64;
+                let sc = scale
+                    .map(|k| index_of(&tables, k).unwrap() as u64)
+                    .unwrap_or(tw);
                 [
                     2,
                     off(region),
@@ -210,9 +217,9 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
                     params.inverse as u64,
                     params.dit as u64,
                     tw,
-                    0,
-                    0,
-                    0,
+                    sc,
+                    params.scale as u64,
+                    params.scale_bitrev as u64,
                 ]
             }
             Step::Bitrev {
@@ -234,30 +241,6 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
                 0,
                 0,
             ],
-            Step::Scale {
-                region,
-                total,
-                log_n,
-                table,
-                bitrev,
-            } => {
-                let t = index_of(&tables, table).unwrap() as u64;
-                [
-                    4,
-                    off(region),
-                    total,
-                    log_n as u64,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    t,
-                    bitrev as u64,
-                    0,
-                    0,
-                ]
-            }
             Step::Pointwise { a, b, c, log_n } => [
                 5,
                 off(a),

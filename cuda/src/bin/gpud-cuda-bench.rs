@@ -376,7 +376,6 @@ fn step_name(s: &Step) -> String {
     match s {
         Step::Pass { params, .. } => format!("pass k={} S=2^{}", params.k, params.log_stride),
         Step::Bitrev { .. } => "bitrev".into(),
-        Step::Scale { .. } => "scale".into(),
         Step::Pointwise { .. } => "pointwise".into(),
     }
 }

@@ -30,7 +30,6 @@ pub struct NttEngine<'d> {
     pass: CudaFunction,
     twiddles: CudaFunction,
     bitrev: CudaFunction,
-    scale: CudaFunction,
     pointwise: CudaFunction,
     tables: HashMap<TableKey, DeviceBuffer<'d, Scalar>>,
 }
@@ -44,7 +43,6 @@ impl<'d> NttEngine<'d> {
             pass: f("ntt_pass_kernel")?,
             twiddles: f("ntt_twiddles")?,
             bitrev: f("ntt_bitrev_kernel")?,
-            scale: f("ntt_scale")?,
             pointwise: f("h_pointwise")?,
             tables: HashMap::new(),
         })
@@ -145,11 +143,20 @@ impl<'d> NttEngine<'d> {
         let stream = self.dev.stream().clone();
         for step in steps {
             match *step {
-                Step::Pass { region: r, params } => {
+                Step::Pass {
+                    region: r,
+                    params,
+                    scale,
+                } => {
                     let data = region(r)?;
                     let tw = self.table(TableKey::Twiddles {
                         log_n: params.log_n,
                     })?;
+                    // Without scaling the kernel never reads the table: pass the twiddles.
+                    let sc = match scale {
+                        Some(key) => self.table(key)?,
+                        None => tw,
+                    };
                     let blocks = u32::try_from(params.blocks()).map_err(|_| {
                         Error::InvalidArgument("batch too large for one launch".into())
                     })?;
@@ -159,9 +166,10 @@ impl<'d> NttEngine<'d> {
                         shared_mem_bytes: params.shared_bytes(),
                     };
                     let mut b = stream.launch_builder(&self.pass);
-                    b.arg(&data).arg(&tw).arg(&params);
+                    b.arg(&data).arg(&tw).arg(&sc).arg(&params);
                     // SAFETY: `data` holds params.total elements (planner invariant), `tw` the
-                    // twiddles of this size; shared memory matches the block's elements.
+                    // twiddles of this size, `sc` a power table when the pass scales; shared
+                    // memory matches the block's elements.
                     unsafe { b.launch(cfg) }?;
                 }
                 Step::Bitrev {
@@ -173,21 +181,6 @@ impl<'d> NttEngine<'d> {
                     let mut b = stream.launch_builder(&self.bitrev);
                     b.arg(&data).arg(&log_n).arg(&total);
                     // SAFETY: `data` holds `total` elements, a whole number of polynomials.
-                    unsafe { b.launch(elementwise_config(self.dev, total)) }?;
-                }
-                Step::Scale {
-                    region: r,
-                    total,
-                    log_n,
-                    table,
-                    bitrev,
-                } => {
-                    let data = region(r)?;
-                    let t = self.table(table)?;
-                    let flag = u32::from(bitrev);
-                    let mut b = stream.launch_builder(&self.scale);
-                    b.arg(&data).arg(&t).arg(&total).arg(&log_n).arg(&flag);
-                    // SAFETY: `data` holds `total` elements; `t` is a full power table.
                     unsafe { b.launch(elementwise_config(self.dev, total)) }?;
                 }
                 Step::Pointwise { a, b: rb, c, log_n } => {

@@ -35,7 +35,19 @@ pub struct PassParams {
     pub inverse: u32,
     /// 1 for DIT order.
     pub dit: u32,
+    /// Multiply by the step's power table: [`SCALE_NONE`], [`SCALE_ON_LOAD`] or
+    /// [`SCALE_ON_STORE`].
+    pub scale: u32,
+    /// 1 to index the power table by the bit-reversed position.
+    pub scale_bitrev: u32,
 }
+
+/// No scaling in a pass.
+pub const SCALE_NONE: u32 = 0;
+/// Scale elements as the pass loads them (before its butterflies).
+pub const SCALE_ON_LOAD: u32 = 1;
+/// Scale elements before the pass stores them (after its butterflies).
+pub const SCALE_ON_STORE: u32 = 2;
 
 // SAFETY: repr(C) plain integers, laid out like the kernel's struct (checked in tests).
 unsafe impl DeviceRepr for PassParams {}
@@ -89,7 +101,7 @@ pub enum TableKey {
         /// log2 n.
         log_n: u32,
     },
-    /// factor * base^e for e < 2^27, as three small tables (see ntt.cuh).
+    /// factor * base^e for e < 2^27, as two small tables (see ntt.cuh).
     Powers {
         /// log2 n (fixes omega_n and 1/n).
         log_n: u32,
@@ -105,12 +117,15 @@ pub enum TableKey {
 /// H inputs a, b, c).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// A pass of butterflies; reads `TableKey::Twiddles { log_n }`.
+    /// A pass of butterflies; reads `TableKey::Twiddles { log_n }`, and `scale` (a
+    /// `TableKey::Powers`) when `params.scale` asks for scaling.
     Pass {
         /// The buffer.
         region: usize,
         /// The pass.
         params: PassParams,
+        /// The power table of the scaling folded into this pass.
+        scale: Option<TableKey>,
     },
     /// Bit-reversal permutation of each polynomial.
     Bitrev {
@@ -120,19 +135,6 @@ pub enum Step {
         total: u64,
         /// log2 of the polynomial size.
         log_n: u32,
-    },
-    /// Element i *= table(e), e its index in its polynomial (bit-reversed when `bitrev`).
-    Scale {
-        /// The buffer.
-        region: usize,
-        /// Elements.
-        total: u64,
-        /// log2 of the polynomial size.
-        log_n: u32,
-        /// A `TableKey::Powers`.
-        table: TableKey,
-        /// Index the table by the bit-reversed position.
-        bitrev: bool,
     },
     /// Groth16 H: a <- a * b - c, written bit-reversed.
     Pointwise {
@@ -181,6 +183,8 @@ pub fn passes(log_n: u32, batch: u64, inverse: bool, dit: bool) -> Vec<PassParam
             total,
             inverse: u32::from(inverse),
             dit: u32::from(dit),
+            scale: SCALE_NONE,
+            scale_bitrev: 0,
         });
     }
     if dit {
@@ -214,105 +218,129 @@ pub fn check_log_n(log_n: u32) -> Result<()> {
     }
 }
 
+/// Where a transform's scaling goes.
+#[derive(Debug, Clone, Copy)]
+struct Scaling {
+    table: TableKey,
+    /// Into the first pass's loads (else the last pass's stores).
+    on_load: bool,
+    /// Index by bit-reversed position (the data is in bit-reversed order there).
+    bitrev: bool,
+}
+
 fn pass_steps(
     region: usize,
     log_n: u32,
     batch: u64,
     inverse: bool,
     dit: bool,
-) -> impl Iterator<Item = Step> {
-    passes(log_n, batch, inverse, dit)
+    scaling: Option<Scaling>,
+) -> Vec<Step> {
+    let mut params = passes(log_n, batch, inverse, dit);
+    let mut scale = vec![None; params.len()];
+    if let Some(sc) = scaling {
+        let i = if sc.on_load { 0 } else { params.len() - 1 };
+        params[i].scale = if sc.on_load {
+            SCALE_ON_LOAD
+        } else {
+            SCALE_ON_STORE
+        };
+        params[i].scale_bitrev = u32::from(sc.bitrev);
+        scale[i] = Some(sc.table);
+    }
+    params
         .into_iter()
-        .map(move |params| Step::Pass { region, params })
+        .zip(scale)
+        .map(|(params, scale)| Step::Pass {
+            region,
+            params,
+            scale,
+        })
+        .collect()
 }
 
-/// The steps of a standalone transform of `batch` polynomials (natural order in and out).
+/// The steps of a standalone transform of `batch` polynomials (natural order in and out):
+/// DIF passes, then a bit-reversal. The coset shift g^i is folded into the first pass's loads;
+/// 1/n (and g^-i) into the last pass's stores, where the data is bit-reversed.
 pub fn ntt_steps(kind: NttKind, log_n: u32, batch: u64) -> Vec<Step> {
     let total = batch << log_n;
-    let inverse = matches!(kind, NttKind::Inverse | NttKind::CosetInverse);
-    let mut steps = Vec::new();
-    if kind == NttKind::CosetForward {
-        let table = TableKey::Powers {
-            log_n,
-            base: Base::Gen,
-            factor: Factor::One,
-        };
-        steps.push(Step::Scale {
-            region: 0,
-            total,
-            log_n,
-            table,
-            bitrev: false,
-        });
-    }
-    steps.extend(pass_steps(0, log_n, batch, inverse, false));
+    let (inverse, scaling) = match kind {
+        NttKind::Forward => (false, None),
+        NttKind::CosetForward => (
+            false,
+            Some(Scaling {
+                table: TableKey::Powers {
+                    log_n,
+                    base: Base::Gen,
+                    factor: Factor::One,
+                },
+                on_load: true,
+                bitrev: false,
+            }),
+        ),
+        NttKind::Inverse | NttKind::CosetInverse => {
+            let base = if kind == NttKind::Inverse {
+                Base::One
+            } else {
+                Base::GenInv
+            };
+            (
+                true,
+                Some(Scaling {
+                    table: TableKey::Powers {
+                        log_n,
+                        base,
+                        factor: Factor::InvN,
+                    },
+                    on_load: false,
+                    bitrev: true,
+                }),
+            )
+        }
+    };
+    let mut steps = pass_steps(0, log_n, batch, inverse, false, scaling);
     steps.push(Step::Bitrev {
         region: 0,
         total,
         log_n,
     });
-    let post = match kind {
-        NttKind::Forward | NttKind::CosetForward => None,
-        NttKind::Inverse => Some(Base::One),
-        NttKind::CosetInverse => Some(Base::GenInv),
-    };
-    if let Some(base) = post {
-        let table = TableKey::Powers {
-            log_n,
-            base,
-            factor: Factor::InvN,
-        };
-        steps.push(Step::Scale {
-            region: 0,
-            total,
-            log_n,
-            table,
-            bitrev: false,
-        });
-    }
     steps
 }
 
 /// Groth16 H, for the input polynomial in `region` (evaluations on the subgroup, natural order):
-/// to coefficients (DIF, bit-reversed), times g^i / n, to evaluations on the coset (DIT,
-/// natural order). Inputs are independent, so each runs as soon as its upload lands.
+/// to coefficients (DIF, bit-reversed) with g^i / n applied as the last pass stores, then to
+/// evaluations on the coset (DIT, natural order). Inputs are independent, so each runs as soon
+/// as its upload lands.
 pub fn h_input_steps(log_n: u32, region: usize) -> Vec<Step> {
-    let n = 1u64 << log_n;
-    let mut steps: Vec<Step> = pass_steps(region, log_n, 1, true, false).collect();
-    let table = TableKey::Powers {
-        log_n,
-        base: Base::Gen,
-        factor: Factor::InvN,
-    };
-    steps.push(Step::Scale {
-        region,
-        total: n,
-        log_n,
-        table,
+    let scaling = Scaling {
+        table: TableKey::Powers {
+            log_n,
+            base: Base::Gen,
+            factor: Factor::InvN,
+        },
+        on_load: false,
         bitrev: true,
-    });
-    steps.extend(pass_steps(region, log_n, 1, false, true));
+    };
+    let mut steps = pass_steps(region, log_n, 1, true, false, Some(scaling));
+    steps.extend(pass_steps(region, log_n, 1, false, true, None));
     steps
 }
 
-/// Groth16 H after the three inputs: a * b - c on the coset (bit-reversed), divided by Z, back
-/// to coefficients (DIT inverse, natural order) and times g^-i / n. The result is in a.
+/// Groth16 H after the three inputs: a * b - c on the coset (written bit-reversed), back to
+/// coefficients (DIT inverse, natural order) with g^-i / (n Z(g)) applied as the last pass
+/// stores (the division by Z). The result is in a.
 pub fn h_tail_steps(log_n: u32, a: usize, b: usize, c: usize) -> Vec<Step> {
-    let n = 1u64 << log_n;
-    let mut steps = vec![Step::Pointwise { a, b, c, log_n }];
-    steps.extend(pass_steps(a, log_n, 1, true, true));
-    let table = TableKey::Powers {
-        log_n,
-        base: Base::GenInv,
-        factor: Factor::InvNInvZ,
-    };
-    steps.push(Step::Scale {
-        region: a,
-        total: n,
-        log_n,
-        table,
+    let scaling = Scaling {
+        table: TableKey::Powers {
+            log_n,
+            base: Base::GenInv,
+            factor: Factor::InvNInvZ,
+        },
+        on_load: false,
         bitrev: false,
-    });
+    };
+    let mut steps = vec![Step::Pointwise { a, b, c, log_n }];
+    steps.extend(pass_steps(a, log_n, 1, true, true, Some(scaling)));
     steps
 }
 
@@ -320,16 +348,14 @@ pub fn h_tail_steps(log_n: u32, a: usize, b: usize, c: usize) -> Vec<Step> {
 pub fn tables_used(steps: &[Step]) -> Vec<TableKey> {
     let mut out: Vec<TableKey> = Vec::new();
     for s in steps {
-        let key = match *s {
-            Step::Pass { params, .. } => Some(TableKey::Twiddles {
+        if let Step::Pass { params, scale, .. } = *s {
+            let twiddles = TableKey::Twiddles {
                 log_n: params.log_n,
-            }),
-            Step::Scale { table, .. } => Some(table),
-            _ => None,
-        };
-        if let Some(k) = key {
-            if !out.contains(&k) {
-                out.push(k);
+            };
+            for k in [Some(twiddles), scale].into_iter().flatten() {
+                if !out.contains(&k) {
+                    out.push(k);
+                }
             }
         }
     }
@@ -384,8 +410,30 @@ mod tests {
 
     #[test]
     fn pass_params_match_the_kernel_struct_layout() {
-        assert_eq!(std::mem::size_of::<PassParams>(), 32);
+        assert_eq!(std::mem::size_of::<PassParams>(), 40);
         assert_eq!(std::mem::align_of::<PassParams>(), 8);
+    }
+
+    #[test]
+    fn every_scaling_is_folded_into_exactly_one_pass() {
+        let count = |steps: &[Step]| {
+            steps
+                .iter()
+                .filter(|s| matches!(s, Step::Pass { params, scale: Some(_), .. } if params.scale != SCALE_NONE))
+                .count()
+        };
+        for l in [1, 9, 27] {
+            assert_eq!(count(&ntt_steps(NttKind::Forward, l, 1)), 0);
+            for k in [
+                NttKind::Inverse,
+                NttKind::CosetForward,
+                NttKind::CosetInverse,
+            ] {
+                assert_eq!(count(&ntt_steps(k, l, 1)), 1);
+            }
+            assert_eq!(count(&h_input_steps(l, 0)), 1);
+            assert_eq!(count(&h_tail_steps(l, 0, 1, 2)), 1);
+        }
     }
 
     #[test]

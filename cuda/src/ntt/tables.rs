@@ -1,5 +1,5 @@
 //! Host-side constants of the transforms, computed with blstrs: roots of unity, the coset shift,
-//! 1/n, 1/Z(g), and the three-level power tables the kernels read.
+//! 1/n, 1/Z(g), and the two-level power tables the kernels read.
 
 use blstrs::Scalar;
 use ff::{Field, PrimeField};
@@ -7,9 +7,9 @@ use ff::{Field, PrimeField};
 use super::plan::{Base, Factor, TableKey};
 
 /// Exponent bits of each level of a power table (ntt.cuh: NTT_POW_*_BITS).
-pub const POW_LEVEL_BITS: [u32; 3] = [10, 10, 7];
-/// Entries of a power table.
-pub const POW_TABLE_LEN: usize = (1 << 10) + (1 << 10) + (1 << 7);
+pub const POW_LEVEL_BITS: [u32; 2] = [14, 13];
+/// Entries of a power table (768 KiB: stays in L2).
+pub const POW_TABLE_LEN: usize = (1 << 14) + (1 << 13);
 
 /// The primitive 2^log_n-th root of unity bellperson uses: ROOT_OF_UNITY squared down.
 pub fn omega(log_n: u32) -> Scalar {
@@ -57,7 +57,7 @@ fn factor_value(log_n: u32, factor: Factor) -> Scalar {
     }
 }
 
-/// factor * base^e for e < 2^27 as lo[e & 1023] * mid[(e >> 10) & 1023] * hi[e >> 20].
+/// factor * base^e for e < 2^27 as lo[e mod 2^14] * hi[e >> 14].
 pub fn power_table(base: Scalar, factor: Scalar) -> Vec<Scalar> {
     let mut out = Vec::with_capacity(POW_TABLE_LEN);
     // base^(2^(bits of the levels below)): the step between entries of this level.
@@ -106,9 +106,7 @@ mod tests {
     use super::*;
 
     fn lookup(t: &[Scalar], e: u64) -> Scalar {
-        t[(e & 1023) as usize]
-            * t[1024 + ((e >> 10) & 1023) as usize]
-            * t[2048 + (e >> 20) as usize]
+        t[(e & 16383) as usize] * t[16384 + (e >> 14) as usize]
     }
 
     #[test]

@@ -53,30 +53,34 @@ static void field_ops() {
     }
 }
 
-enum { OP_TWIDDLES = 1, OP_PASS = 2, OP_BITREV = 3, OP_SCALE = 4, OP_POINTWISE = 5 };
+enum { OP_TWIDDLES = 1, OP_PASS = 2, OP_BITREV = 3, OP_POINTWISE = 5 };
 
-static void run_pass(const ntt_pass &p, fr_t *data, const fr_t *tw) {
+static void run_pass(const ntt_pass &p, fr_t *data, const fr_t *tw, const fr_t *scale) {
     const fr_u32 E = ntt_block_elems(p);
     const fr_u64 subs = ntt_subproblems(p);
     const fr_u64 blocks = (subs + (1u << p.log_subs) - 1) >> p.log_subs;
     std::vector<fr_u32> sm((size_t)E * FR_LIMBS);
     for (fr_u64 block = 0; block < blocks; block++) {
-        for (fr_u32 i = 0; i < E; i++) ntt_pass_load(p, data, block, sm.data(), i);
+        for (fr_u32 i = 0; i < E; i++) ntt_pass_load(p, data, scale, block, sm.data(), i);
         for (fr_u32 r = 0; r < p.k; r++) {
             fr_u32 log_hp = ntt_stage_log_hp(p, r);
             for (fr_u32 b = 0; b < E / 2; b++) ntt_butterfly(p, tw, block, sm.data(), b, log_hp);
         }
-        for (fr_u32 i = 0; i < E; i++) ntt_pass_store(p, data, block, sm.data(), i);
+        for (fr_u32 i = 0; i < E; i++) ntt_pass_store(p, data, scale, block, sm.data(), i);
     }
 }
 
-// Step fields: op, off, total, log_n, log_stride, k, log_subs, inverse, dit, table, bitrev,
-// off2, off3.
+// Step fields: op, off, total, log_n, then per op:
+//   TWIDDLES: [9] power table, [11] destination table
+//   PASS: [4] log_stride, [5] k, [6] log_subs, [7] inverse, [8] dit, [9] twiddle table,
+//         [10] scale table, [11] scale mode, [12] scale by bit-reversed index
+//   BITREV: -
+//   POINTWISE: [11] offset of b, [12] offset of c (a at off)
 static void run_step(const fr_u64 *s, poly &data, std::vector<poly> &tables) {
     const fr_u64 op = s[0], off = s[1], total = s[2];
     const fr_u32 log_n = (fr_u32)s[3];
     const fr_u64 table = s[9];
-    if (table >= tables.size() || off + total > data.size()) {
+    if (table >= tables.size() || off + total > data.size() || (op == OP_PASS && s[10] >= tables.size())) {
         fprintf(stderr, "harness: step out of range\n");
         exit(2);
     }
@@ -99,14 +103,13 @@ static void run_step(const fr_u64 *s, poly &data, std::vector<poly> &tables) {
         p.total = total;
         p.inverse = (fr_u32)s[7];
         p.dit = (fr_u32)s[8];
-        run_pass(p, d, tables[table].data());
+        p.scale = (fr_u32)s[11];
+        p.scale_bitrev = (fr_u32)s[12];
+        run_pass(p, d, tables[table].data(), tables[s[10]].data());
         break;
     }
     case OP_BITREV:
         for (fr_u64 g = 0; g < total; g++) ntt_bitrev_one(d, g, log_n);
-        break;
-    case OP_SCALE:
-        for (fr_u64 g = 0; g < total; g++) d[g] = ntt_scale_one(tables[table].data(), d[g], g, log_n, (fr_u32)s[10]);
         break;
     case OP_POINTWISE:
         for (fr_u64 i = 0; i < (1ull << log_n); i++)
