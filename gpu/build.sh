@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 root=$PWD
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 
-BINS=(gpud-cuda-bench)
-TESTS=(gpu)
+BINS=(gpud-cuda-bench gpud-msm-bench)
+TESTS=(gpu msm_gpu)
 
 out=.gpu
 rm -rf "$out"

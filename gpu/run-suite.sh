@@ -53,6 +53,16 @@ section cuda-bench 170 "$G/bin/gpud-cuda-bench" --bench --json "$OUT/cuda-bench.
 # The benchmark's tables, whole, for the reply.
 [ -f "$OUT/cuda-bench.log" ] && grep -A 40 "== device-to-device" "$OUT/cuda-bench.log" | head -n 60
 
+# --- gpud-cuda: BLS12-381 G1 MSM -------------------------------------------------------------
+# About 560 s together: run them as their own device call,
+#   bash gpu/run-suite.sh msm-tests msm-memcheck msm-check msm-bench
+section msm-tests 90 "$G/tests/msm_gpu" --ignored --test-threads=1
+section msm-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$G/bin/gpud-msm-bench" --check --quick
+section msm-check 150 "$G/bin/gpud-msm-bench" --check --max-log 24 --json "$OUT/msm-check.json"
+section msm-bench 200 "$G/bin/gpud-msm-bench" --bench --json "$OUT/msm-bench.json"
+[ -f "$OUT/msm-bench.log" ] && grep -A 40 "== MSM summary" "$OUT/msm-bench.log" | head -n 45
+
 echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}"

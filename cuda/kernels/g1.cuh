@@ -60,7 +60,7 @@ GPUD_HD g1_xyzz g1_xyzz_from_affine(const g1_affine& p) {
 
 // 2 * (x, y) for an affine point (mdbl-2008-s-1). y = 0 does not occur on G1 (no 2-torsion),
 // but the formula gives ZZ = 0 (infinity) for it anyway.
-GPUD_HD g1_xyzz g1_xyzz_dbl_affine(const fq_t& x, const fq_t& y) {
+GPUD_HD_CALL g1_xyzz g1_xyzz_dbl_affine(const fq_t& x, const fq_t& y) {
     fq_t u = fq_dbl(y);
     fq_t v = fq_sqr(u);
     fq_t w = fq_mul(u, v);
@@ -76,7 +76,7 @@ GPUD_HD g1_xyzz g1_xyzz_dbl_affine(const fq_t& x, const fq_t& y) {
 }
 
 // 2P in XYZZ (dbl-2008-s-1, a = 0): 6M + 3S.
-GPUD_HD g1_xyzz g1_xyzz_dbl(const g1_xyzz& p) {
+GPUD_HD_CALL g1_xyzz g1_xyzz_dbl(const g1_xyzz& p) {
     fq_t u = fq_dbl(p.y);
     fq_t v = fq_sqr(u);
     fq_t w = fq_mul(u, v);
@@ -122,7 +122,7 @@ GPUD_HD void g1_xyzz_add_affine(g1_xyzz& acc, const g1_affine& q) {
 }
 
 // acc += q, both XYZZ (add-2008-s): 12M + 2S in the common case.
-GPUD_HD void g1_xyzz_add(g1_xyzz& acc, const g1_xyzz& q) {
+GPUD_HD_CALL void g1_xyzz_add(g1_xyzz& acc, const g1_xyzz& q) {
     if (g1_xyzz_is_inf(q)) return;
     if (g1_xyzz_is_inf(acc)) {
         acc = q;
@@ -154,7 +154,7 @@ GPUD_HD void g1_xyzz_add(g1_xyzz& acc, const g1_xyzz& q) {
 }
 
 // k * p for a small non-negative k (double-and-add, most significant bit first).
-GPUD_HD g1_xyzz g1_xyzz_mul_small(const g1_xyzz& p, uint32_t k) {
+GPUD_HD_CALL g1_xyzz g1_xyzz_mul_small(const g1_xyzz& p, uint32_t k) {
     g1_xyzz r = g1_xyzz_inf();
     if (k == 0) return r;
     int top = 31;
@@ -169,7 +169,7 @@ GPUD_HD g1_xyzz g1_xyzz_mul_small(const g1_xyzz& p, uint32_t k) {
 
 // XYZZ -> Jacobian without an inversion: Z = ZZ*ZZZ, X = X*ZZ*ZZZ^2, Y = Y*ZZ^3*ZZZ^2.
 // (X/Z^2 = X/ZZ and Y/Z^3 = Y/ZZZ for any ZZ, ZZZ.) Infinity (ZZ = 0) gives Z = 0.
-GPUD_HD g1_jacobian g1_xyzz_to_jacobian(const g1_xyzz& p) {
+GPUD_HD_CALL g1_jacobian g1_xyzz_to_jacobian(const g1_xyzz& p) {
     g1_jacobian r;
     if (g1_xyzz_is_inf(p)) {
         r.x = fq_one();

@@ -54,5 +54,66 @@ pub static NTT: KernelModule = KernelModule {
     ],
 };
 
+/// Field multiplication throughput (benchmark only): the compute ceiling of the NTT.
+pub static FR_BENCH: KernelModule = KernelModule {
+    name: "fr_bench",
+    source: include_str!("../kernels/fr_bench.cu"),
+    headers: &[FR_CUH],
+    kernels: &["fr_mul_throughput"],
+};
+
+/// BLS12-381 base field Fq (host and device).
+pub const FQ_CUH: Header = Header {
+    name: "fq.cuh",
+    source: include_str!("../kernels/fq.cuh"),
+};
+
+/// BLS12-381 G1 in XYZZ coordinates (host and device).
+pub const G1_CUH: Header = Header {
+    name: "g1.cuh",
+    source: include_str!("../kernels/g1.cuh"),
+};
+
+/// The per-thread steps of the MSM (host and device).
+pub const MSM_CUH: Header = Header {
+    name: "msm.cuh",
+    source: include_str!("../kernels/msm.cuh"),
+};
+
+/// The MSM kernels, as a header for the variant build below.
+pub const MSM_CU: Header = Header {
+    name: "msm.cu",
+    source: include_str!("../kernels/msm.cu"),
+};
+
+/// The kernels of the G1 MSM, in launch order.
+pub const MSM_KERNELS: &[&str] = &[
+    "msm_prepare_kernel",
+    "msm_scan_sum_kernel",
+    "msm_scan_apply_kernel",
+    "msm_scatter_kernel",
+    "msm_accumulate_kernel",
+    "msm_combine_kernel",
+    "msm_bucket_reduce_kernel",
+    "msm_group_sum_kernel",
+    "msm_to_jacobian_kernel",
+];
+
+/// G1 MSM (Pippenger): scalar preparation, counting sort, bucket accumulation and reduction.
+pub static MSM: KernelModule = KernelModule {
+    name: "msm",
+    source: include_str!("../kernels/msm.cu"),
+    headers: &[FQ_CUH, G1_CUH, MSM_CUH],
+    kernels: MSM_KERNELS,
+};
+
+/// The same MSM kernels with the field multiplication not inlined.
+pub static MSM_NOINLINE: KernelModule = KernelModule {
+    name: "msm_noinline",
+    source: include_str!("../kernels/msm_noinline.cu"),
+    headers: &[FQ_CUH, G1_CUH, MSM_CUH, MSM_CU],
+    kernels: MSM_KERNELS,
+};
+
 /// Every module, for the compile test and for warming the cache.
-pub static ALL_MODULES: &[&KernelModule] = &[&NTT];
+pub static ALL_MODULES: &[&KernelModule] = &[&NTT, &FR_BENCH, &MSM, &MSM_NOINLINE];

@@ -13,9 +13,9 @@ use std::sync::OnceLock;
 use blst::{blst_fp, blst_p1, blst_p1_affine};
 use blstrs::{G1Affine, G1Projective, Scalar};
 use ff::{Field, PrimeField};
+use gpud_cuda::msm::plan::MsmPlan;
 use group::prime::PrimeCurveAffine;
 use group::{Curve, Group};
-use gpud_cuda::msm::plan::MsmPlan;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
@@ -42,11 +42,20 @@ fn run_harness(input: Vec<u8>) -> Vec<u8> {
         .spawn()
         .expect("harness starts");
     let mut stdin = child.stdin.take().expect("stdin");
-    let writer = std::thread::spawn(move || stdin.write_all(&input).expect("harness reads its input"));
+    let writer =
+        std::thread::spawn(move || stdin.write_all(&input).expect("harness reads its input"));
     let mut out = Vec::new();
-    child.stdout.take().expect("stdout").read_to_end(&mut out).expect("harness output");
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_end(&mut out)
+        .expect("harness output");
     writer.join().expect("writer thread");
-    assert!(child.wait().expect("harness exits").success(), "harness failed");
+    assert!(
+        child.wait().expect("harness exits").success(),
+        "harness failed"
+    );
     out
 }
 
@@ -182,7 +191,11 @@ fn scalar_bytes(s: &Scalar) -> [u8; 32] {
 
 fn jacobian(bytes: &[u8]) -> G1Projective {
     let mut p = G1Projective::identity();
-    *p.as_mut() = blst_p1 { x: fp_from(&bytes[0..48]), y: fp_from(&bytes[48..96]), z: fp_from(&bytes[96..144]) };
+    *p.as_mut() = blst_p1 {
+        x: fp_from(&bytes[0..48]),
+        y: fp_from(&bytes[48..96]),
+        z: fp_from(&bytes[96..144]),
+    };
     p
 }
 
@@ -191,13 +204,25 @@ fn jacobian(bytes: &[u8]) -> G1Projective {
 #[test]
 fn fq_operations_match_blst() {
     let mut rng = rng();
-    let mut pairs: Vec<(blst_fp, blst_fp)> = (0..3000).map(|_| (random_fp(&mut rng), random_fp(&mut rng))).collect();
+    let mut pairs: Vec<(blst_fp, blst_fp)> = (0..3000)
+        .map(|_| (random_fp(&mut rng), random_fp(&mut rng)))
+        .collect();
     // Elements whose Montgomery limbs are extreme: 1 and p - 1 as raw limbs.
-    let raw_one = blst_fp { l: [1, 0, 0, 0, 0, 0] };
+    let raw_one = blst_fp {
+        l: [1, 0, 0, 0, 0, 0],
+    };
     let raw_top = fp_neg(&raw_one);
     let one = fp_u64(1);
     let two = fp_u64(2);
-    let edge = [blst_fp::default(), one, fp_neg(&one), two, fp_neg(&two), raw_one, raw_top];
+    let edge = [
+        blst_fp::default(),
+        one,
+        fp_neg(&one),
+        two,
+        fp_neg(&two),
+        raw_one,
+        raw_top,
+    ];
     for a in edge {
         for b in edge {
             pairs.push((a, b));
@@ -226,9 +251,17 @@ fn fq_operations_match_blst() {
         ];
         for (k, w) in want.iter().enumerate() {
             // Bit-exact: the kernels keep elements fully reduced, as blst does.
-            assert_eq!(field(k), fp_bytes(w), "case {i}, op {k}: a = {a:?}, b = {b:?}");
+            assert_eq!(
+                field(k),
+                fp_bytes(w),
+                "case {i}, op {k}: a = {a:?}, b = {b:?}"
+            );
         }
-        assert_eq!(field(6), fp_canonical(a), "case {i}: leaving Montgomery form");
+        assert_eq!(
+            field(6),
+            fp_canonical(a),
+            "case {i}: leaving Montgomery form"
+        );
     }
 }
 
@@ -281,8 +314,16 @@ fn g1_operations_match_blstrs() {
         assert_eq!(jacobian(&o[144..288]), sum, "case {i}: XYZZ addition");
         assert_eq!(jacobian(&o[288..432]), p.double(), "case {i}: doubling");
         assert_eq!(jacobian(&o[432..576]), *q, "case {i}: infinity + Q");
-        assert_eq!(jacobian(&o[576..720]), p * Scalar::from(u64::from(*k)), "case {i}: {k} * P");
-        assert_eq!(&o[720..816], &affine_bytes(&p.to_affine())[..], "case {i}: to affine");
+        assert_eq!(
+            jacobian(&o[576..720]),
+            p * Scalar::from(u64::from(*k)),
+            "case {i}: {k} * P"
+        );
+        assert_eq!(
+            &o[720..816],
+            &affine_bytes(&p.to_affine())[..],
+            "case {i}: to affine"
+        );
     }
 }
 
@@ -321,7 +362,15 @@ struct MsmOut {
 
 fn harness_msm(bases: &[G1Affine], scalars: &[Scalar], s: Shape) -> MsmOut {
     let mut input = 3u32.to_le_bytes().to_vec();
-    for v in [bases.len() as u32, s.c, s.seg, s.seg2, s.m, s.group, s.scan_chunk] {
+    for v in [
+        bases.len() as u32,
+        s.c,
+        s.seg,
+        s.seg2,
+        s.m,
+        s.group,
+        s.scan_chunk,
+    ] {
         input.extend_from_slice(&v.to_le_bytes());
     }
     for b in bases {
@@ -353,11 +402,23 @@ fn harness_msm(bases: &[G1Affine], scalars: &[Scalar], s: Shape) -> MsmOut {
 
 fn check_msm(bases: &[G1Affine], scalars: &[Scalar], s: Shape, what: &str) -> MsmOut {
     let proj: Vec<G1Projective> = bases.iter().map(G1Projective::from).collect();
-    let want = if bases.is_empty() { G1Projective::identity() } else { G1Projective::multi_exp(&proj, scalars) };
+    let want = if bases.is_empty() {
+        G1Projective::identity()
+    } else {
+        G1Projective::multi_exp(&proj, scalars)
+    };
     let out = harness_msm(bases, scalars, s);
-    assert_eq!(out.combined_on_host, want, "{what}: n = {}, {s:?}", bases.len());
+    assert_eq!(
+        out.combined_on_host,
+        want,
+        "{what}: n = {}, {s:?}",
+        bases.len()
+    );
     let launcher = gpud_cuda::msm::combine::combine_windows(&out.windows, s.c);
-    assert_eq!(launcher, want, "{what}: the launcher's window combination, {s:?}");
+    assert_eq!(
+        launcher, want,
+        "{what}: the launcher's window combination, {s:?}"
+    );
     out
 }
 
@@ -421,9 +482,23 @@ fn msm_is_right_for_every_window_size_and_tiny_pieces() {
     let n = 300;
     let bases = random_bases(&mut rng, n);
     for c in 2..=16 {
-        let scalars = if c % 2 == 0 { random_scalars(&mut rng, n) } else { witness_scalars(&mut rng, n) };
-        let s = Shape { c, seg: rng.gen_range(1..12), seg2: rng.gen_range(4..9), m: 1 << rng.gen_range(0..4), group: rng.gen_range(2..6), scan_chunk: rng.gen_range(2..40) };
-        let s = Shape { m: s.m.min(1 << (c - 1)), ..s };
+        let scalars = if c % 2 == 0 {
+            random_scalars(&mut rng, n)
+        } else {
+            witness_scalars(&mut rng, n)
+        };
+        let s = Shape {
+            c,
+            seg: rng.gen_range(1..12),
+            seg2: rng.gen_range(4..9),
+            m: 1 << rng.gen_range(0..4),
+            group: rng.gen_range(2..6),
+            scan_chunk: rng.gen_range(2..40),
+        };
+        let s = Shape {
+            m: s.m.min(1 << (c - 1)),
+            ..s
+        };
         let out = check_msm(&bases, &scalars, s, "forced shape");
         assert!(out.passes >= 1);
     }
@@ -434,7 +509,14 @@ fn msm_edge_cases() {
     let mut rng = rng();
     let n = 200;
     let bases = random_bases(&mut rng, n);
-    let tiny = Shape { c: 5, seg: 3, seg2: 4, m: 2, group: 3, scan_chunk: 5 };
+    let tiny = Shape {
+        c: 5,
+        seg: 3,
+        seg2: 4,
+        m: 2,
+        group: 3,
+        scan_chunk: 5,
+    };
     let planned = Shape::of(&MsmPlan::new(n, 132).expect("plan"));
 
     // Zero scalars: no entries at all, the identity.
@@ -458,11 +540,21 @@ fn msm_edge_cases() {
     let scalars = random_scalars(&mut rng, n);
     check_msm(&with_inf, &scalars, tiny, "identity bases");
     check_msm(&with_inf, &scalars, planned, "identity bases");
-    check_msm(&vec![G1Affine::identity(); 7], &random_scalars(&mut rng, 7), tiny, "only identity bases");
+    check_msm(
+        &vec![G1Affine::identity(); 7],
+        &random_scalars(&mut rng, 7),
+        tiny,
+        "only identity bases",
+    );
     // Duplicated points with equal scalars: P + P inside a bucket (doubling paths).
     let dup = vec![bases[0]; n];
     check_msm(&dup, &ones, tiny, "duplicate points, scalar one");
-    check_msm(&dup, &random_scalars(&mut rng, n), tiny, "duplicate points, random scalars");
+    check_msm(
+        &dup,
+        &random_scalars(&mut rng, n),
+        tiny,
+        "duplicate points, random scalars",
+    );
     let same_scalar = vec![Scalar::random(&mut rng); n];
     check_msm(&dup, &same_scalar, tiny, "duplicate points, one scalar");
     // P and -P with equal scalars: P + (-P) = infinity inside a bucket.
@@ -471,10 +563,12 @@ fn msm_edge_cases() {
         pm.push(*b);
         pm.push(-*b);
     }
-    let s: Vec<Scalar> = (0..n / 2).flat_map(|_| {
-        let x = Scalar::random(&mut rng);
-        [x, x]
-    }).collect();
+    let s: Vec<Scalar> = (0..n / 2)
+        .flat_map(|_| {
+            let x = Scalar::random(&mut rng);
+            [x, x]
+        })
+        .collect();
     let out = check_msm(&pm, &s, tiny, "P and -P");
     assert_eq!(out.combined_on_host, G1Projective::identity());
     // Scalars at the negation threshold and the top of the field.
@@ -482,7 +576,16 @@ fn msm_edge_cases() {
         "26217937587563095239723870254092982918845276250263818911301829349969290592256",
     )
     .expect("(r-1)/2");
-    let special = [half, half + Scalar::ONE, half - Scalar::ONE, -Scalar::ONE, -Scalar::from(2u64), Scalar::ONE, Scalar::ZERO, Scalar::from(u64::MAX)];
+    let special = [
+        half,
+        half + Scalar::ONE,
+        half - Scalar::ONE,
+        -Scalar::ONE,
+        -Scalar::from(2u64),
+        Scalar::ONE,
+        Scalar::ZERO,
+        Scalar::from(u64::MAX),
+    ];
     let sp: Vec<Scalar> = (0..n).map(|i| special[i % special.len()]).collect();
     check_msm(&bases, &sp, tiny, "threshold scalars");
     check_msm(&bases, &sp, planned, "threshold scalars");

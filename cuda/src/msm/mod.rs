@@ -4,6 +4,9 @@
 
 pub mod combine;
 mod error;
+mod gpu;
+pub mod layout;
 pub mod plan;
 
 pub use error::MsmError;
+pub use gpu::{G1Bases, MsmEngine, MsmPhases, MsmVariant};

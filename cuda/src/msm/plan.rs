@@ -71,6 +71,13 @@ impl MsmPlan {
             return Err(MsmError::InvalidWindow { bits: c });
         }
         let windows = SCALAR_BITS.div_ceil(c);
+        // Entry positions and slot indices are 32-bit on the device.
+        if n as u64 * u64::from(windows) >= u64::from(u32::MAX) / 2 {
+            return Err(MsmError::TooManyPoints {
+                n,
+                max: (u32::MAX / 2 / windows) as usize,
+            });
+        }
         let buckets = 1u32 << (c - 1);
         let target = target_threads(multiprocessors);
         let worst = n as u64 * u64::from(windows);
@@ -174,8 +181,16 @@ impl MsmPlan {
         const XYZZ: u64 = 192;
         let keys = u64::from(self.keys());
         let slots = 2 * u64::from(self.first_pass_threads());
-        let slots2 = self.combine_passes().first().map_or(0, |&t| 2 * u64::from(t));
-        let scan: u64 = self.scan_levels().iter().skip(1).map(|&l| u64::from(l) * 4).sum();
+        let slots2 = self
+            .combine_passes()
+            .first()
+            .map_or(0, |&t| 2 * u64::from(t));
+        let scan: u64 = self
+            .scan_levels()
+            .iter()
+            .skip(1)
+            .map(|&l| u64::from(l) * 4)
+            .sum();
         self.n as u64 * 32 // prepared scalars
             + (keys + 1) * 4 * 2 // offsets, cursor
             + scan
@@ -196,7 +211,10 @@ mod tests {
         for c in MIN_WINDOW_BITS..=MAX_WINDOW_BITS {
             let p = MsmPlan::with_window_bits(1000, c, 132).expect("valid window");
             assert!(p.windows * c >= SCALAR_BITS, "c = {c}");
-            assert!((p.windows - 1) * c < SCALAR_BITS, "c = {c}: a window too many");
+            assert!(
+                (p.windows - 1) * c < SCALAR_BITS,
+                "c = {c}: a window too many"
+            );
             assert!(p.keys() < 1 << 31);
             assert_eq!(p.buckets % p.reduce_chunk, 0);
             assert!(p.reduce_chunk.is_power_of_two());
@@ -225,7 +243,10 @@ mod tests {
             } else {
                 assert!(passes.is_empty());
             }
-            assert!(passes.windows(2).all(|w| w[1] < w[0]), "n = {n}: {passes:?}");
+            assert!(
+                passes.windows(2).all(|w| w[1] < w[0]),
+                "n = {n}: {passes:?}"
+            );
             let groups = p.group_passes();
             assert_eq!(groups.last(), Some(&1));
             assert_eq!(groups[0], p.buckets / p.reduce_chunk);

@@ -1,0 +1,637 @@
+//! GPU check and benchmark of gpud-cuda's BLS12-381 G1 MSM, in one run on the GPU machine.
+//!
+//! `gpud-msm-bench [--check] [--bench] [--min-log N] [--max-log N] [--cpu-max-log N]
+//!                 [--sweep-log N] [--quick] [--json PATH]`
+//!
+//! --check: the GPU MSM against blstrs `G1Projective::multi_exp` on fresh random inputs: sizes
+//!   1, 2, 3, odd sizes, and every power of two up to 2^max-log (default 24), each with random
+//!   and witness-shaped scalars (~50% zero, ~25% one, the rest small or random); edge cases
+//!   (zero and one scalars, identity bases, duplicated points, P and -P, the negation
+//!   threshold); both kernel builds; every temporary poisoned before use. `--quick` keeps to
+//!   small sizes (for compute-sanitizer).
+//! --bench: MSM 2^min-log..2^max-log (defaults 16..26), random and witness-shaped scalars: GPU
+//!   end to end (host scalars in, point out; median of timed runs after a warm-up), GPU with
+//!   the scalars already on the device (and its phases: sort, accumulate, combine, reduce),
+//!   blstrs on all CPU cores up to 2^cpu-max-log (default 24) with the ratio, each GPU result
+//!   checked against the CPU one (above the CPU limit: against the sum of the two halves'
+//!   MSMs, on the GPU). Then, at 2^sweep-log (default 24), every window size 15..=20 with both
+//!   kernel builds.
+//! Prints tables; writes everything as JSON to --json.
+
+use std::time::Instant;
+
+use blstrs::{G1Affine, G1Projective, Scalar};
+use ff::Field;
+use gpud_client::{ExclusiveDevice, Reservation};
+use gpud_cuda::msm::plan::MsmPlan;
+use gpud_cuda::msm::{G1Bases, MsmEngine, MsmVariant};
+use gpud_cuda::{Device, driver};
+use group::prime::PrimeCurveAffine;
+use group::{Curve, Group};
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use rayon::prelude::*;
+use serde_json::{Value, json};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+struct Args {
+    check: bool,
+    bench: bool,
+    quick: bool,
+    min_log: u32,
+    max_log: Option<u32>,
+    cpu_max_log: u32,
+    sweep_log: u32,
+    json: Option<String>,
+}
+
+const USAGE: &str = "usage: gpud-msm-bench [--check] [--bench] [--min-log N] [--max-log N] \
+                     [--cpu-max-log N] [--sweep-log N] [--quick] [--json PATH]";
+
+fn parse_args() -> Res<Args> {
+    let mut a = Args {
+        check: false,
+        bench: false,
+        quick: false,
+        min_log: 16,
+        max_log: None,
+        cpu_max_log: 24,
+        sweep_log: 24,
+        json: None,
+    };
+    let mut it = std::env::args().skip(1);
+    let num = |it: &mut dyn Iterator<Item = String>, what: &str| -> Res<u32> {
+        Ok(it.next().ok_or(format!("{what} needs a value"))?.parse()?)
+    };
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--check" => a.check = true,
+            "--bench" => a.bench = true,
+            "--quick" => a.quick = true,
+            "--min-log" => a.min_log = num(&mut it, "--min-log")?,
+            "--max-log" => a.max_log = Some(num(&mut it, "--max-log")?),
+            "--cpu-max-log" => a.cpu_max_log = num(&mut it, "--cpu-max-log")?,
+            "--sweep-log" => a.sweep_log = num(&mut it, "--sweep-log")?,
+            "--json" => a.json = Some(it.next().ok_or("--json needs a path")?),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other}\n{USAGE}").into()),
+        }
+    }
+    if !a.check && !a.bench {
+        a.check = true;
+        a.bench = true;
+    }
+    Ok(a)
+}
+
+fn seed() -> u64 {
+    rand::thread_rng().next_u64()
+}
+
+/// `n` distinct-looking bases, fast: each chunk of 2^14 starts at its own random multiple of
+/// the generator and walks by mixed additions of 16 random points; then batch normalization.
+fn random_bases(n: usize) -> Vec<G1Affine> {
+    let s = seed();
+    let mut rng = ChaCha20Rng::seed_from_u64(s);
+    let steps: Vec<G1Affine> = (0..16)
+        .map(|_| (G1Projective::generator() * Scalar::random(&mut rng)).to_affine())
+        .collect();
+    let mut out = vec![G1Affine::identity(); n];
+    out.par_chunks_mut(1 << 14)
+        .enumerate()
+        .for_each(|(i, chunk)| {
+            let mut rng =
+                ChaCha20Rng::seed_from_u64(s ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut acc = G1Projective::generator() * Scalar::random(&mut rng);
+            let mut proj = Vec::with_capacity(chunk.len());
+            for _ in 0..chunk.len() {
+                acc += &steps[rng.gen_range(0..steps.len())];
+                proj.push(acc);
+            }
+            G1Projective::batch_normalize(&proj, chunk);
+        });
+    out
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Random,
+    Witness,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Random => "random",
+            Kind::Witness => "witness",
+        }
+    }
+}
+
+/// Fresh scalars: uniformly random, or witness-shaped (~50% zero, ~25% one, ~12.5% below
+/// 2^32, ~12.5% uniformly random).
+fn scalars(kind: Kind, n: usize) -> Vec<Scalar> {
+    let s = seed();
+    let mut v = vec![Scalar::ZERO; n];
+    v.par_chunks_mut(1 << 14).enumerate().for_each(|(i, c)| {
+        let mut rng =
+            ChaCha20Rng::seed_from_u64(s ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        for x in c {
+            *x = match kind {
+                Kind::Random => Scalar::random(&mut rng),
+                Kind::Witness => match rng.gen_range(0..8) {
+                    0..4 => Scalar::ZERO,
+                    4..6 => Scalar::ONE,
+                    6 => Scalar::from(u64::from(rng.next_u32())),
+                    _ => Scalar::random(&mut rng),
+                },
+            };
+        }
+    });
+    v
+}
+
+fn cpu_msm(bases: &[G1Affine], scalars: &[Scalar]) -> G1Projective {
+    let proj: Vec<G1Projective> = bases.par_iter().map(G1Projective::from).collect();
+    G1Projective::multi_exp(&proj, scalars)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+struct Ctx<'d> {
+    dev: &'d Device,
+    engine: MsmEngine<'d>,
+    noinline: MsmEngine<'d>,
+    bases_host: Vec<G1Affine>,
+    bases: G1Bases<'d>,
+}
+
+/// Checks one MSM against blstrs: over the resident bases when `bases` is None, else over
+/// `host` uploaded for the occasion.
+fn check_one(
+    ctx: &Ctx<'_>,
+    what: &str,
+    upload: Option<&[G1Affine]>,
+    s: &[Scalar],
+    failures: &mut Vec<String>,
+) -> Res<()> {
+    let dev_bases;
+    let (b, host) = match upload {
+        None => (&ctx.bases, &ctx.bases_host[..]),
+        Some(h) => {
+            dev_bases = G1Bases::upload(ctx.dev, h)?;
+            (&dev_bases, h)
+        }
+    };
+    let t = Instant::now();
+    let want = cpu_msm(&host[..s.len()], s);
+    let cpu = ms(t);
+    let t = Instant::now();
+    let got = ctx.engine.msm(b, s)?;
+    let gpu = ms(t);
+    let ok = got == want;
+    println!(
+        "{:<44} n = {:>9}  {}  (gpu {:.1} ms, cpu {:.1} ms)",
+        what,
+        s.len(),
+        if ok { "ok" } else { "MISMATCH" },
+        gpu,
+        cpu
+    );
+    if !ok {
+        failures.push(format!("{what} n = {}", s.len()));
+    }
+    Ok(())
+}
+
+fn run_check(ctx: &Ctx<'_>, max_log: u32, quick: bool, report: &mut Value) -> Res<()> {
+    println!("== check against blstrs multi_exp (poisoned temporaries)");
+    let mut failures = Vec::new();
+    let bh = &ctx.bases_host;
+    let mut sizes: Vec<usize> = vec![1, 2, 3, 5, 7, 31, 33, 100, 255, 257, 1000, 4097];
+    if !quick {
+        sizes.extend([65_537, 100_001, 1_000_003]);
+    }
+    sizes.extend((0..=max_log).map(|l| 1usize << l));
+    sizes.sort_unstable();
+    sizes.dedup();
+    for &n in sizes.iter().filter(|&&n| n <= bh.len()) {
+        for kind in [Kind::Random, Kind::Witness] {
+            let s = scalars(kind, n);
+            check_one(
+                ctx,
+                &format!("{} scalars", kind.name()),
+                None,
+                &s,
+                &mut failures,
+            )?;
+        }
+    }
+    // Edge cases at a moderate size.
+    let n = if quick { 1000 } else { 1 << 16 }.min(bh.len());
+    let mut rng = ChaCha20Rng::seed_from_u64(seed());
+    check_one(
+        ctx,
+        "zero scalars",
+        None,
+        &vec![Scalar::ZERO; n],
+        &mut failures,
+    )?;
+    check_one(
+        ctx,
+        "one scalars (one bucket holds every point)",
+        None,
+        &vec![Scalar::ONE; n],
+        &mut failures,
+    )?;
+    let mut with_inf = bh[..n].to_vec();
+    for i in (0..n).step_by(3) {
+        with_inf[i] = G1Affine::identity();
+    }
+    check_one(
+        ctx,
+        "a third of the bases at infinity",
+        Some(&with_inf),
+        &scalars(Kind::Random, n),
+        &mut failures,
+    )?;
+    let dup = vec![bh[0]; n];
+    check_one(
+        ctx,
+        "one point repeated, random scalars",
+        Some(&dup),
+        &scalars(Kind::Random, n),
+        &mut failures,
+    )?;
+    check_one(
+        ctx,
+        "one point repeated, scalar one",
+        Some(&dup),
+        &vec![Scalar::ONE; n],
+        &mut failures,
+    )?;
+    let pm: Vec<G1Affine> = (0..n)
+        .map(|i| if i % 2 == 0 { bh[i / 2] } else { -bh[i / 2] })
+        .collect();
+    let ps: Vec<Scalar> = (0..n)
+        .map(|i| {
+            if i % 2 == 0 {
+                Scalar::from((i as u64) * 7 + 1)
+            } else {
+                Scalar::from(((i - 1) as u64) * 7 + 1)
+            }
+        })
+        .collect();
+    check_one(
+        ctx,
+        "P and -P with equal scalars",
+        Some(&pm),
+        &ps,
+        &mut failures,
+    )?;
+    // (r - 1) / 2 = -1/2: the largest scalar the kernels use as it is (larger ones are negated).
+    let half = -Option::<Scalar>::from(Scalar::from(2u64).invert()).ok_or("2 has an inverse")?;
+    let special = [
+        half,
+        half + Scalar::ONE,
+        half - Scalar::ONE,
+        -Scalar::ONE,
+        Scalar::ONE,
+        Scalar::ZERO,
+    ];
+    let sp: Vec<Scalar> = (0..n)
+        .map(|_| special[rng.gen_range(0..special.len())])
+        .collect();
+    check_one(ctx, "scalars at (r-1)/2 and r-1", None, &sp, &mut failures)?;
+    // The second kernel build on a few sizes.
+    for &n in [1usize, 3, 1000, 1 << 12.min(max_log), 1 << 16.min(max_log)]
+        .iter()
+        .filter(|&&n| n <= bh.len())
+    {
+        for kind in [Kind::Random, Kind::Witness] {
+            let s = scalars(kind, n);
+            let want = cpu_msm(&bh[..n], &s);
+            let got = ctx.noinline.msm(&ctx.bases, &s)?;
+            let ok = got == want;
+            println!(
+                "{:<44} n = {:>9}  {}",
+                format!("noinline build, {} scalars", kind.name()),
+                n,
+                if ok { "ok" } else { "MISMATCH" }
+            );
+            if !ok {
+                failures.push(format!("noinline {} n = {n}", kind.name()));
+            }
+        }
+    }
+    // Too many scalars is a typed error.
+    let too_many = ctx
+        .engine
+        .msm(&G1Bases::upload(ctx.dev, &bh[..2])?, &[Scalar::ONE; 3]);
+    let typed = matches!(
+        too_many,
+        Err(gpud_cuda::msm::MsmError::TooManyScalars { .. })
+    );
+    println!(
+        "{:<44} {}",
+        "3 scalars for 2 bases is an error",
+        if typed { "ok" } else { "WRONG" }
+    );
+    if !typed {
+        failures.push("too many scalars not rejected".into());
+    }
+    report["check"] = json!({ "failures": failures, "max_log": max_log });
+    if failures.is_empty() {
+        println!("check: all passed");
+        Ok(())
+    } else {
+        Err(format!("check failed: {failures:?}").into())
+    }
+}
+
+/// Median wall time of `reps` runs of `f` after one warm-up.
+fn time_runs(reps: usize, mut f: impl FnMut() -> Res<()>) -> Res<f64> {
+    f()?;
+    let mut v = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f()?;
+        v.push(ms(t));
+    }
+    Ok(median(&mut v))
+}
+
+fn run_bench(
+    ctx: &Ctx<'_>,
+    min_log: u32,
+    max_log: u32,
+    cpu_max_log: u32,
+    sweep_log: u32,
+    report: &mut Value,
+) -> Res<()> {
+    println!(
+        "== MSM benchmark (GPU: median after a warm-up; CPU: blstrs multi_exp on {} threads)",
+        rayon::current_num_threads()
+    );
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    let mut table = Vec::new();
+    for log in min_log..=max_log {
+        let n = 1usize << log;
+        if n > ctx.bases_host.len() {
+            break;
+        }
+        for kind in [Kind::Random, Kind::Witness] {
+            let s = scalars(kind, n);
+            let plan = ctx.engine.plan(n)?;
+            let reps = if log <= 20 {
+                9
+            } else if log <= 23 {
+                5
+            } else {
+                3
+            };
+            let mut result = G1Projective::identity();
+            let e2e = time_runs(reps, || {
+                result = ctx.engine.msm(&ctx.bases, &s)?;
+                Ok(())
+            })?;
+            let mut dev_s = ctx.dev.alloc::<Scalar>(n)?;
+            dev_s.copy_from_host(&s)?;
+            let mut phases = Vec::new();
+            let dev_ms = time_runs(reps, || {
+                let (p, ph) = ctx.engine.msm_device_profiled(&ctx.bases, &dev_s, &plan)?;
+                if p != result {
+                    return Err("device-resident result differs from the end-to-end one".into());
+                }
+                phases.push(ph);
+                Ok(())
+            })?;
+            drop(dev_s);
+            let ph = phases[phases.len() / 2];
+            let (cpu_ms, check) = if log <= cpu_max_log {
+                let t = Instant::now();
+                let want = cpu_msm(&ctx.bases_host[..n], &s);
+                let c = ms(t);
+                (
+                    Some(c),
+                    if want == result {
+                        "= blstrs"
+                    } else {
+                        "MISMATCH blstrs"
+                    },
+                )
+            } else {
+                let h = n / 2;
+                let lo = ctx.engine.msm(&ctx.bases, &s[..h])?;
+                let hi_bases = G1Bases::upload(ctx.dev, &ctx.bases_host[h..n])?;
+                let hi = ctx.engine.msm(&hi_bases, &s[h..])?;
+                (
+                    None,
+                    if lo + hi == result {
+                        "= halves"
+                    } else {
+                        "MISMATCH halves"
+                    },
+                )
+            };
+            if check.starts_with("MISMATCH") {
+                failures.push(format!("2^{log} {}", kind.name()));
+            }
+            let ratio = cpu_ms.map(|c| c / e2e);
+            table.push(format!(
+                "2^{:<3} {:<8} c={:<3} {:>10.2} {:>10.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>11} {:>8} {}",
+                log,
+                kind.name(),
+                plan.window_bits,
+                e2e,
+                dev_ms,
+                ph.sort_ms,
+                ph.accumulate_ms,
+                ph.combine_ms,
+                ph.reduce_ms,
+                cpu_ms.map_or("-".to_string(), |c| format!("{c:.1}")),
+                ratio.map_or("-".to_string(), |r| format!("{r:.1}x")),
+                check
+            ));
+            println!("{}", table.last().map(String::as_str).unwrap_or(""));
+            rows.push(json!({
+                "log_n": log, "kind": kind.name(), "window_bits": plan.window_bits,
+                "segment": plan.segment, "gpu_e2e_ms": e2e, "gpu_device_ms": dev_ms,
+                "phases_ms": { "sort": ph.sort_ms, "accumulate": ph.accumulate_ms,
+                               "combine": ph.combine_ms, "reduce": ph.reduce_ms },
+                "cpu_ms": cpu_ms, "cpu_over_gpu": ratio, "check": check,
+            }));
+        }
+    }
+    // Window-size and build sweep at one size.
+    let mut sweep = Vec::new();
+    let n = 1usize << sweep_log;
+    if n <= ctx.bases_host.len() {
+        let s = scalars(Kind::Random, n);
+        let mut dev_s = ctx.dev.alloc::<Scalar>(n)?;
+        dev_s.copy_from_host(&s)?;
+        let reference = ctx.engine.msm(&ctx.bases, &s)?;
+        println!("== sweep at 2^{sweep_log}, random scalars, scalars on the device");
+        for variant in [MsmVariant::Inline, MsmVariant::NoInlineMul] {
+            for c in 15..=20 {
+                let engine = if variant == MsmVariant::Inline {
+                    &ctx.engine
+                } else {
+                    &ctx.noinline
+                };
+                let plan = MsmPlan::with_window_bits(n, c, ctx.dev.info().multiprocessors)?;
+                let mut phases = Vec::new();
+                let t = time_runs(3, || {
+                    let (p, ph) = engine.msm_device_profiled(&ctx.bases, &dev_s, &plan)?;
+                    if p != reference {
+                        return Err(format!("sweep {variant:?} c = {c}: wrong result").into());
+                    }
+                    phases.push(ph);
+                    Ok(())
+                })?;
+                let ph = phases[phases.len() / 2];
+                let line = format!(
+                    "{:<12} c={:<3} {:>9.2} ms  sort {:>7.2}  accumulate {:>7.2}  combine {:>6.2}  reduce {:>6.2}",
+                    format!("{variant:?}"),
+                    c,
+                    t,
+                    ph.sort_ms,
+                    ph.accumulate_ms,
+                    ph.combine_ms,
+                    ph.reduce_ms
+                );
+                println!("{line}");
+                sweep.push(
+                    json!({ "variant": format!("{variant:?}"), "window_bits": c, "ms": t,
+                    "phases_ms": { "sort": ph.sort_ms, "accumulate": ph.accumulate_ms,
+                                   "combine": ph.combine_ms, "reduce": ph.reduce_ms } }),
+                );
+            }
+        }
+    }
+    println!(
+        "\n== MSM summary (ms; e2e = host scalars in, point out; dev = scalars already on the GPU)"
+    );
+    println!(
+        "{:<5} {:<8} {:<5} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>11} {:>8} check",
+        "n",
+        "scalars",
+        "c",
+        "gpu e2e",
+        "gpu dev",
+        "sort",
+        "accum",
+        "combine",
+        "reduce",
+        "cpu blstrs",
+        "cpu/gpu"
+    );
+    for l in &table {
+        println!("{l}");
+    }
+    if cpu_max_log < max_log {
+        println!(
+            "(blstrs not run above 2^{cpu_max_log}: its time; those rows are checked against the sum of two half MSMs)"
+        );
+    }
+    report["bench"] =
+        json!({ "rows": rows, "sweep": sweep, "cpu_threads": rayon::current_num_threads() });
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("bench results wrong: {failures:?}").into())
+    }
+}
+
+fn main() -> Res<()> {
+    let args = parse_args()?;
+    let info = driver::list_devices()?
+        .into_iter()
+        .next()
+        .ok_or("no CUDA device")?;
+    println!(
+        "device: {} ({}), {} SMs, {} MiB",
+        info.name,
+        info.uuid,
+        info.multiprocessors,
+        info.total_mem >> 20
+    );
+    let max_log = args
+        .max_log
+        .unwrap_or(if args.bench { 26 } else { 24 })
+        .min(26);
+    let max_log = if args.quick { max_log.min(12) } else { max_log };
+    let need_log = if args.bench {
+        max_log.max(args.sweep_log)
+    } else {
+        max_log
+    };
+    let vram = info.total_mem - (info.total_mem / 16);
+    let lease = ExclusiveDevice::claim(info.uuid.clone(), info.ordinal as u32, vram);
+    let dev = Device::open(&lease)?;
+    let t = Instant::now();
+    let engine = MsmEngine::new(&dev)?;
+    let noinline = MsmEngine::with_variant(&dev, MsmVariant::NoInlineMul)?;
+    println!("kernels loaded in {:.1} s", t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    let bases_host = random_bases(1 << need_log);
+    println!(
+        "2^{need_log} bases generated in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let t = Instant::now();
+    let bases = G1Bases::upload(&dev, &bases_host)?;
+    println!(
+        "bases uploaded in {:.1} ms (resident for every run below)",
+        ms(t)
+    );
+    let mut ctx = Ctx {
+        dev: &dev,
+        engine,
+        noinline,
+        bases_host,
+        bases,
+    };
+    let mut report = json!({
+        "device": info.name, "uuid": info.uuid, "multiprocessors": info.multiprocessors,
+        "cpu_threads": rayon::current_num_threads(),
+    });
+    let mut result = Ok(());
+    if args.check {
+        ctx.engine.set_poison(true);
+        ctx.noinline.set_poison(true);
+        result = run_check(&ctx, max_log.min(24).min(need_log), args.quick, &mut report);
+        ctx.engine.set_poison(false);
+        ctx.noinline.set_poison(false);
+    }
+    if args.bench && result.is_ok() {
+        result = run_bench(
+            &ctx,
+            args.min_log,
+            max_log,
+            args.cpu_max_log,
+            args.sweep_log,
+            &mut report,
+        );
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    drop(ctx);
+    if let Some(token) = lease.compute_token() {
+        dev.close(&token)?;
+    }
+    result
+}

@@ -1,0 +1,203 @@
+//! GPU tests of the G1 MSM: run with `--ignored` on a machine with an NVIDIA GPU
+//! (gpu/run-suite.sh does). Without a GPU they are skipped visibly (ignored, with the reason).
+//! The full-size checks and the benchmark are in the `gpud-msm-bench` binary.
+
+use blstrs::{G1Affine, G1Projective, Scalar};
+use ff::Field;
+use gpud_client::{ExclusiveDevice, Reservation};
+use gpud_cuda::msm::{G1Bases, MsmEngine, MsmError, MsmVariant};
+use gpud_cuda::{Device, Error, driver};
+use group::prime::PrimeCurveAffine;
+use group::{Curve, Group};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+const MIB: u64 = 1 << 20;
+
+fn claim(vram: u64) -> ExclusiveDevice {
+    let info = driver::list_devices()
+        .expect("CUDA driver")
+        .into_iter()
+        .next()
+        .expect("a GPU");
+    ExclusiveDevice::claim(info.uuid, info.ordinal as u32, vram)
+}
+
+fn fresh_rng() -> ChaCha20Rng {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1);
+    println!("seed {seed}");
+    ChaCha20Rng::seed_from_u64(seed)
+}
+
+fn bases(rng: &mut ChaCha20Rng, n: usize) -> Vec<G1Affine> {
+    let steps: Vec<G1Projective> = (0..8)
+        .map(|_| G1Projective::generator() * Scalar::random(&mut *rng))
+        .collect();
+    let mut acc = G1Projective::generator() * Scalar::random(&mut *rng);
+    let proj: Vec<G1Projective> = (0..n)
+        .map(|_| {
+            acc += steps[rng.gen_range(0..steps.len())];
+            acc
+        })
+        .collect();
+    let mut out = vec![G1Affine::identity(); n];
+    G1Projective::batch_normalize(&proj, &mut out);
+    out
+}
+
+fn witness(rng: &mut ChaCha20Rng, n: usize) -> Vec<Scalar> {
+    (0..n)
+        .map(|_| match rng.gen_range(0..8) {
+            0..4 => Scalar::ZERO,
+            4..6 => Scalar::ONE,
+            6 => Scalar::from(rng.r#gen::<u32>() as u64),
+            _ => Scalar::random(&mut *rng),
+        })
+        .collect()
+}
+
+fn cpu(bases: &[G1Affine], s: &[Scalar]) -> G1Projective {
+    let proj: Vec<G1Projective> = bases[..s.len()].iter().map(G1Projective::from).collect();
+    G1Projective::multi_exp(&proj, s)
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn msm_matches_blstrs_at_small_sizes_with_both_builds() {
+    let lease = claim(4096 * MIB);
+    let dev = Device::open(&lease).unwrap();
+    let mut rng = fresh_rng();
+    let host = bases(&mut rng, 1 << 14);
+    let resident = G1Bases::upload(&dev, &host).unwrap();
+    for variant in [MsmVariant::Inline, MsmVariant::NoInlineMul] {
+        let mut engine = MsmEngine::with_variant(&dev, variant).unwrap();
+        engine.set_poison(true);
+        for n in [
+            1usize,
+            2,
+            3,
+            4,
+            5,
+            7,
+            8,
+            31,
+            32,
+            33,
+            100,
+            255,
+            256,
+            1000,
+            1023,
+            4096,
+            9999,
+            1 << 14,
+        ] {
+            let random: Vec<Scalar> = (0..n).map(|_| Scalar::random(&mut rng)).collect();
+            assert_eq!(
+                engine.msm(&resident, &random).unwrap(),
+                cpu(&host, &random),
+                "{variant:?} random n = {n}"
+            );
+            let w = witness(&mut rng, n);
+            assert_eq!(
+                engine.msm(&resident, &w).unwrap(),
+                cpu(&host, &w),
+                "{variant:?} witness n = {n}"
+            );
+        }
+    }
+    drop(resident);
+    if let Some(t) = lease.compute_token() {
+        dev.close(&t).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn msm_edge_cases_on_the_gpu() {
+    let lease = claim(4096 * MIB);
+    let dev = Device::open(&lease).unwrap();
+    let mut rng = fresh_rng();
+    let mut engine = MsmEngine::new(&dev).unwrap();
+    engine.set_poison(true);
+    let n = 5000;
+    let host = bases(&mut rng, n);
+    let b = G1Bases::upload(&dev, &host).unwrap();
+    let zero = vec![Scalar::ZERO; n];
+    assert_eq!(engine.msm(&b, &zero).unwrap(), G1Projective::identity());
+    let one = vec![Scalar::ONE; n];
+    assert_eq!(
+        engine.msm(&b, &one).unwrap(),
+        host.iter().map(G1Projective::from).sum::<G1Projective>()
+    );
+    // Every window size, tiny and large, on the same inputs.
+    let s: Vec<Scalar> = (0..n).map(|_| Scalar::random(&mut rng)).collect();
+    let want = cpu(&host, &s);
+    for c in [2, 3, 5, 8, 11, 13, 16, 17, 20] {
+        engine.set_window_bits(Some(c));
+        assert_eq!(engine.msm(&b, &s).unwrap(), want, "c = {c}");
+    }
+    engine.set_window_bits(None);
+    // Identity bases, repeated points, P and -P.
+    let mut inf = host.clone();
+    for i in (0..n).step_by(2) {
+        inf[i] = G1Affine::identity();
+    }
+    let bi = G1Bases::upload(&dev, &inf).unwrap();
+    assert_eq!(engine.msm(&bi, &s).unwrap(), cpu(&inf, &s));
+    let dup = vec![host[7]; n];
+    let bd = G1Bases::upload(&dev, &dup).unwrap();
+    assert_eq!(
+        engine.msm(&bd, &one).unwrap(),
+        G1Projective::from(host[7]) * Scalar::from(n as u64)
+    );
+    assert_eq!(engine.msm(&bd, &s).unwrap(), cpu(&dup, &s));
+    let pm: Vec<G1Affine> = (0..n)
+        .map(|i| if i % 2 == 0 { host[i] } else { -host[i - 1] })
+        .collect();
+    let ps: Vec<Scalar> = (0..n).map(|i| s[i - i % 2]).collect();
+    let bp = G1Bases::upload(&dev, &pm).unwrap();
+    assert_eq!(engine.msm(&bp, &ps).unwrap(), G1Projective::identity());
+    // Fewer scalars than bases use a prefix; more is an error.
+    assert_eq!(engine.msm(&b, &s[..10]).unwrap(), cpu(&host, &s[..10]));
+    assert!(matches!(
+        engine.msm(&G1Bases::upload(&dev, &host[..3]).unwrap(), &s[..4]),
+        Err(MsmError::TooManyScalars {
+            scalars: 4,
+            bases: 3
+        })
+    ));
+    assert_eq!(engine.msm(&b, &[]).unwrap(), G1Projective::identity());
+    drop((b, bi, bd, bp));
+    if let Some(t) = lease.compute_token() {
+        dev.close(&t).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn msm_temporaries_are_charged_to_the_lease() {
+    // 2^16 bases take 6 MiB; the MSM's temporaries need far more than the 16 MiB left.
+    let lease = claim(22 * MIB);
+    let dev = Device::open(&lease).unwrap();
+    let mut rng = fresh_rng();
+    let host = bases(&mut rng, 1 << 16);
+    let b = G1Bases::upload(&dev, &host).unwrap();
+    let engine = MsmEngine::new(&dev).unwrap();
+    let plan = engine.plan(1 << 16).unwrap();
+    assert!(plan.temp_bytes() > 16 * MIB, "{} bytes", plan.temp_bytes());
+    let s: Vec<Scalar> = (0..1 << 16).map(|_| Scalar::random(&mut rng)).collect();
+    match engine.msm(&b, &s) {
+        Err(MsmError::Cuda(Error::OverReservation { .. })) => {}
+        other => panic!("expected OverReservation, got {other:?}"),
+    }
+    // Nothing leaked: a small MSM still fits and is right.
+    assert_eq!(engine.msm(&b, &s[..100]).unwrap(), cpu(&host, &s[..100]));
+    drop(b);
+    if let Some(t) = lease.compute_token() {
+        dev.close(&t).unwrap();
+    }
+}
