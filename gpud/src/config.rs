@@ -261,8 +261,10 @@ impl Config {
             key: key.to_string(),
             message,
         };
-        let mut c = Config::default();
-        c.socket = raw.socket;
+        let mut c = Config {
+            socket: raw.socket,
+            ..Config::default()
+        };
         if let Some(mode) = raw.socket_mode {
             c.socket_mode = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
                 .ok()
@@ -404,8 +406,10 @@ mod tests {
     fn the_documented_example_parses_to_the_defaults() {
         let text = include_str!("../../systemd/gpud.toml");
         let c = parse(text).unwrap();
-        let mut expected = Config::default();
-        expected.socket = Some("/run/gpud/gpud.sock".into());
+        let expected = Config {
+            socket: Some("/run/gpud/gpud.sock".into()),
+            ..Config::default()
+        };
         assert_eq!(c, expected);
     }
 

@@ -7,12 +7,15 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// Priority class of a request. Higher classes are served first; FIFO within a class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Class {
     /// Batch work that may wait for everything else.
     Background,
     /// The default: regular proofs (C2).
+    #[default]
     Normal,
     /// Time-bound work (WindowPoSt).
     High,
@@ -47,12 +50,6 @@ impl Class {
             Class::Normal => 2,
             Class::Background => 3,
         }
-    }
-}
-
-impl Default for Class {
-    fn default() -> Self {
-        Class::Normal
     }
 }
 
