@@ -5,7 +5,7 @@
 //! --check: every transform kind at 2^1..2^max-log (and odd batches at small sizes), and the H
 //!   polynomial at sizes up to 2^min(max-log, 26), against the rayon CPU reference, bit for bit,
 //!   on fresh random inputs; the reservation overflow check.
-//! --bench: device-to-device copy bandwidth; forward NTT 2^16..2^27 (median of timed runs, and
+//! --bench: device-to-device copy bandwidth; Fr multiplication rate; forward NTT 2^16..2^27 (median of timed runs, and
 //!   each pass's time and bandwidth); the same NTT on the CPU's cores with rayon and the ratio;
 //!   H 2^20..2^26 without host transfers, and with them from page-locked memory.
 //! Prints tables; writes everything as JSON to --json.
@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use blstrs::Scalar;
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, result};
+use cudarc::driver::{CudaEvent, LaunchConfig, PushKernelArg, result};
 use ff::Field;
 use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_cuda::hpoly::HPoly;
@@ -225,6 +225,41 @@ fn copy_bandwidth(dev: &Device) -> Res<f64> {
     Ok(2.0 * bytes as f64 / (median(times) / 1e3))
 }
 
+/// Field multiplications per second (Montgomery products, fr_mul), all SMs busy.
+fn mul_rate(dev: &Device, seed: &mut ChaCha20Rng) -> Res<f64> {
+    let f = dev.function(&gpud_cuda::kernels::FR_BENCH, "fr_mul_throughput")?;
+    let threads = 256u32;
+    let blocks = dev.info().multiprocessors * 8;
+    let n = (blocks * threads) as usize;
+    let mut x = dev.alloc::<Scalar>(4 * n)?;
+    x.copy_from_host(&random(seed.next_u64(), 4 * n))?;
+    let mut y = dev.alloc::<Scalar>(n)?;
+    y.copy_from_host(&random(seed.next_u64(), n))?;
+    let iters = 2048u32;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut times = Vec::new();
+    for rep in 0..6 {
+        let (e0, e1) = (event(dev)?, event(dev)?);
+        e0.record(dev.stream())?;
+        let (px, py) = (x.device_ptr(), y.device_ptr());
+        let mut b = dev.stream().launch_builder(&f);
+        b.arg(&px).arg(&py).arg(&iters);
+        // SAFETY: x holds 4 elements and y one element per thread of the launch.
+        unsafe { b.launch(cfg) }?;
+        e1.record(dev.stream())?;
+        e1.synchronize()?;
+        if rep > 0 {
+            times.push(e0.elapsed_ms(&e1)? as f64);
+        }
+    }
+    drop((x, y));
+    Ok(4.0 * n as f64 * f64::from(iters) / (median(times) / 1e3))
+}
+
 fn bench(dev: &Device, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Value>) -> Res<()> {
     let copy_bw = copy_bandwidth(dev)?;
     println!(
@@ -232,11 +267,23 @@ fn bench(dev: &Device, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Va
         copy_bw / 1e9
     );
     report.push(json!({"bench": "copy", "bytes_per_s": copy_bw}));
+    let muls = mul_rate(dev, seed)?;
+    println!(
+        "== Fr multiplication: {:.1} G/s (Montgomery products, all SMs)",
+        muls / 1e9
+    );
+    report.push(json!({"bench": "fr_mul", "per_s": muls}));
 
     println!("\n== forward NTT (natural order in and out), median of timed runs");
     println!(
-        "{:>6} {:>10} {:>10} {:>8} {:>12}   per launch: ms, GB/s (% of copy)",
-        "log_n", "gpu ms", "cpu ms", "cpu/gpu", "gpu GB/s"
+        "   floor: the larger of (n/2) log n products at the measured Fr rate and the passes'"
+    );
+    println!(
+        "   bytes (each launch reads and writes every element) at the measured copy bandwidth"
+    );
+    println!(
+        "{:>6} {:>10} {:>10} {:>8} {:>9} {:>9} {:>10}   per launch: ms, GB/s (% of copy)",
+        "log_n", "gpu ms", "cpu ms", "cpu/gpu", "mul ms", "mem ms", "gpu GB/s"
     );
     let mut ntt = NttEngine::new(dev)?;
     for log_n in 16..=max_log {
@@ -276,6 +323,8 @@ fn bench(dev: &Device, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Va
         }
         let total_bytes = 2.0 * (n * 32) as f64 * steps.len() as f64;
         let gpu_bw = total_bytes / (gpu_ms / 1e3);
+        let mul_floor_ms = (n / 2) as f64 * f64::from(log_n) / muls * 1e3;
+        let mem_floor_ms = total_bytes / copy_bw * 1e3;
         // CPU: same transform with rayon on every core of this machine.
         let cpu_reps = if log_n <= 20 { 3 } else { 1 };
         let mut cpu_times = Vec::new();
@@ -297,17 +346,20 @@ fn bench(dev: &Device, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Va
             })
             .collect();
         println!(
-            "{:>6} {:>10.3} {:>10.1} {:>8.1} {:>12.0}   {}",
+            "{:>6} {:>10.3} {:>10.1} {:>8.1} {:>9.3} {:>9.3} {:>10.0}   {}",
             log_n,
             gpu_ms,
             cpu_ms,
             cpu_ms / gpu_ms,
+            mul_floor_ms,
+            mem_floor_ms,
             gpu_bw / 1e9,
             launches.join(" | ")
         );
         report.push(json!({
             "bench": "ntt_forward", "log_n": log_n, "gpu_ms": gpu_ms, "cpu_ms": cpu_ms,
             "cpu_threads": rayon::current_num_threads(), "gpu_bytes_per_s": gpu_bw,
+            "mul_floor_ms": mul_floor_ms, "mem_floor_ms": mem_floor_ms,
             "launches": per_launch.iter().map(|(name, ms, bw)| json!({"step": name, "ms": ms, "bytes_per_s": bw, "fraction_of_copy": bw / copy_bw})).collect::<Vec<_>>(),
         }));
         drop(buf);
