@@ -37,11 +37,24 @@ struct ntt_pass {
 // Elements a block holds.
 FR_FN fr_u32 ntt_block_elems(const ntt_pass &p) { return 1u << (p.log_subs + p.k); }
 
+// Shared-memory slot of element t of the block's sub-problem u. Sub-problems are padded apart
+// so that a load or store row (the SUBS sub-problems at one t, then the next t) falls in
+// distinct banks: with 2^k >= 32 the padding 32 / SUBS makes u * (2^k + pad) + t, over a warp's
+// SUBS values of u and 32 / SUBS values of t, cover all 32 banks. Smaller sub-problems (only in
+// transforms of under 2^5 points per pass) are not padded.
+FR_FN fr_u32 ntt_pad(const ntt_pass &p) { return p.k >= 5 ? (32u >> p.log_subs) : 0u; }
+
+FR_FN fr_u32 ntt_slot(const ntt_pass &p, fr_u32 u, fr_u32 t) { return u * ((1u << p.k) + ntt_pad(p)) + t; }
+
+// Words per limb plane of the block's shared memory (the kernel's dynamic shared memory is 8 of
+// these planes; PassParams::shared_bytes computes the same on the host).
+FR_FN fr_u32 ntt_plane(const ntt_pass &p) { return ntt_block_elems(p) + (ntt_pad(p) << p.log_subs); }
+
 // Sub-problems over the whole batch.
 FR_FN fr_u64 ntt_subproblems(const ntt_pass &p) { return p.total >> p.k; }
 
-// Where the block's i-th loaded element lives: global index and shared-memory slot
-// (slot = u * 2^k + t for element t of the block's sub-problem u). Returns false past the end.
+// Where the block's i-th loaded element lives: global index and shared-memory slot (see
+// ntt_slot). Returns false past the end.
 FR_FN bool ntt_locate(const ntt_pass &p, fr_u64 block, fr_u32 i, fr_u64 &x, fr_u32 &slot) {
     const fr_u32 k = p.k, ls = p.log_stride, lsubs = p.log_subs;
     if (ls >= lsubs) {
@@ -52,7 +65,7 @@ FR_FN bool ntt_locate(const ntt_pass &p, fr_u64 block, fr_u32 i, fr_u64 &x, fr_u
         fr_u32 u = i & ((1u << lsubs) - 1);
         fr_u32 t = i >> lsubs;
         x = (hi << (k + ls)) + ((fr_u64)t << ls) + lo0 + u;
-        slot = (u << k) | t;
+        slot = ntt_slot(p, u, t);
     } else {
         // S < SUBS: the block's sub-problems cover one contiguous range; load it in order.
         x = (block << (lsubs + k)) + i;
@@ -60,7 +73,7 @@ FR_FN bool ntt_locate(const ntt_pass &p, fr_u64 block, fr_u32 i, fr_u64 &x, fr_u
         fr_u32 rem = i & ((1u << (k + ls)) - 1);
         fr_u32 t = rem >> ls;
         fr_u32 lo = rem & ((1u << ls) - 1);
-        slot = (((hi_l << ls) | lo) << k) | t;
+        slot = ntt_slot(p, (hi_l << ls) | lo, t);
     }
     return x < p.total;
 }
@@ -72,8 +85,8 @@ FR_FN fr_t ntt_twiddle(const fr_t *table, fr_u64 half_n, fr_u64 e, fr_u32 invers
     return fr_neg(table[half_n - e]);
 }
 
-// Shared memory holds the block's elements limb-planar (limb l of slot s at l * E + s), so a
-// warp touching consecutive slots touches consecutive banks.
+// Shared memory holds the block's elements limb-planar (limb l of slot s at l * E + s, E the
+// plane size), so a warp touching consecutive slots touches consecutive banks.
 FR_FN fr_t ntt_smem_get(const fr_u32 *sm, fr_u32 E, fr_u32 s) {
     fr_t v;
 #pragma unroll
@@ -90,7 +103,7 @@ FR_FN void ntt_smem_put(fr_u32 *sm, fr_u32 E, fr_u32 s, const fr_t &v) {
 // shared memory. Skips butterflies of sub-problems past the end of the batch.
 FR_FN void ntt_butterfly(const ntt_pass &p, const fr_t *table, fr_u64 block, fr_u32 *sm,
                          fr_u32 b, fr_u32 log_hp) {
-    const fr_u32 k = p.k, E = ntt_block_elems(p);
+    const fr_u32 k = p.k, E = ntt_plane(p);
     fr_u32 u = b >> (k - 1);
     fr_u32 bb = b & ((1u << (k - 1)) - 1);
     fr_u64 q = (block << p.log_subs) + u;
@@ -98,7 +111,7 @@ FR_FN void ntt_butterfly(const ntt_pass &p, const fr_t *table, fr_u64 block, fr_
     fr_u32 hp = 1u << log_hp;
     fr_u32 jl = bb & (hp - 1);
     fr_u32 t1 = ((bb >> log_hp) << (log_hp + 1)) | jl;
-    fr_u32 s1 = (u << k) | t1, s2 = s1 + hp;
+    fr_u32 s1 = ntt_slot(p, u, t1), s2 = s1 + hp;
     // Offset of the upper element in its block of 2h (h = hp * S), and its twiddle exponent
     // j * n / 2h.
     fr_u64 lo = q & ((1ull << p.log_stride) - 1);
@@ -169,7 +182,7 @@ FR_FN void ntt_pass_load(const ntt_pass &p, const fr_t *data, const fr_t *scale,
     if (!ntt_locate(p, block, i, x, slot)) return;
     fr_t v = data[x];
     if (p.scale == NTT_SCALE_ON_LOAD) v = ntt_scale_one(scale, v, x, p.log_n, p.scale_bitrev);
-    ntt_smem_put(sm, ntt_block_elems(p), slot, v);
+    ntt_smem_put(sm, ntt_plane(p), slot, v);
 }
 
 FR_FN void ntt_pass_store(const ntt_pass &p, fr_t *data, const fr_t *scale, fr_u64 block, const fr_u32 *sm,
@@ -177,7 +190,7 @@ FR_FN void ntt_pass_store(const ntt_pass &p, fr_t *data, const fr_t *scale, fr_u
     fr_u64 x;
     fr_u32 slot;
     if (!ntt_locate(p, block, i, x, slot)) return;
-    fr_t v = ntt_smem_get(sm, ntt_block_elems(p), slot);
+    fr_t v = ntt_smem_get(sm, ntt_plane(p), slot);
     if (p.scale == NTT_SCALE_ON_STORE) v = ntt_scale_one(scale, v, x, p.log_n, p.scale_bitrev);
     data[x] = v;
 }

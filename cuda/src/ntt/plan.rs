@@ -63,9 +63,15 @@ impl PassParams {
         self.subproblems().div_ceil(1 << self.log_subs)
     }
 
-    /// Dynamic shared memory of the launch in bytes.
+    /// Dynamic shared memory of the launch in bytes: 8 limb planes of the block's elements plus
+    /// the bank padding between sub-problems (ntt.cuh: ntt_plane).
     pub fn shared_bytes(&self) -> u32 {
-        32 << (self.log_subs + self.k)
+        let pad = if self.k >= 5 {
+            (32 >> self.log_subs) << self.log_subs
+        } else {
+            0
+        };
+        32 * ((1 << (self.log_subs + self.k)) + pad)
     }
 }
 

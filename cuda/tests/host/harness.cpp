@@ -59,7 +59,9 @@ static void run_pass(const ntt_pass &p, fr_t *data, const fr_t *tw, const fr_t *
     const fr_u32 E = ntt_block_elems(p);
     const fr_u64 subs = ntt_subproblems(p);
     const fr_u64 blocks = (subs + (1u << p.log_subs) - 1) >> p.log_subs;
-    std::vector<fr_u32> sm((size_t)E * FR_LIMBS);
+    // Sized exactly like the kernel's dynamic shared memory (PassParams::shared_bytes), so the
+    // tests' address sanitizer catches any slot outside it.
+    std::vector<fr_u32> sm((size_t)ntt_plane(p) * FR_LIMBS);
     for (fr_u64 block = 0; block < blocks; block++) {
         for (fr_u32 i = 0; i < E; i++) ntt_pass_load(p, data, scale, block, sm.data(), i);
         for (fr_u32 r = 0; r < p.k; r++) {
