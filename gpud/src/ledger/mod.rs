@@ -60,8 +60,8 @@ use gpud_client::proto::{Class, Placement, QueueCounts, RevokeReason, YieldReaso
 use device::Device;
 use timers::{Timer, Timers};
 pub use types::{
-    AcquireSpec, Decision, DeviceIdx, DeviceSpec, Lease, LedgerConfig, LedgerError, Need, PerClass,
-    ResizeOutcome, SessionId, Ticket, Waiter,
+    AcquireSpec, Decision, DeviceIdx, DeviceSpec, Lease, LeaseChange, LedgerConfig, LedgerError,
+    Need, PerClass, ResizeOutcome, RestoredLease, SessionId, Ticket, Waiter,
 };
 
 /// What a session holds and waits for.
@@ -93,6 +93,8 @@ pub struct Ledger {
     critical: BTreeSet<u64>,
     timers: Timers,
     decisions: VecDeque<Decision>,
+    /// Lease changes for a journal, when recording is on.
+    changes: Option<VecDeque<LeaseChange>>,
     next_lease: LeaseId,
     next_seq: u64,
 }
@@ -110,6 +112,7 @@ impl Ledger {
             critical: BTreeSet::new(),
             timers: Timers::default(),
             decisions: VecDeque::new(),
+            changes: None,
             next_lease: 1,
             next_seq: 0,
         }
@@ -125,6 +128,87 @@ impl Ledger {
         self.config = config;
         for d in 0..self.devices.len() {
             self.schedule(now, d);
+        }
+    }
+
+    /// Records every lease change for [`Ledger::poll_change`] (a journal's feed). Off by default,
+    /// so that callers who do not drain changes do not accumulate them.
+    pub fn record_changes(&mut self, on: bool) {
+        self.changes = on.then(VecDeque::new);
+    }
+
+    /// Puts back a lease that existed before a restart, held by `session` (the daemon's
+    /// placeholder for owners that have not reconnected yet). It is taken as it was, even when
+    /// the device's capacity or slots have shrunk since: the memory is in use either way.
+    pub fn restore(&mut self, session: SessionId, lease: RestoredLease) -> Result<(), LedgerError> {
+        if lease.device >= self.devices.len() {
+            return Err(LedgerError::UnknownDevice(Placement::Index(
+                lease.device as u32,
+            )));
+        }
+        if self.leases.contains_key(&lease.id) {
+            return Err(LedgerError::Invalid(
+                "a restored lease id is already in use",
+            ));
+        }
+        let dev = &mut self.devices[lease.device];
+        dev.reserved += lease.vram_bytes;
+        if lease.compute {
+            dev.holders.push(lease.id);
+        }
+        self.next_lease = self.next_lease.max(lease.id + 1);
+        self.sessions
+            .entry(session)
+            .or_default()
+            .leases
+            .insert(lease.id);
+        self.leases.insert(
+            lease.id,
+            Lease {
+                id: lease.id,
+                session,
+                device: lease.device,
+                vram_bytes: lease.vram_bytes,
+                compute: lease.compute,
+                class: lease.class,
+                granted_at: lease.granted_at,
+                yield_requested: None,
+                pending_grow: None,
+                label: lease.label,
+            },
+        );
+        Ok(())
+    }
+
+    /// Hands a lease to another session (a client re-adopting its lease after a restart).
+    pub fn transfer(&mut self, lease_id: LeaseId, to: SessionId) -> Result<(), LedgerError> {
+        let lease = self
+            .leases
+            .get_mut(&lease_id)
+            .ok_or(LedgerError::UnknownLease(lease_id))?;
+        if lease.pending_grow.is_some() {
+            return Err(LedgerError::ResizePending(lease_id));
+        }
+        let from = std::mem::replace(&mut lease.session, to);
+        if let Some(h) = self.sessions.get_mut(&from) {
+            h.leases.remove(&lease_id);
+            if h.leases.is_empty() && h.waiters.is_empty() {
+                self.sessions.remove(&from);
+            }
+        }
+        self.sessions.entry(to).or_default().leases.insert(lease_id);
+        Ok(())
+    }
+
+    /// The next lease change to journal.
+    #[must_use]
+    pub fn poll_change(&mut self) -> Option<LeaseChange> {
+        self.changes.as_mut().and_then(VecDeque::pop_front)
+    }
+
+    fn changed(&mut self, change: LeaseChange) {
+        if let Some(c) = &mut self.changes {
+            c.push_back(change);
         }
     }
 
@@ -225,6 +309,12 @@ impl Ledger {
                 lease.vram_bytes = vram_bytes;
             }
             self.devices[d].reserved -= old - vram_bytes;
+            if vram_bytes != old {
+                self.changed(LeaseChange::Resized {
+                    lease: lease_id,
+                    vram_bytes,
+                });
+            }
             self.schedule(now, d);
             return Ok(ResizeOutcome::Done { vram_bytes });
         }
@@ -676,13 +766,18 @@ impl Ledger {
                 .unwrap_or_else(|| unreachable!("grow waiter for missing lease {id}"));
             lease.vram_bytes += waiter.need.vram_bytes;
             lease.pending_grow = None;
+            let vram_bytes = lease.vram_bytes;
             if deferred {
                 self.decisions.push_back(Decision::Grew {
                     ticket: waiter.ticket,
                     lease: id,
-                    vram_bytes: lease.vram_bytes,
+                    vram_bytes,
                 });
             }
+            self.changed(LeaseChange::Resized {
+                lease: id,
+                vram_bytes,
+            });
             return id;
         }
         let id = self.next_lease;
@@ -721,6 +816,7 @@ impl Ledger {
                 lease: id,
             });
         }
+        self.changed(LeaseChange::Granted(id));
         id
     }
 
@@ -756,6 +852,7 @@ impl Ledger {
         if let Some(h) = self.sessions.get_mut(&lease.session) {
             h.leases.remove(&id);
         }
+        self.changed(LeaseChange::Ended(id));
         lease
     }
 

@@ -725,6 +725,8 @@ struct Harness {
     /// Arrival order and device set of acquire waiters, to check the overtaking bound.
     arrivals: HashMap<Ticket, u64>,
     max_overtakes: u32,
+    /// The lease set as a journal replaying the ledger's change stream sees it.
+    journal: BTreeMap<LeaseId, u64>,
 }
 
 impl Harness {
@@ -749,8 +751,10 @@ impl Harness {
             revoke_after_yield: Some(Duration::from_millis(200)),
             ..LedgerConfig::default()
         };
+        let mut ledger = Ledger::new(config, devices);
+        ledger.record_changes(true);
         Self {
-            ledger: Ledger::new(config, devices),
+            ledger,
             now: Instant::now(),
             next_request: 0,
             waiting: BTreeMap::new(),
@@ -758,6 +762,7 @@ impl Harness {
             live: BTreeMap::new(),
             arrivals: HashMap::new(),
             max_overtakes,
+            journal: BTreeMap::new(),
         }
     }
 
@@ -966,8 +971,37 @@ impl Harness {
         }
     }
 
-    fn check(&self, reserved_before: &[u64]) {
+    fn check(&mut self, reserved_before: &[u64]) {
         self.ledger.check_invariants().unwrap();
+        while let Some(change) = self.ledger.poll_change() {
+            match change {
+                LeaseChange::Granted(id) => {
+                    let l = self.ledger.lease(id).map_or(0, |l| l.vram_bytes);
+                    assert!(
+                        self.journal.insert(id, l).is_none(),
+                        "lease {id} granted twice"
+                    );
+                }
+                LeaseChange::Resized { lease, vram_bytes } => {
+                    *self
+                        .journal
+                        .get_mut(&lease)
+                        .expect("resize of a journaled lease") = vram_bytes;
+                }
+                LeaseChange::Ended(id) => {
+                    assert!(
+                        self.journal.remove(&id).is_some(),
+                        "end of unknown lease {id}"
+                    );
+                }
+            }
+        }
+        let actual: BTreeMap<LeaseId, u64> =
+            self.ledger.leases().map(|l| (l.id, l.vram_bytes)).collect();
+        assert_eq!(
+            self.journal, actual,
+            "the change stream replays to the ledger's leases"
+        );
         for dev in self.ledger.devices() {
             let d = dev.index();
             let sum: u64 = self.live.values().filter(|v| v.1 == d).map(|v| v.2).sum();
@@ -1086,4 +1120,55 @@ fn every_request_gets_one_answer_in_a_long_random_run() {
     }
     h.settle();
     assert_eq!(seen.len(), 10, "every kind of step occurred");
+}
+
+#[test]
+fn restored_leases_hold_their_resources_until_adopted_or_dropped() {
+    let now = Instant::now();
+    let mut l = Ledger::new(LedgerConfig::default(), vec![device("GPU-a", 16)]);
+    l.record_changes(true);
+    let orphans = u64::MAX;
+    let restored = RestoredLease {
+        id: 41,
+        device: 0,
+        vram_bytes: 12 * GIB,
+        compute: true,
+        class: Class::Normal,
+        granted_at: now,
+        label: None,
+    };
+    l.restore(orphans, restored.clone()).unwrap();
+    assert_eq!(
+        l.restore(orphans, restored),
+        Err(LedgerError::Invalid(
+            "a restored lease id is already in use"
+        ))
+    );
+    // Nothing that would over-commit is granted while the owner has not come back.
+    assert_eq!(
+        l.acquire(
+            now,
+            t(1, 1),
+            spec(Placement::Any, 8 * GIB, false, Class::Normal)
+        ),
+        Ok(None)
+    );
+    assert_eq!(
+        l.acquire(now, t(1, 2), spec(Placement::Any, 0, true, Class::Critical)),
+        Ok(None)
+    );
+    // The owner re-adopts: the lease moves to its new session; new ids do not collide.
+    l.transfer(41, 7).unwrap();
+    assert_eq!(l.session_leases(7), vec![41]);
+    assert_eq!(l.session_counts(orphans), (0, 0));
+    assert!(l.next_lease_id() > 41);
+    l.release(now, 7, 41).unwrap();
+    let d = drain_decisions(&mut l);
+    let grants = d
+        .iter()
+        .filter(|d| matches!(d, Decision::Granted { .. }))
+        .count();
+    assert_eq!(grants, 2, "both waiters granted after the release: {d:?}");
+    assert_eq!(l.poll_change(), Some(LeaseChange::Ended(41)));
+    l.check_invariants().unwrap();
 }

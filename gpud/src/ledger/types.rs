@@ -280,3 +280,38 @@ pub enum ResizeOutcome {
     /// [`Decision::GrowAbandoned`] follows.
     Waiting,
 }
+
+/// A change to the set of leases, in the order it happened: what a journal records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseChange {
+    /// A lease was granted (read its details from the ledger).
+    Granted(LeaseId),
+    /// A lease's VRAM changed.
+    Resized {
+        /// The lease.
+        lease: LeaseId,
+        /// Its size now.
+        vram_bytes: u64,
+    },
+    /// A lease ended (released, revoked, or its session closed).
+    Ended(LeaseId),
+}
+
+/// A lease as it existed before a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoredLease {
+    /// Its id, kept so the owner can re-adopt it.
+    pub id: LeaseId,
+    /// The device.
+    pub device: DeviceIdx,
+    /// Bytes reserved.
+    pub vram_bytes: u64,
+    /// Holds a compute slot.
+    pub compute: bool,
+    /// Class.
+    pub class: Class,
+    /// When it was granted (approximately, across the restart).
+    pub granted_at: Instant,
+    /// The client's note.
+    pub label: Option<String>,
+}
