@@ -1,4 +1,6 @@
-//! `gpud-prover`: prove, generate parameters, benchmark.
+//! `gpud-prover`: prove, generate parameters, benchmark, demo.
+
+mod demo;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -30,6 +32,8 @@ enum Command {
     Params(ParamsArgs),
     /// Compare our CPU prover with bellperson's on the same circuit, sizes 2^FROM..2^TO.
     Bench(BenchArgs),
+    /// Start gpud and several provers sharing its device; show `gpudctl status` and a summary.
+    Demo(demo::DemoArgs),
 }
 
 #[derive(Args, Clone)]
@@ -125,6 +129,7 @@ fn main() -> std::process::ExitCode {
         Command::Prove(a) => prove(a),
         Command::Params(a) => params(a),
         Command::Bench(a) => bench_cmd(a),
+        Command::Demo(a) => demo::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
