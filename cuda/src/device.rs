@@ -40,6 +40,12 @@ impl Device {
     pub fn open<R: Reservation + ?Sized>(lease: &R) -> Result<Self> {
         let info = driver::find_device(lease.device_uuid())?;
         let ctx = CudaContext::new(info.ordinal)?;
+        // cudarc's event tracking makes the first new stream synchronize the whole context (a
+        // device-global wait, which needs the compute slot). We order all work ourselves
+        // (allocations and frees on the main stream, explicit joins), so it is off.
+        // SAFETY: no CudaSlice is created through this crate; our buffers are ordered on the
+        // main stream and other streams join it before touching them.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
         let reserved = lease.vram_bytes();
         let pool = MemPool::create(info.ordinal, reserved)?;
