@@ -3,13 +3,24 @@
 // them in the order of the plan (cuda/src/msm/plan.rs).
 //
 // Heavy kernels (point arithmetic) run 128 threads a block; the light ones (scalars, scan) 256.
-// msm_noinline.cu includes this file with GPUD_FQ_MUL_NOINLINE set, to compare the two builds.
+// msm_noinline.cu and msm_nocap.cu include this file with other settings, to compare builds.
 #ifndef GPUD_MSM_CU
 #define GPUD_MSM_CU
 
 #include "msm.cuh"
 
 using namespace gpud;
+
+// Minimum resident blocks per multiprocessor asked of ptxas for the accumulation and combining
+// kernels (a register cap of 65536 / (128 * GPUD_MSM_MIN_BLOCKS)); 0 leaves it to ptxas.
+#ifndef GPUD_MSM_MIN_BLOCKS
+#define GPUD_MSM_MIN_BLOCKS 3
+#endif
+#if GPUD_MSM_MIN_BLOCKS > 0
+#define GPUD_MSM_HOT_BOUNDS __launch_bounds__(128, GPUD_MSM_MIN_BLOCKS)
+#else
+#define GPUD_MSM_HOT_BOUNDS __launch_bounds__(128)
+#endif
 
 __device__ __forceinline__ uint32_t msm_tid() { return blockIdx.x * blockDim.x + threadIdx.x; }
 
@@ -42,7 +53,7 @@ extern "C" __global__ void __launch_bounds__(256)
 
 // Step 4: segments of `seg` sorted entries per thread; the entry count is read on the device
 // (offsets[keys]) so that nothing waits for the host.
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void GPUD_MSM_HOT_BOUNDS
     msm_accumulate_kernel(uint32_t threads, uint32_t seg, const uint32_t* total,
                           const uint64_t* entries, const g1_affine* bases, g1_xyzz* buckets,
                           uint32_t* out_keys, g1_xyzz* out_points) {
@@ -55,7 +66,7 @@ extern "C" __global__ void __launch_bounds__(128)
 }
 
 // Step 5: one combining pass over the slots of the previous pass.
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void GPUD_MSM_HOT_BOUNDS
     msm_combine_kernel(uint32_t threads, uint32_t seg, uint32_t count, const uint32_t* in_keys,
                        const g1_xyzz* in_points, g1_xyzz* buckets, uint32_t* out_keys,
                        g1_xyzz* out_points) {

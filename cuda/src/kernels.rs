@@ -115,5 +115,13 @@ pub static MSM_NOINLINE: KernelModule = KernelModule {
     kernels: MSM_KERNELS,
 };
 
+/// The same MSM kernels without the register cap on the hot kernels.
+pub static MSM_NOCAP: KernelModule = KernelModule {
+    name: "msm_nocap",
+    source: include_str!("../kernels/msm_nocap.cu"),
+    headers: &[FQ_CUH, G1_CUH, MSM_CUH, MSM_CU],
+    kernels: MSM_KERNELS,
+};
+
 /// Every module, for the compile test and for warming the cache.
-pub static ALL_MODULES: &[&KernelModule] = &[&NTT, &FR_BENCH, &MSM, &MSM_NOINLINE];
+pub static ALL_MODULES: &[&KernelModule] = &[&NTT, &FR_BENCH, &MSM, &MSM_NOINLINE, &MSM_NOCAP];

@@ -66,13 +66,13 @@ fn cpu(bases: &[G1Affine], s: &[Scalar]) -> G1Projective {
 
 #[test]
 #[ignore = "needs a GPU"]
-fn msm_matches_blstrs_at_small_sizes_with_both_builds() {
+fn msm_matches_blstrs_at_small_sizes_with_every_build() {
     let lease = claim(4096 * MIB);
     let dev = Device::open(&lease).unwrap();
     let mut rng = fresh_rng();
     let host = bases(&mut rng, 1 << 14);
     let resident = G1Bases::upload(&dev, &host).unwrap();
-    for variant in [MsmVariant::Inline, MsmVariant::NoInlineMul] {
+    for variant in MsmVariant::ALL {
         let mut engine = MsmEngine::with_variant(&dev, variant).unwrap();
         engine.set_poison(true);
         for n in [

@@ -172,7 +172,8 @@ fn ms(t: Instant) -> f64 {
 struct Ctx<'d> {
     dev: &'d Device,
     engine: MsmEngine<'d>,
-    noinline: MsmEngine<'d>,
+    /// The other builds of the kernels (MsmVariant::ALL after the default).
+    others: Vec<MsmEngine<'d>>,
     bases_host: Vec<G1Affine>,
     bases: G1Bases<'d>,
 }
@@ -314,24 +315,27 @@ fn run_check(ctx: &Ctx<'_>, max_log: u32, quick: bool, report: &mut Value) -> Re
         .map(|_| special[rng.gen_range(0..special.len())])
         .collect();
     check_one(ctx, "scalars at (r-1)/2 and r-1", None, &sp, &mut failures)?;
-    // The second kernel build on a few sizes.
-    for &n in [1usize, 3, 1000, 1 << 12.min(max_log), 1 << 16.min(max_log)]
-        .iter()
-        .filter(|&&n| n <= bh.len())
-    {
-        for kind in [Kind::Random, Kind::Witness] {
-            let s = scalars(kind, n);
-            let want = cpu_msm(&bh[..n], &s);
-            let got = ctx.noinline.msm(&ctx.bases, &s)?;
-            let ok = got == want;
-            println!(
-                "{:<44} n = {:>9}  {}",
-                format!("noinline build, {} scalars", kind.name()),
-                n,
-                if ok { "ok" } else { "MISMATCH" }
-            );
-            if !ok {
-                failures.push(format!("noinline {} n = {n}", kind.name()));
+    // The other kernel builds on a few sizes.
+    for other in &ctx.others {
+        for &n in [1usize, 3, 1000, 1 << 12.min(max_log), 1 << 16.min(max_log)]
+            .iter()
+            .filter(|&&n| n <= bh.len())
+        {
+            for kind in [Kind::Random, Kind::Witness] {
+                let s = scalars(kind, n);
+                let want = cpu_msm(&bh[..n], &s);
+                let got = other.msm(&ctx.bases, &s)?;
+                let ok = got == want;
+                let what = format!("{:?} build, {} scalars", other.variant(), kind.name());
+                println!(
+                    "{:<44} n = {:>9}  {}",
+                    what,
+                    n,
+                    if ok { "ok" } else { "MISMATCH" }
+                );
+                if !ok {
+                    failures.push(format!("{what} n = {n}"));
+                }
             }
         }
     }
@@ -484,13 +488,9 @@ fn run_bench(
         dev_s.copy_from_host(&s)?;
         let reference = ctx.engine.msm(&ctx.bases, &s)?;
         println!("== sweep at 2^{sweep_log}, random scalars, scalars on the device");
-        for variant in [MsmVariant::Inline, MsmVariant::NoInlineMul] {
+        for engine in std::iter::once(&ctx.engine).chain(ctx.others.iter()) {
+            let variant = engine.variant();
             for c in 15..=20 {
-                let engine = if variant == MsmVariant::Inline {
-                    &ctx.engine
-                } else {
-                    &ctx.noinline
-                };
                 let plan = MsmPlan::with_window_bits(n, c, ctx.dev.info().multiprocessors)?;
                 let mut phases = Vec::new();
                 let t = time_runs(3, || {
@@ -583,7 +583,10 @@ fn main() -> Res<()> {
     let dev = Device::open(&lease)?;
     let t = Instant::now();
     let engine = MsmEngine::new(&dev)?;
-    let noinline = MsmEngine::with_variant(&dev, MsmVariant::NoInlineMul)?;
+    let others = MsmVariant::ALL[1..]
+        .iter()
+        .map(|&v| MsmEngine::with_variant(&dev, v))
+        .collect::<Result<Vec<_>, _>>()?;
     println!("kernels loaded in {:.1} s", t.elapsed().as_secs_f64());
     let t = Instant::now();
     let bases_host = random_bases(1 << need_log);
@@ -600,7 +603,7 @@ fn main() -> Res<()> {
     let mut ctx = Ctx {
         dev: &dev,
         engine,
-        noinline,
+        others,
         bases_host,
         bases,
     };
@@ -611,10 +614,10 @@ fn main() -> Res<()> {
     let mut result = Ok(());
     if args.check {
         ctx.engine.set_poison(true);
-        ctx.noinline.set_poison(true);
+        ctx.others.iter_mut().for_each(|e| e.set_poison(true));
         result = run_check(&ctx, max_log.min(24).min(need_log), args.quick, &mut report);
         ctx.engine.set_poison(false);
-        ctx.noinline.set_poison(false);
+        ctx.others.iter_mut().for_each(|e| e.set_poison(false));
     }
     if args.bench && result.is_ok() {
         result = run_bench(

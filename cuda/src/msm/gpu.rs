@@ -12,20 +12,32 @@ use super::layout::XyzzLimbs;
 use super::plan::MsmPlan;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
-use crate::kernels::{KernelModule, MSM, MSM_NOINLINE};
+use crate::kernels::{KernelModule, MSM, MSM_NOCAP, MSM_NOINLINE};
 
 /// Threads per block of the point-arithmetic kernels (their `__launch_bounds__`).
 const HEAVY_THREADS: u32 = 128;
 /// Threads per block of the scalar and scan kernels.
 const LIGHT_THREADS: u32 = 256;
 
-/// Which build of the kernels to run (see `kernels/msm_noinline.cu`).
+/// Which build of the kernels to run (see `kernels/msm*.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MsmVariant {
-    /// Field multiplication inlined everywhere (the default).
+    /// Field multiplication inlined everywhere, hot kernels capped at 168 registers (3 blocks
+    /// of 128 threads per multiprocessor). The default.
     Inline,
     /// Field multiplication as a real call: smaller code, call overhead.
     NoInlineMul,
+    /// Inlined, with no register cap (2 blocks per multiprocessor, no spills).
+    NoRegisterCap,
+}
+
+impl MsmVariant {
+    /// Every build, for comparisons.
+    pub const ALL: [MsmVariant; 3] = [
+        MsmVariant::Inline,
+        MsmVariant::NoInlineMul,
+        MsmVariant::NoRegisterCap,
+    ];
 }
 
 impl MsmVariant {
@@ -33,6 +45,7 @@ impl MsmVariant {
         match self {
             MsmVariant::Inline => &MSM,
             MsmVariant::NoInlineMul => &MSM_NOINLINE,
+            MsmVariant::NoRegisterCap => &MSM_NOCAP,
         }
     }
 }
