@@ -11,12 +11,11 @@ use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 
 use crate::circuits::CircuitSpec;
-use crate::engine::{CpuEngine, Engine};
+use crate::engine::CpuEngine;
 use crate::error::{ProverError, Result};
-use crate::fft::Domain;
 use crate::params::ProvingKey;
 use crate::prove;
-use crate::synthesis::{self, SynthesisOptions};
+use crate::synthesis::SynthesisOptions;
 
 /// Per-stage seconds of one of our proofs.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -65,35 +64,14 @@ pub fn run(spec: &CircuitSpec, key: &ProvingKey, reps: usize) -> Result<BenchRow
         let (r, s) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
 
         let t0 = Instant::now();
-        let cs = synthesis::synthesize(spec.with_witness(seed), SynthesisOptions::default())?;
-        constraints = cs.num_constraints();
-        let domain = Domain::for_constraints(cs.num_constraints())?;
-        key.check_fits(&cs, &domain)?;
+        let syn = prove::synthesize(key, spec.with_witness(seed), SynthesisOptions::default())?;
+        constraints = syn.num_constraints();
         let t1 = Instant::now();
-        let inputs = cs.public_inputs().to_vec();
-        let h = CpuEngine.compute_h(&device, key, &domain, cs.a, cs.b, cs.c)?;
-        let t2 = Instant::now();
-        let g1 = CpuEngine.g1_msms(
-            &device,
-            key,
-            h,
-            crate::engine::G1Scalars {
-                input: &cs.input,
-                aux: &cs.aux,
-                a_aux_density: &cs.a_aux_density,
-                b_input_density: &cs.b_input_density,
-                b_aux_density: &cs.b_aux_density,
-            },
-        )?;
+        let out = prove::gpu_phase(&CpuEngine, &device, key, syn)?;
+        let (h_secs, msm_secs) = (out.h_secs, out.msm_secs);
+        let inputs = out.public_inputs().to_vec();
         let t3 = Instant::now();
-        let b_g2 = crate::msm::g2(
-            &key.params().b_g2[..cs.b_input_density.count()],
-            &cs.b_input_density.select(&cs.input),
-        ) + crate::msm::g2(
-            &key.params().b_g2[cs.b_input_density.count()..],
-            &cs.b_aux_density.select(&cs.aux),
-        );
-        let proof = prove::assemble(key, &g1, b_g2, r, s)?;
+        let proof = prove::cpu_tail(key, out, r, s)?;
         let t4 = Instant::now();
         if !key.verify(&proof, &inputs)? {
             return Err(ProverError::VerificationFailed);
@@ -111,8 +89,8 @@ pub fn run(spec: &CircuitSpec, key: &ProvingKey, reps: usize) -> Result<BenchRow
         let secs = |a: Instant, b: Instant| (b - a).as_secs_f64();
         ours.push(OurStages {
             synthesis: secs(t0, t1),
-            h: secs(t1, t2),
-            g1_msms: secs(t2, t3),
+            h: h_secs,
+            g1_msms: msm_secs,
             cpu_tail: secs(t3, t4),
             total: secs(t0, t4),
         });

@@ -6,6 +6,7 @@
 //! the proof is bit-for-bit the one `bellperson::groth16::create_proof` makes.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bellperson::Circuit;
 use bellperson::SynthesisError;
@@ -63,6 +64,10 @@ pub fn synthesize<C: Circuit<Scalar>>(
 pub struct GpuPhaseOutput {
     /// The G1 sums.
     pub g1: G1Sums,
+    /// Seconds computing H.
+    pub h_secs: f64,
+    /// Seconds in the G1 MSMs.
+    pub msm_secs: f64,
     input: Vec<Scalar>,
     aux: Vec<Scalar>,
     b_input_density: Density,
@@ -96,7 +101,9 @@ pub fn gpu_phase<E: Engine + ?Sized>(
         b_aux_density,
         ..
     } = cs;
+    let start = Instant::now();
     let h = engine.compute_h(lease, key, &domain, a, b, c)?;
+    let h_secs = start.elapsed().as_secs_f64();
     let g1 = engine.g1_msms(
         lease,
         key,
@@ -109,8 +116,11 @@ pub fn gpu_phase<E: Engine + ?Sized>(
             b_aux_density: &b_aux_density,
         },
     )?;
+    let msm_secs = start.elapsed().as_secs_f64() - h_secs;
     Ok(GpuPhaseOutput {
         g1,
+        h_secs,
+        msm_secs,
         public_inputs: input[1..].to_vec(),
         input,
         aux,
