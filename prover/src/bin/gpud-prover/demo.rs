@@ -2,6 +2,9 @@
 //!
 //! Starts gpud (simulated devices unless NVIDIA GPUs are present), then N `gpud-prover prove`
 //! processes against it; shows `gpudctl status` while they run and a summary when they finish.
+//! The `gpud` and `gpudctl` binaries are taken from beside this one (a workspace build); when
+//! only `gpud-prover` was built (`cargo run -p gpud-prover -- demo`), the daemon runs inside
+//! this process from the gpud library, and the status comes from the client library.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -44,35 +47,25 @@ pub struct DemoArgs {
     /// Parameter cache directory (see `prove --help`).
     #[arg(long)]
     params_dir: Option<PathBuf>,
-    /// The gpud binary [default: next to this one].
+    /// The gpud binary [default: next to this one, else gpud runs inside this process].
     #[arg(long)]
     gpud: Option<PathBuf>,
-    /// The gpudctl binary [default: next to this one].
+    /// The gpudctl binary [default: next to this one, else the client library's status].
     #[arg(long)]
     gpudctl: Option<PathBuf>,
 }
 
-/// A sibling binary from the same build (target/<profile>/), else the name for `PATH`.
-fn sibling(name: &str, given: &Option<PathBuf>) -> Result<PathBuf> {
+/// The binary given, else one beside this executable (same build), else none.
+fn sibling(name: &str, given: &Option<PathBuf>) -> Result<Option<PathBuf>> {
     if let Some(p) = given {
-        return Ok(p.clone());
+        if !p.is_file() {
+            bail!("{} does not exist", p.display());
+        }
+        return Ok(Some(p.clone()));
     }
     let exe = std::env::current_exe().context("locating gpud-prover")?;
     let beside = exe.with_file_name(name);
-    if beside.is_file() {
-        return Ok(beside);
-    }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join(name))
-        .find(|p| p.is_file());
-    on_path.with_context(|| {
-        format!(
-            "{name} not found next to {} nor on PATH: build the workspace (cargo build --release)",
-            exe.display()
-        )
-    })
+    Ok(beside.is_file().then_some(beside))
 }
 
 fn real_gpus_present() -> bool {
@@ -85,24 +78,107 @@ fn real_gpus_present() -> bool {
             .is_ok_and(|s| s.success())
 }
 
-/// gpud, stopped with SIGTERM when dropped.
-struct Gpud(Child);
+/// gpud as a child process (stopped with SIGTERM when dropped), or inside this process.
+enum Gpud {
+    Process(Child),
+    /// Ends with this process.
+    InProcess,
+}
 
 impl Drop for Gpud {
     fn drop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.0.id()) {
+        let Gpud::Process(child) = self else { return };
+        if let Ok(pid) = i32::try_from(child.id()) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
+            if let Ok(Some(_)) = child.try_wait() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = child.kill();
+        let _ = child.wait();
     }
+}
+
+/// Runs the daemon from the gpud library on a thread of this process.
+fn start_in_process(socket: &Path, simulate: Option<&str>) -> Result<()> {
+    let backend: Box<dyn gpud::backend::Backend> = match simulate {
+        Some(spec) => Box::new(gpud::backend::simulated::Simulated::new(spec)?),
+        None => Box::new(gpud::backend::nvml::Nvml::probe()?),
+    };
+    let daemon = gpud::server::Daemon {
+        // The demo's own uid is always allowed; no `gpud` group needed for a private socket.
+        config: gpud::config::Config {
+            socket_group: None,
+            ..Default::default()
+        },
+        config_path: None,
+        socket: socket.to_path_buf(),
+        backend,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the daemon's runtime")?;
+    std::thread::spawn(move || {
+        if let Err(e) = runtime.block_on(daemon.run()) {
+            eprintln!("gpud (in-process): {e}");
+        }
+    });
+    Ok(())
+}
+
+/// `gpudctl status`, or the same facts from the client library when gpudctl is not built.
+fn show_status(gpudctl: Option<&Path>, socket: &Path) -> Result<String> {
+    if let Some(ctl) = gpudctl {
+        let out = Command::new(ctl)
+            .arg("--socket")
+            .arg(socket)
+            .arg("status")
+            .output()
+            .with_context(|| format!("running {}", ctl.display()))?;
+        return Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned());
+    }
+    let s = gpud_client::blocking::Client::connect(socket)?.status()?;
+    let mut out = format!(
+        "gpud {} ({} devices, {} sessions, {} leases, {} waiting)",
+        s.daemon.version,
+        s.daemon.backend,
+        s.daemon.sessions,
+        s.leases.len(),
+        s.waiters.len()
+    );
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    for d in &s.devices {
+        let holder = d.compute_holder.as_ref().map_or("idle".to_owned(), |h| {
+            format!(
+                "lease {} pid {} {} {} ms",
+                h.lease, h.pid, h.class, h.held_ms
+            )
+        });
+        out += &format!(
+            "\n  dev {} {}: reserved {:.1} MiB of {:.1} MiB, compute {holder}",
+            d.index,
+            d.name,
+            mib(d.reserved_bytes),
+            mib(d.capacity_bytes)
+        );
+    }
+    for l in &s.leases {
+        out += &format!(
+            "\n  lease {} pid {} {} {:.1} MiB{} held {} ms",
+            l.id,
+            l.pid,
+            l.class,
+            mib(l.vram_bytes),
+            if l.compute { " +compute" } else { "" },
+            l.held_ms
+        );
+    }
+    Ok(out)
 }
 
 struct Prover {
@@ -127,6 +203,9 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let started = Instant::now();
     let gpud_bin = sibling("gpud", &a.gpud)?;
     let gpudctl = sibling("gpudctl", &a.gpudctl)?;
+    if gpudctl.is_none() {
+        println!("(gpudctl is not built beside gpud-prover: status comes from the client library)");
+    }
     let me = std::env::current_exe()?;
     let cache = ParamsCache::new(
         a.params_dir
@@ -154,20 +233,27 @@ pub fn run(a: DemoArgs) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let socket = dir.join("gpud.sock");
     let log_path = dir.join("gpud.log");
-    let mut gpud_cmd = Command::new(&gpud_bin);
-    gpud_cmd.arg("--socket").arg(&socket);
     let simulated = a.force_simulate || !real_gpus_present();
-    if simulated {
-        gpud_cmd.args(["--simulate", &a.simulate]);
-    }
-    let log = std::fs::File::create(&log_path)?;
-    let gpud = Gpud(
-        gpud_cmd
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", gpud_bin.display()))?,
-    );
+    let gpud = match &gpud_bin {
+        Some(bin) => {
+            let mut cmd = Command::new(bin);
+            cmd.arg("--socket").arg(&socket);
+            if simulated {
+                cmd.args(["--simulate", &a.simulate]);
+            }
+            let log = std::fs::File::create(&log_path)?;
+            Gpud::Process(
+                cmd.stdout(Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .with_context(|| format!("starting {}", bin.display()))?,
+            )
+        }
+        None => {
+            start_in_process(&socket, simulated.then_some(a.simulate.as_str()))?;
+            Gpud::InProcess
+        }
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     while gpud_client::blocking::Client::connect(&socket).is_err() {
         if Instant::now() > deadline {
@@ -176,14 +262,17 @@ pub fn run(a: DemoArgs) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     println!(
-        "gpud up on {} ({}), log {}",
+        "gpud up on {} ({}), {}",
         socket.display(),
         if simulated {
             format!("simulated {}", a.simulate)
         } else {
             "NVIDIA GPUs".into()
         },
-        log_path.display()
+        match &gpud_bin {
+            Some(_) => format!("log {}", log_path.display()),
+            None => "inside this process (no gpud binary beside gpud-prover)".into(),
+        }
     );
 
     let mut provers = Vec::new();
@@ -242,16 +331,10 @@ pub fn run(a: DemoArgs) -> Result<()> {
             break;
         }
         if Instant::now() >= next_status {
-            let out = Command::new(&gpudctl)
-                .arg("--socket")
-                .arg(&socket)
-                .arg("status")
-                .output()
-                .with_context(|| format!("running {}", gpudctl.display()))?;
             println!(
                 "\n$ gpudctl status   ({:.1} s, {running} provers running)\n{}",
                 started.elapsed().as_secs_f64(),
-                String::from_utf8_lossy(&out.stdout).trim_end()
+                show_status(gpudctl.as_deref(), &socket)?
             );
             next_status = Instant::now() + every;
         }
