@@ -31,9 +31,9 @@ pub struct Domain {
 }
 
 impl Domain {
-    /// The smallest domain that holds `n` evaluations (at least 2, so H has a coefficient).
+    /// The smallest domain that holds `n` evaluations (bellperson's choice of size).
     pub fn for_constraints(n: usize) -> Result<Arc<Domain>> {
-        let log = n.max(2).next_power_of_two().trailing_zeros();
+        let log = n.next_power_of_two().trailing_zeros();
         if log >= Scalar::S {
             return Err(ProverError::DomainTooLarge {
                 constraints: n,

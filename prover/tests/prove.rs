@@ -58,7 +58,12 @@ fn sha256_chain_proof_verifies() {
 #[test]
 fn fixed_r_s_proof_equals_bellpersons_bit_for_bit() {
     let mut rng = ChaCha8Rng::seed_from_u64(2);
-    for (circuit, k) in [("synthetic", 9), ("synthetic", 11), ("poseidon", 10)] {
+    for (circuit, k) in [
+        ("synthetic", 9),
+        ("synthetic", 11),
+        ("poseidon", 10),
+        ("sha256", 15),
+    ] {
         let (spec, key) = common::key(circuit, k);
         let (r, s) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
         let (ours, _) =
