@@ -27,7 +27,7 @@ pub struct DemoArgs {
     #[arg(long, value_delimiter = ',', default_value = "synthetic,poseidon")]
     circuits: Vec<String>,
     /// log2 of the constraint count.
-    #[arg(long, short = 'k', default_value_t = 13)]
+    #[arg(long, short = 'k', default_value_t = 14)]
     log_size: u32,
     /// Proofs per prover.
     #[arg(long, default_value_t = 2)]
@@ -55,7 +55,7 @@ pub struct DemoArgs {
     gpudctl: Option<PathBuf>,
 }
 
-/// The binary given, else one beside this executable (same build), else none.
+/// The binary given, else one beside this executable (the same build directory), else none.
 fn sibling(name: &str, given: &Option<PathBuf>) -> Result<Option<PathBuf>> {
     if let Some(p) = given {
         if !p.is_file() {
@@ -204,7 +204,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let gpud_bin = sibling("gpud", &a.gpud)?;
     let gpudctl = sibling("gpudctl", &a.gpudctl)?;
     if gpudctl.is_none() {
-        println!("(gpudctl is not built beside gpud-prover: status comes from the client library)");
+        println!("(no gpudctl beside gpud-prover: status comes from the client library)");
     }
     let me = std::env::current_exe()?;
     let cache = ParamsCache::new(
@@ -234,7 +234,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let socket = dir.join("gpud.sock");
     let log_path = dir.join("gpud.log");
     let simulated = a.force_simulate || !real_gpus_present();
-    let gpud = match &gpud_bin {
+    let mut gpud = match &gpud_bin {
         Some(bin) => {
             let mut cmd = Command::new(bin);
             cmd.arg("--socket").arg(&socket);
@@ -255,7 +255,26 @@ pub fn run(a: DemoArgs) -> Result<()> {
         }
     };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while gpud_client::blocking::Client::connect(&socket).is_err() {
+    loop {
+        match gpud_client::blocking::Client::connect(&socket) {
+            Ok(_) => break,
+            // It answered but does not speak our protocol: a gpud from another build.
+            Err(
+                e @ (gpud_client::ClientError::Refused { .. }
+                | gpud_client::ClientError::Protocol(_)),
+            ) => {
+                bail!(
+                    "{e} (is the gpud beside gpud-prover from another build? rebuild the workspace)"
+                )
+            }
+            Err(_) => {}
+        }
+        if let Gpud::Process(child) = &mut gpud {
+            if let Some(status) = child.try_wait()? {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                bail!("gpud exited ({status}): {}", log.trim());
+            }
+        }
         if Instant::now() > deadline {
             bail!("gpud did not start; see {}", log_path.display());
         }
@@ -270,7 +289,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             "NVIDIA GPUs".into()
         },
         match &gpud_bin {
-            Some(_) => format!("log {}", log_path.display()),
+            Some(bin) => format!("{}, log {}", bin.display(), log_path.display()),
             None => "inside this process (no gpud binary beside gpud-prover)".into(),
         }
     );
