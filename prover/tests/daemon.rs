@@ -97,8 +97,8 @@ fn overlap(a: (u128, u128), b: (u128, u128)) -> bool {
 #[test]
 fn two_provers_never_share_the_compute_slot_and_tails_overlap_the_other_lease() {
     let daemon = start_daemon("16GiB");
-    let a = prover(&daemon.socket, 12, 1, 4, 100);
-    let b = prover(&daemon.socket, 12, 1, 4, 200);
+    let a = prover(&daemon.socket, 12, 1, 6, 100);
+    let b = prover(&daemon.socket, 12, 1, 6, 200);
     let (a, b) = (
         report(a.wait_with_output().unwrap()),
         report(b.wait_with_output().unwrap()),
