@@ -103,3 +103,88 @@ fn a_failing_partition_stops_the_pipeline_with_an_error() {
         "{err}"
     );
 }
+
+/// An engine that checks it only ever runs under a lease holding the compute slot, and
+/// otherwise delegates to the CPU engine: what a GPU engine relies on.
+struct LeaseCheckingEngine {
+    calls: Mutex<Vec<(&'static str, u64, u64)>>,
+}
+
+impl gpud_prover::Engine for LeaseCheckingEngine {
+    type H = Vec<blstrs::Scalar>;
+
+    fn name(&self) -> &'static str {
+        "checking"
+    }
+
+    fn compute_h(
+        &self,
+        lease: &dyn gpud_client::Reservation,
+        key: &gpud_prover::ProvingKey,
+        domain: &gpud_prover::fft::Domain,
+        a: Vec<blstrs::Scalar>,
+        b: Vec<blstrs::Scalar>,
+        c: Vec<blstrs::Scalar>,
+    ) -> gpud_prover::Result<Self::H> {
+        assert!(
+            lease.compute_token().is_some(),
+            "H computed without the compute slot"
+        );
+        self.calls
+            .lock()
+            .unwrap()
+            .push(("h", lease.lease_id(), lease.vram_bytes()));
+        CpuEngine.compute_h(lease, key, domain, a, b, c)
+    }
+
+    fn g1_msms(
+        &self,
+        lease: &dyn gpud_client::Reservation,
+        key: &gpud_prover::ProvingKey,
+        h: Self::H,
+        scalars: gpud_prover::engine::G1Scalars<'_>,
+    ) -> gpud_prover::Result<gpud_prover::engine::G1Sums> {
+        assert!(
+            lease.compute_token().is_some(),
+            "MSMs without the compute slot"
+        );
+        self.calls
+            .lock()
+            .unwrap()
+            .push(("msm", lease.lease_id(), lease.vram_bytes()));
+        CpuEngine.g1_msms(lease, key, h, scalars)
+    }
+}
+
+#[test]
+fn engines_run_only_under_the_partition_lease_with_the_formula_vram() {
+    use gpud_prover::Engine;
+    let (spec, key) = common::key("synthetic", 10);
+    let engine = LeaseCheckingEngine {
+        calls: Mutex::new(Vec::new()),
+    };
+    let cfg = config("synthetic", 10, 1, 3, "checking");
+    let report = pipeline::run(&engine, &LocalLeaser::default(), &key, &cfg, &|_| {}).unwrap();
+    assert!(report.all_verified);
+    assert_eq!(report.engine, "checking");
+    let calls = engine.calls.into_inner().unwrap();
+    assert_eq!(calls.len(), 6);
+    let expected_vram = gpud_prover::vram::estimate(&key.shape(), spec.log_size()).total();
+    assert_eq!(report.vram_bytes, expected_vram);
+    // H then MSMs, each pair under one lease of the formula's size; a new lease per partition.
+    for pair in calls.chunks(2) {
+        assert_eq!(pair[0].0, "h");
+        assert_eq!(pair[1].0, "msm");
+        assert_eq!(pair[0].1, pair[1].1);
+        assert_eq!(pair[0].2, expected_vram);
+    }
+    let mut ids: Vec<u64> = calls.iter().map(|c| c.1).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 3);
+    // The default `vram_bytes` is the formula.
+    assert_eq!(engine_vram(&CpuEngine, &key, 10), expected_vram);
+}
+
+fn engine_vram(e: &impl gpud_prover::Engine, key: &gpud_prover::ProvingKey, k: u32) -> u64 {
+    e.vram_bytes(key, k)
+}
