@@ -158,7 +158,6 @@ impl gpud_prover::Engine for LeaseCheckingEngine {
 
 #[test]
 fn engines_run_only_under_the_partition_lease_with_the_formula_vram() {
-    use gpud_prover::Engine;
     let (spec, key) = common::key("synthetic", 10);
     let engine = LeaseCheckingEngine {
         calls: Mutex::new(Vec::new()),
