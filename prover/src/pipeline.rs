@@ -214,6 +214,30 @@ struct GpuDone {
     device_uuid: String,
 }
 
+/// What every thread of one run shares.
+struct Run<'a> {
+    key: &'a ProvingKey,
+    cfg: &'a PipelineConfig,
+    clock: Clock,
+    jobs: usize,
+    next_job: AtomicUsize,
+    stop: AtomicBool,
+    first_error: Mutex<Option<ProverError>>,
+}
+
+impl Run<'_> {
+    /// Records the first error and tells every thread to stop.
+    fn fail(&self, e: ProverError) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut slot = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert(e);
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
 /// Runs the pipeline; `progress` is called as each partition's proof is verified.
 pub fn run<E: Engine, L: Leaser>(
     engine: &E,
@@ -224,69 +248,59 @@ pub fn run<E: Engine, L: Leaser>(
 ) -> Result<PipelineReport> {
     let jobs = cfg.proofs * cfg.partitions;
     let workers = cfg.synthesis_workers.max(1);
-    let clock = Clock::new();
-    let next_job = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-    let first_error: Mutex<Option<ProverError>> = Mutex::new(None);
-    let fail = |e: ProverError| {
-        stop.store(true, Ordering::Relaxed);
-        let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
-        slot.get_or_insert(e);
+    let run = Run {
+        key,
+        cfg,
+        clock: Clock::new(),
+        jobs,
+        next_job: AtomicUsize::new(0),
+        stop: AtomicBool::new(false),
+        first_error: Mutex::new(None),
     };
     let mut records = Vec::with_capacity(jobs);
     let mut vram = 0u64;
 
     std::thread::scope(|scope| {
+        // Bounded queues: at most `workers` synthesized partitions wait for the GPU, and one
+        // finished GPU phase waits for the tail, which bounds memory.
         let (syn_tx, syn_rx) = sync_channel::<SynthDone>(workers);
         let (gpu_tx, gpu_rx) = sync_channel::<GpuDone>(1);
-
         for _ in 0..workers {
             let syn_tx = syn_tx.clone();
-            let (next_job, stop, fail, clock) = (&next_job, &stop, &fail, &clock);
-            scope.spawn(move || {
-                synthesis_worker(key, cfg, jobs, next_job, stop, clock, &syn_tx, fail)
-            });
+            let run = &run;
+            scope.spawn(move || synthesis_worker(run, &syn_tx));
         }
         drop(syn_tx);
-
         let tail = {
-            let (stop, fail, clock) = (&stop, &fail, &clock);
-            scope.spawn(move || tail_worker(key, cfg, gpu_rx, stop, clock, progress, fail))
+            let run = &run;
+            scope.spawn(move || tail_worker(run, gpu_rx, progress))
         };
-
-        vram = gpu_worker(
-            engine, leaser, key, cfg, syn_rx, gpu_tx, &stop, &clock, &fail,
-        );
+        vram = gpu_worker(&run, engine, leaser, syn_rx, gpu_tx);
         match tail.join() {
             Ok(r) => records = r,
-            Err(_) => fail(ProverError::Engine {
+            Err(_) => run.fail(ProverError::Engine {
                 engine: "pipeline",
                 message: "CPU-tail thread panicked".into(),
             }),
         }
     });
 
-    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    let wall = run.clock.now();
+    if let Some(e) = run
+        .first_error
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+    {
         return Err(e);
     }
-    let wall = clock.now();
     Ok(report(engine, cfg, vram, wall, records))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn synthesis_worker(
-    key: &ProvingKey,
-    cfg: &PipelineConfig,
-    jobs: usize,
-    next_job: &AtomicUsize,
-    stop: &AtomicBool,
-    clock: &Clock,
-    tx: &SyncSender<SynthDone>,
-    fail: &(dyn Fn(ProverError) + Sync),
-) {
-    while !stop.load(Ordering::Relaxed) {
-        let job = next_job.fetch_add(1, Ordering::Relaxed);
-        if job >= jobs {
+fn synthesis_worker(run: &Run<'_>, tx: &SyncSender<SynthDone>) {
+    let (key, cfg, clock) = (run.key, run.cfg, &run.clock);
+    while !run.stopped() {
+        let job = run.next_job.fetch_add(1, Ordering::Relaxed);
+        if job >= run.jobs {
             return;
         }
         let start = clock.now();
@@ -306,26 +320,22 @@ fn synthesis_worker(
                     return;
                 }
             }
-            Err(e) => return fail(e),
+            Err(e) => return run.fail(e),
         }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn gpu_worker<E: Engine, L: Leaser>(
+    run: &Run<'_>,
     engine: &E,
     leaser: &L,
-    key: &ProvingKey,
-    cfg: &PipelineConfig,
     rx: Receiver<SynthDone>,
     tx: SyncSender<GpuDone>,
-    stop: &AtomicBool,
-    clock: &Clock,
-    fail: &(dyn Fn(ProverError) + Sync),
 ) -> u64 {
+    let (key, cfg, clock) = (run.key, run.cfg, &run.clock);
     let mut vram = 0;
     for item in rx {
-        if stop.load(Ordering::Relaxed) {
+        if run.stopped() {
             break;
         }
         let constraints = item.syn.num_constraints();
@@ -346,7 +356,7 @@ fn gpu_worker<E: Engine, L: Leaser>(
         let lease = match leaser.acquire(&request) {
             Ok(l) => l,
             Err(e) => {
-                fail(e);
+                run.fail(e);
                 break;
             }
         };
@@ -370,7 +380,7 @@ fn gpu_worker<E: Engine, L: Leaser>(
         let out = match out {
             Ok(o) => o,
             Err(e) => {
-                fail(e);
+                run.fail(e);
                 break;
             }
         };
@@ -391,17 +401,14 @@ fn gpu_worker<E: Engine, L: Leaser>(
 }
 
 fn tail_worker(
-    key: &ProvingKey,
-    cfg: &PipelineConfig,
+    run: &Run<'_>,
     rx: Receiver<GpuDone>,
-    stop: &AtomicBool,
-    clock: &Clock,
     progress: &(dyn Fn(&PartitionRecord) + Sync),
-    fail: &(dyn Fn(ProverError) + Sync),
 ) -> Vec<PartitionRecord> {
+    let (key, cfg, clock) = (run.key, run.cfg, &run.clock);
     let mut records = Vec::new();
     for done in rx {
-        if stop.load(Ordering::Relaxed) {
+        if run.stopped() {
             break;
         }
         let tail_start = clock.now();
@@ -413,7 +420,7 @@ fn tail_worker(
         let verified = match verified {
             Ok(v) => v,
             Err(e) => {
-                fail(e);
+                run.fail(e);
                 break;
             }
         };

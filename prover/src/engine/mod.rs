@@ -55,6 +55,10 @@ pub struct G1Sums {
 }
 
 /// Runs the GPU phase of a proof: the H polynomial and the G1 MSMs.
+///
+/// Engines may rely on the lengths fitting the key: [`crate::prove::gpu_phase`] only takes a
+/// [`crate::prove::Synthesized`], which [`crate::prove::synthesize`] makes after
+/// [`ProvingKey::check_fits`].
 pub trait Engine: Send + Sync {
     /// The engine's handle to the coefficients of h (host vector, device buffer, …).
     type H: Send;
