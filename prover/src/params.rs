@@ -30,8 +30,9 @@ use crate::vram::KeyShape;
 /// Bumped whenever a circuit's constraints change, so old cached parameters are not used.
 pub const PARAMS_VERSION: u32 = 1;
 
-/// Files at least this large are memory-mapped for reading.
-const MMAP_THRESHOLD: u64 = 64 << 20;
+/// Files at least this large are parsed from the memory map; smaller ones through a buffered
+/// reader (bellperson's two readers).
+pub const DEFAULT_MMAP_THRESHOLD: u64 = 64 << 20;
 
 /// A proving key in memory, with its prepared verifying key.
 pub struct ProvingKey {
@@ -157,12 +158,23 @@ pub struct ParamsMeta {
 #[derive(Debug, Clone)]
 pub struct ParamsCache {
     dir: PathBuf,
+    mmap_threshold: u64,
 }
 
 impl ParamsCache {
     /// A cache in `dir` (created on first write).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+        Self {
+            dir: dir.into(),
+            mmap_threshold: DEFAULT_MMAP_THRESHOLD,
+        }
+    }
+
+    /// Parses files of at least `bytes` from the memory map (default
+    /// [`DEFAULT_MMAP_THRESHOLD`]).
+    pub fn with_mmap_threshold(mut self, bytes: u64) -> Self {
+        self.mmap_threshold = bytes;
+        self
     }
 
     /// `$GPUD_PROVER_PARAMS`, else `$XDG_CACHE_HOME/gpud-prover`, else
@@ -274,7 +286,7 @@ impl ParamsCache {
         }
         // The digest vouches for the contents we wrote, so the costly subgroup checks are
         // skipped (`checked = false`).
-        let params = if len >= MMAP_THRESHOLD {
+        let params = if len >= self.mmap_threshold {
             Parameters::<Bls12>::read_mmap(&map, false)
         } else {
             drop(map);

@@ -25,6 +25,9 @@ fn generate_store_load_and_detect_damage() {
     let (loaded, fresh) = cache.load_or_generate(&spec, &mut rng).unwrap();
     assert!(!fresh);
     assert!(generated.params() == loaded.params());
+    // The memory-mapped reader (used for large files) gives the same parameters.
+    let mapped = cache.clone().with_mmap_threshold(0).load(&spec).unwrap();
+    assert!(generated.params() == mapped.params());
     assert_eq!(generated.shape().h, (1 << 8) - 1);
     let meta = cache.meta(&spec).unwrap();
     assert_eq!(
