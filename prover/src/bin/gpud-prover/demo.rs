@@ -379,7 +379,10 @@ pub fn run(a: DemoArgs) -> Result<()> {
     }
     drop(gpud);
     summarize(&reports, started.elapsed().as_secs_f64());
-    if !failures.is_empty() {
+    if failures.is_empty() {
+        // Keep the socket directory (and gpud's log) only when something went wrong.
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
         bail!(
             "{} prover(s) failed:\n{}",
             failures.len(),
