@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::connection::{Answer, Handle, connect, timed_out_is_none};
+use crate::connection::{Answer, ClientOptions, Handle, connect, timed_out_is_none};
 use crate::error::{ClientError, Result};
 use crate::lease::{LeaseCore, impl_reservation, lease_accessors};
 use crate::proto::{Op, Placement, Reply, StatusReport};
@@ -31,13 +31,14 @@ pub struct Client {
 impl Client {
     /// Connects to gpud at `socket` and starts the connection's thread.
     pub fn connect(socket: impl AsRef<Path>) -> Result<Self> {
+        Self::connect_with(socket, ClientOptions::default())
+    }
+
+    /// Connects with explicit options (reconnection window, client name).
+    pub fn connect_with(socket: impl AsRef<Path>, options: ClientOptions) -> Result<Self> {
         let socket = socket.as_ref().to_path_buf();
-        let name = std::env::args().next().map(|a| {
-            Path::new(&a)
-                .file_name()
-                .map_or(a.clone(), |f| f.to_string_lossy().into_owned())
-        });
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let path = socket.clone();
         std::thread::Builder::new()
             .name("gpud-client".into())
             .spawn(move || {
@@ -47,15 +48,12 @@ impl Client {
                 {
                     Ok(r) => r,
                     Err(e) => {
-                        let _ = ready_tx.send(Err(ClientError::Connect {
-                            path: socket,
-                            source: e,
-                        }));
+                        let _ = ready_tx.send(Err(ClientError::Connect { path, source: e }));
                         return;
                     }
                 };
                 runtime.block_on(async move {
-                    match connect(&socket, name).await {
+                    match connect(&path, options).await {
                         Ok((handle, driver)) => {
                             if ready_tx.send(Ok(handle)).is_ok() {
                                 driver.await;
@@ -67,9 +65,9 @@ impl Client {
                     }
                 });
             })
-            .map_err(|e| ClientError::Connect {
-                path: Path::new("").to_path_buf(),
-                source: e,
+            .map_err(|source| ClientError::Connect {
+                path: socket,
+                source,
             })?;
         let handle = ready_rx.recv().map_err(|_| ClientError::Disconnected)??;
         Ok(Self { handle })
@@ -82,7 +80,7 @@ impl Client {
 
     /// This session's id.
     pub fn session(&self) -> u64 {
-        self.handle.session
+        self.handle.session()
     }
 
     fn call(&self, op: Op) -> Result<Answer> {
@@ -122,6 +120,14 @@ impl Client {
         match self.reply(Op::Status)? {
             Reply::Status(s) => Ok(*s),
             _ => Err(ClientError::Protocol("unexpected answer to status".into())),
+        }
+    }
+
+    /// The daemon's metrics in the Prometheus text format.
+    pub fn metrics(&self) -> Result<String> {
+        match self.reply(Op::Metrics)? {
+            Reply::Metrics { text } => Ok(text),
+            _ => Err(ClientError::Protocol("unexpected answer to metrics".into())),
         }
     }
 

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::connection::{Answer, Handle, connect, timed_out_is_none};
+use crate::connection::{Answer, ClientOptions, Handle, connect, timed_out_is_none};
 use crate::error::{ClientError, Result};
 use crate::lease::{Lease, LeaseCore};
 use crate::proto::{Op, Placement, Reply, StatusReport};
@@ -48,12 +48,12 @@ impl Client {
     /// Connects to gpud at `socket`. Must be called inside a tokio runtime, which then drives
     /// the connection.
     pub async fn connect(socket: impl AsRef<Path>) -> Result<Self> {
-        let name = std::env::args().next().map(|a| {
-            Path::new(&a)
-                .file_name()
-                .map_or(a.clone(), |f| f.to_string_lossy().into_owned())
-        });
-        let (handle, driver) = connect(socket.as_ref(), name).await?;
+        Self::connect_with(socket, ClientOptions::default()).await
+    }
+
+    /// Connects with explicit options (reconnection window, client name).
+    pub async fn connect_with(socket: impl AsRef<Path>, options: ClientOptions) -> Result<Self> {
+        let (handle, driver) = connect(socket.as_ref(), options).await?;
         tokio::spawn(driver);
         Ok(Self { handle })
     }
@@ -65,7 +65,7 @@ impl Client {
 
     /// This session's id, as `gpudctl status` shows it.
     pub fn session(&self) -> u64 {
-        self.handle.session
+        self.handle.session()
     }
 
     async fn call(&self, op: Op) -> Result<Answer> {
@@ -116,6 +116,14 @@ impl Client {
         match self.reply(Op::Status).await? {
             Reply::Status(s) => Ok(*s),
             _ => Err(ClientError::Protocol("unexpected answer to status".into())),
+        }
+    }
+
+    /// The daemon's metrics in the Prometheus text format.
+    pub async fn metrics(&self) -> Result<String> {
+        match self.reply(Op::Metrics).await? {
+            Reply::Metrics { text } => Ok(text),
+            _ => Err(ClientError::Protocol("unexpected answer to metrics".into())),
         }
     }
 

@@ -1,13 +1,19 @@
 //! The connection driver: one task owns the socket, writes requests, routes replies to their
-//! callers and events to their leases.
+//! callers and events to their leases, and survives a daemon restart.
 //!
 //! Async and blocking clients share it; they differ only in where the driver runs (the
 //! caller's runtime, or a thread of its own) and in how they wait for answers.
+//!
+//! When the connection drops while leases or requests are outstanding, the driver reconnects
+//! with backoff, re-adopts every lease with its token, and sends again every request that had
+//! no answer yet. The application sees a stall, not an error. Only when the daemon does not
+//! come back within the reconnect window, or refuses a re-adoption, are leases reported lost.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::UnixStream;
@@ -18,15 +24,33 @@ use crate::error::{ClientError, Result};
 use crate::proto::frame::{MAX_REQUEST_FRAME, MAX_SERVER_FRAME, codec, from_payload, to_payload};
 use crate::proto::{
     ClientFrame, ErrorCode, Event, LeaseInfo, Op, Outcome, PROTOCOL_VERSION, Reply, RequestId,
-    ServerFrame,
+    RevokeReason, ServerFrame,
 };
 use crate::reservation::LeaseId;
+
+/// How a client behaves when its connection drops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// Keep trying to reconnect (and re-adopt leases) for this long; `None` gives up at once.
+    pub reconnect_for: Option<Duration>,
+    /// The name this client gives in its hello (default: the program's name).
+    pub name: Option<String>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            reconnect_for: Some(Duration::from_secs(30)),
+            name: None,
+        }
+    }
+}
 
 /// What a lease learns from the daemon after its grant.
 #[derive(Debug, Default)]
 pub(crate) struct LeaseFlags {
     pub yield_requested: AtomicBool,
-    /// Revoked by the daemon, or the connection is gone: the lease no longer protects anything.
+    /// Revoked, or lost with the connection: the lease no longer protects anything.
     pub lost: AtomicBool,
 }
 
@@ -58,12 +82,17 @@ pub(crate) enum ToDriver {
 pub(crate) struct Handle {
     tx: mpsc::UnboundedSender<ToDriver>,
     next_id: Arc<AtomicU64>,
-    pub session: u64,
+    session: Arc<AtomicU64>,
 }
 
 impl Handle {
     pub fn next_id(&self) -> RequestId {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The daemon's id for the current session (it changes after a reconnect).
+    pub fn session(&self) -> u64 {
+        self.session.load(Ordering::Relaxed)
     }
 
     /// Sends a request; the receiver yields its answer.
@@ -86,14 +115,8 @@ impl Handle {
 type Reader = FramedRead<tokio::net::unix::OwnedReadHalf, LengthDelimitedCodec>;
 type Writer = FramedWrite<tokio::net::unix::OwnedWriteHalf, LengthDelimitedCodec>;
 
-/// Connects and says hello. Returns the handle and the driver future to run.
-pub(crate) async fn connect(
-    path: &Path,
-    client_name: Option<String>,
-) -> Result<(
-    Handle,
-    impl std::future::Future<Output = ()> + Send + 'static,
-)> {
+/// Connects and says hello: the stream halves and the session id.
+async fn open(path: &Path, name: Option<String>) -> Result<(Reader, Writer, u64)> {
     let stream = UnixStream::connect(path)
         .await
         .map_err(|source| ClientError::Connect {
@@ -105,7 +128,7 @@ pub(crate) async fn connect(
     let mut writer = FramedWrite::new(write, codec(MAX_REQUEST_FRAME));
     let hello = ClientFrame::Hello {
         version: PROTOCOL_VERSION,
-        client: client_name,
+        client: name,
     };
     writer
         .send(to_payload(&hello))
@@ -129,113 +152,320 @@ pub(crate) async fn connect(
         },
         _ => return Err(ClientError::Disconnected),
     };
+    Ok((reader, writer, session))
+}
+
+/// Connects and says hello. Returns the handle and the driver future to run.
+pub(crate) async fn connect(
+    path: &Path,
+    options: ClientOptions,
+) -> Result<(
+    Handle,
+    impl std::future::Future<Output = ()> + Send + 'static,
+)> {
+    let name = options.name.clone().or_else(program_name);
+    let (reader, writer, session) = open(path, name.clone()).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let handle = Handle {
         tx,
         next_id: Arc::new(AtomicU64::new(1)),
-        session,
+        session: Arc::new(AtomicU64::new(session)),
     };
-    // The driver shares only the id counter: it must not keep itself alive through a sender.
-    let ids = handle.next_id.clone();
-    Ok((handle, drive(reader, writer, rx, ids)))
+    let driver = Driver {
+        path: path.to_path_buf(),
+        name,
+        reconnect_for: options.reconnect_for,
+        pending: BTreeMap::new(),
+        leases: HashMap::new(),
+        // The driver shares only the counters: it must not keep itself alive through a sender.
+        ids: handle.next_id.clone(),
+        session: handle.session.clone(),
+    };
+    Ok((handle, driver.run(reader, writer, rx)))
+}
+
+fn program_name() -> Option<String> {
+    std::env::args().next().map(|a| {
+        Path::new(&a)
+            .file_name()
+            .map_or(a.clone(), |f| f.to_string_lossy().into_owned())
+    })
+}
+
+/// A request without its answer yet.
+struct Pending {
+    op: Op,
+    answer: Option<oneshot::Sender<Result<Answer>>>,
+    /// Sent again after a reconnect: a release that fails as unknown was applied before.
+    resent: bool,
+}
+
+struct LeaseEntry {
+    events: mpsc::UnboundedSender<Event>,
+    flags: Arc<LeaseFlags>,
+    token: String,
 }
 
 struct Driver {
-    pending: HashMap<RequestId, Option<oneshot::Sender<Result<Answer>>>>,
-    leases: HashMap<LeaseId, (mpsc::UnboundedSender<Event>, Arc<LeaseFlags>)>,
+    path: PathBuf,
+    name: Option<String>,
+    reconnect_for: Option<Duration>,
+    /// In id order, so that a reconnect sends them again in the order they were made.
+    pending: BTreeMap<RequestId, Pending>,
+    leases: HashMap<LeaseId, LeaseEntry>,
     ids: Arc<AtomicU64>,
+    session: Arc<AtomicU64>,
 }
 
-async fn drive(
-    mut reader: Reader,
-    mut writer: Writer,
-    mut rx: mpsc::UnboundedReceiver<ToDriver>,
-    ids: Arc<AtomicU64>,
-) {
-    let mut d = Driver {
-        pending: HashMap::new(),
-        leases: HashMap::new(),
-        ids,
-    };
-    loop {
-        tokio::select! {
-            command = rx.recv() => {
-                // Every handle is gone: closing the socket releases whatever is left.
-                let Some(command) = command else { break };
-                let (id, op, answer) = match command {
-                    ToDriver::Call { id, op, answer } => (id, op, Some(answer)),
-                    ToDriver::Fire { id, op } => (id, op, None),
-                };
-                d.pending.insert(id, answer);
-                if writer.feed(to_payload(&ClientFrame::Request { id, op })).await.is_err() {
-                    break;
-                }
-                // Write everything queued in one flush.
-                let mut broken = false;
-                while let Ok(more) = rx.try_recv() {
-                    let (id, op, answer) = match more {
-                        ToDriver::Call { id, op, answer } => (id, op, Some(answer)),
-                        ToDriver::Fire { id, op } => (id, op, None),
-                    };
-                    d.pending.insert(id, answer);
-                    if writer.feed(to_payload(&ClientFrame::Request { id, op })).await.is_err() {
-                        broken = true;
-                        break;
-                    }
-                }
-                if broken || SinkExt::<bytes::Bytes>::flush(&mut writer).await.is_err() {
-                    break;
-                }
-            }
-            frame = reader.next() => {
-                let Some(Ok(bytes)) = frame else { break };
-                let Ok(frame) = from_payload::<ServerFrame>(&bytes) else { break };
-                let mut releases = Vec::new();
-                d.dispatch(frame, &mut releases);
-                for lease in releases {
-                    let id = d.ids.fetch_add(1, Ordering::Relaxed);
-                    d.pending.insert(id, None);
-                    if writer.send(to_payload(&ClientFrame::Request { id, op: Op::Release { lease } })).await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    }
-    for (_, answer) in d.pending.drain() {
-        if let Some(a) = answer {
-            let _ = a.send(Err(ClientError::Disconnected));
-        }
-    }
-    for (_, (_, flags)) in d.leases.drain() {
-        flags.lost.store(true, Ordering::Release);
-    }
+/// Why one connection ended.
+enum End {
+    /// Every handle is gone: close for good (the daemon frees what is left).
+    Closed,
+    /// The socket failed or the daemon went away.
+    Lost,
 }
 
 impl Driver {
-    /// Routes one frame. Grants that nobody waits for any more are queued for release.
-    fn dispatch(&mut self, frame: ServerFrame, releases: &mut Vec<LeaseId>) {
+    async fn run(
+        mut self,
+        mut reader: Reader,
+        mut writer: Writer,
+        mut rx: mpsc::UnboundedReceiver<ToDriver>,
+    ) {
+        loop {
+            if let End::Closed = self.serve(&mut reader, &mut writer, &mut rx).await {
+                return;
+            }
+            let worth_it = !self.leases.is_empty() || !self.pending.is_empty();
+            match self.reconnect_for.filter(|_| worth_it) {
+                Some(window) => match self.reconnect(window, &mut rx).await {
+                    Some((r, w)) => {
+                        reader = r;
+                        writer = w;
+                    }
+                    None => break,
+                },
+                None => break,
+            }
+        }
+        self.give_up();
+    }
+
+    /// Serves one connection until it ends.
+    async fn serve(
+        &mut self,
+        reader: &mut Reader,
+        writer: &mut Writer,
+        rx: &mut mpsc::UnboundedReceiver<ToDriver>,
+    ) -> End {
+        loop {
+            tokio::select! {
+                command = rx.recv() => {
+                    let Some(command) = command else { return End::Closed };
+                    let id = self.queue(command);
+                    if self.write(writer, id).await.is_err() {
+                        return End::Lost;
+                    }
+                    // Write everything queued in one flush.
+                    while let Ok(more) = rx.try_recv() {
+                        let id = self.queue(more);
+                        if self.write(writer, id).await.is_err() {
+                            return End::Lost;
+                        }
+                    }
+                    if SinkExt::<bytes::Bytes>::flush(writer).await.is_err() {
+                        return End::Lost;
+                    }
+                }
+                frame = reader.next() => {
+                    let Some(Ok(bytes)) = frame else { return End::Lost };
+                    let Ok(frame) = from_payload::<ServerFrame>(&bytes) else { return End::Lost };
+                    for lease in self.dispatch(frame) {
+                        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+                        self.pending.insert(id, Pending { op: Op::Release { lease }, answer: None, resent: false });
+                        if self.write(writer, id).await.is_err()
+                            || SinkExt::<bytes::Bytes>::flush(writer).await.is_err()
+                        {
+                            return End::Lost;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn queue(&mut self, command: ToDriver) -> RequestId {
+        let (id, op, answer) = match command {
+            ToDriver::Call { id, op, answer } => (id, op, Some(answer)),
+            ToDriver::Fire { id, op } => (id, op, None),
+        };
+        self.pending.insert(
+            id,
+            Pending {
+                op,
+                answer,
+                resent: false,
+            },
+        );
+        id
+    }
+
+    /// Encodes pending request `id` into the writer's buffer (flushed by the caller).
+    async fn write(&self, writer: &mut Writer, id: RequestId) -> std::io::Result<()> {
+        let Some(p) = self.pending.get(&id) else {
+            return Ok(());
+        };
+        let frame = ClientFrame::Request {
+            id,
+            op: p.op.clone(),
+        };
+        writer.feed(to_payload(&frame)).await
+    }
+
+    /// Reconnects with backoff; re-adopts leases and re-sends pending requests. `None` when
+    /// the window passed or every handle went away meanwhile.
+    async fn reconnect(
+        &mut self,
+        window: Duration,
+        rx: &mut mpsc::UnboundedReceiver<ToDriver>,
+    ) -> Option<(Reader, Writer)> {
+        let deadline = Instant::now() + window;
+        let mut backoff = Duration::from_millis(10);
+        let mut handles_gone = false;
+        loop {
+            if let Ok((reader, mut writer, session)) = open(&self.path, self.name.clone()).await {
+                self.session.store(session, Ordering::Relaxed);
+                if self.resume(&mut writer).await.is_ok() {
+                    return Some((reader, writer));
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            // Requests made meanwhile wait in `pending` and go out after the reconnect.
+            let pause = tokio::time::sleep(backoff.min(deadline - Instant::now()));
+            tokio::pin!(pause);
+            loop {
+                tokio::select! {
+                    () = &mut pause => break,
+                    command = rx.recv(), if !handles_gone => match command {
+                        Some(c) => {
+                            self.queue(c);
+                        }
+                        None => handles_gone = true,
+                    },
+                }
+            }
+            if handles_gone && self.leases.is_empty() {
+                return None;
+            }
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// On a fresh connection: adopt every lease, then send every pending request again.
+    async fn resume(&mut self, writer: &mut Writer) -> std::io::Result<()> {
+        let adoptions: Vec<(LeaseId, String)> = self
+            .leases
+            .iter()
+            .map(|(id, e)| (*id, e.token.clone()))
+            .collect();
+        let mut first = Vec::new();
+        for (lease, token) in adoptions {
+            let id = self.ids.fetch_add(1, Ordering::Relaxed);
+            self.pending.insert(
+                id,
+                Pending {
+                    op: Op::Adopt { lease, token },
+                    answer: None,
+                    resent: false,
+                },
+            );
+            first.push(id);
+        }
+        for &id in &first {
+            self.write(writer, id).await?;
+        }
+        let rest: Vec<RequestId> = self
+            .pending
+            .keys()
+            .copied()
+            .filter(|id| !first.contains(id))
+            .collect();
+        for id in rest {
+            if let Some(p) = self.pending.get_mut(&id) {
+                p.resent = true;
+            }
+            self.write(writer, id).await?;
+        }
+        SinkExt::<bytes::Bytes>::flush(writer).await
+    }
+
+    /// The connection is gone for good: fail what waits, and tell every lease.
+    fn give_up(&mut self) {
+        for (_, p) in std::mem::take(&mut self.pending) {
+            if let Some(a) = p.answer {
+                let _ = a.send(Err(ClientError::Disconnected));
+            }
+        }
+        for (lease, e) in self.leases.drain() {
+            e.flags.lost.store(true, Ordering::Release);
+            let _ = e.events.send(Event::Revoked {
+                lease,
+                reason: RevokeReason::Lost,
+            });
+        }
+    }
+
+    /// Routes one frame. Returns grants that nobody waits for any more, to release.
+    fn dispatch(&mut self, frame: ServerFrame) -> Vec<LeaseId> {
+        let mut releases = Vec::new();
         match frame {
             ServerFrame::Reply { id, outcome } => {
-                let Some(answer) = self.pending.remove(&id) else {
-                    return;
+                let Some(p) = self.pending.remove(&id) else {
+                    return releases;
                 };
-                let result = match outcome {
-                    Outcome::Ok(Reply::Granted(info)) => {
-                        let (tx, events) = mpsc::unbounded_channel();
+                let result = match (outcome, &p.op) {
+                    (Outcome::Ok(Reply::Granted(info)), _) => {
+                        let (events, rx) = mpsc::unbounded_channel();
                         let flags = Arc::new(LeaseFlags::default());
-                        self.leases.insert(info.lease, (tx, flags.clone()));
-                        Ok(Answer::Granted(info, LeaseChannel { events, flags }))
+                        self.leases.insert(
+                            info.lease,
+                            LeaseEntry {
+                                events,
+                                flags: flags.clone(),
+                                token: info.token.clone(),
+                            },
+                        );
+                        Ok(Answer::Granted(info, LeaseChannel { events: rx, flags }))
                     }
-                    Outcome::Ok(reply) => {
+                    (Outcome::Ok(reply), _) => {
                         if let Reply::Released { lease } = &reply {
                             self.leases.remove(lease);
                         }
                         Ok(Answer::Reply(reply))
                     }
-                    Outcome::Error(body) => Err(ClientError::Daemon(body)),
+                    (Outcome::Error(body), Op::Adopt { lease, .. }) => {
+                        // The restarted daemon did not keep this lease: it is lost.
+                        if let Some(e) = self.leases.remove(lease) {
+                            e.flags.lost.store(true, Ordering::Release);
+                            let _ = e.events.send(Event::Revoked {
+                                lease: *lease,
+                                reason: RevokeReason::Lost,
+                            });
+                        }
+                        Err(ClientError::Daemon(body))
+                    }
+                    (Outcome::Error(body), Op::Release { lease })
+                        if p.resent && body.code == ErrorCode::UnknownLease =>
+                    {
+                        // Applied before the restart: released all the same.
+                        self.leases.remove(lease);
+                        Ok(Answer::Reply(Reply::Released { lease: *lease }))
+                    }
+                    (Outcome::Error(body), _) => Err(ClientError::Daemon(body)),
                 };
-                match answer {
+                match p.answer {
                     Some(sender) => {
                         if let Err(Ok(Answer::Granted(info, _))) = sender.send(result) {
                             // The caller stopped waiting (dropped future, timeout): give it back.
@@ -253,34 +483,36 @@ impl Driver {
             }
             ServerFrame::Event { event } => {
                 let lease = match &event {
-                    Event::YieldRequested { lease, .. } => Some(*lease),
-                    Event::Revoked { lease, .. } => Some(*lease),
+                    Event::YieldRequested { lease, .. } | Event::Revoked { lease, .. } => {
+                        Some(*lease)
+                    }
                     Event::ShuttingDown => None,
                 };
                 match lease {
                     Some(lease) => {
                         let revoked = matches!(event, Event::Revoked { .. });
-                        if let Some((tx, flags)) = self.leases.get(&lease) {
+                        if let Some(e) = self.leases.get(&lease) {
                             if revoked {
-                                flags.lost.store(true, Ordering::Release);
+                                e.flags.lost.store(true, Ordering::Release);
                             } else {
-                                flags.yield_requested.store(true, Ordering::Release);
+                                e.flags.yield_requested.store(true, Ordering::Release);
                             }
-                            let _ = tx.send(event);
+                            let _ = e.events.send(event);
                         }
                         if revoked {
                             self.leases.remove(&lease);
                         }
                     }
                     None => {
-                        for (tx, _) in self.leases.values() {
-                            let _ = tx.send(event.clone());
+                        for e in self.leases.values() {
+                            let _ = e.events.send(event.clone());
                         }
                     }
                 }
             }
             ServerFrame::Error { .. } | ServerFrame::Welcome { .. } => {}
         }
+        releases
     }
 }
 

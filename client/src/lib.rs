@@ -22,6 +22,7 @@ mod request;
 pub mod reservation;
 
 pub use client::Client;
+pub use connection::ClientOptions;
 pub use error::{ClientError, Result};
 pub use lease::Lease;
 pub use proto::{Class, Placement};

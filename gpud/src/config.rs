@@ -54,6 +54,7 @@ struct RawConfig {
     socket_mode: Option<String>,
     socket_group: Option<String>,
     state_dir: Option<PathBuf>,
+    readopt_grace: Option<String>,
     #[serde(default)]
     devices: RawDevices,
     #[serde(default)]
@@ -62,6 +63,22 @@ struct RawConfig {
     access: RawAccess,
     #[serde(default)]
     limits: RawLimits,
+    #[serde(default)]
+    dbus: RawDbus,
+    #[serde(default)]
+    metrics: RawMetrics,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDbus {
+    bus: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -120,6 +137,7 @@ struct RawLimits {
     max_sessions: Option<usize>,
     max_sessions_per_uid: Option<usize>,
     event_queue: Option<usize>,
+    requests_per_second: Option<usize>,
 }
 
 /// Who may connect and who may administer.
@@ -161,6 +179,9 @@ pub struct Limits {
     pub max_sessions_per_uid: usize,
     /// Frames queued to a session that does not read; past it the session is closed.
     pub event_queue: usize,
+    /// Requests per second one session may send (with a burst of as many); past it gpud reads
+    /// from that session more slowly.
+    pub requests_per_second: usize,
 }
 
 impl Default for Limits {
@@ -172,6 +193,7 @@ impl Default for Limits {
             max_sessions: 4096,
             max_sessions_per_uid: 1024,
             event_queue: 1024,
+            requests_per_second: 5000,
         }
     }
 }
@@ -185,8 +207,10 @@ pub struct Config {
     pub socket_mode: u32,
     /// Group that owns the socket file (when it exists and gpud runs as root).
     pub socket_group: Option<String>,
-    /// Where the daemon keeps state.
+    /// Where the daemon keeps its lease journal.
     pub state_dir: Option<PathBuf>,
+    /// After a restart, how long leases of live owners wait to be re-adopted.
+    pub readopt_grace: Duration,
     /// Memory kept back on every device.
     pub headroom_bytes: u64,
     /// Compute slots per device.
@@ -201,6 +225,10 @@ pub struct Config {
     pub access: AccessConfig,
     /// Abuse limits.
     pub limits: Limits,
+    /// The bus for `org.gpud.Manager1`. `None`: the system bus when it can be reached.
+    pub dbus: Option<crate::dbus::BusChoice>,
+    /// Where to serve metrics; off when `None`.
+    pub metrics: Option<crate::server::scrape::MetricsListen>,
 }
 
 impl Default for Config {
@@ -210,6 +238,7 @@ impl Default for Config {
             socket_mode: 0o660,
             socket_group: Some("gpud".into()),
             state_dir: None,
+            readopt_grace: Duration::from_secs(10),
             headroom_bytes: 512 << 20,
             compute_slots: 1,
             simulate: None,
@@ -217,6 +246,8 @@ impl Default for Config {
             scheduler: LedgerConfig::default(),
             access: AccessConfig::default(),
             limits: Limits::default(),
+            dbus: None,
+            metrics: None,
         }
     }
 }
@@ -280,6 +311,9 @@ impl Config {
             c.socket_group = (!group.is_empty()).then_some(group);
         }
         c.state_dir = raw.state_dir;
+        if let Some(g) = raw.readopt_grace {
+            c.readopt_grace = parse_duration(&g).map_err(|e| value_err("readopt_grace", e))?;
+        }
         if let Some(h) = raw.devices.headroom {
             c.headroom_bytes =
                 parse_size(&h).map_err(|e| value_err("devices.headroom", e.to_string()))?;
@@ -390,6 +424,24 @@ impl Config {
             l.event_queue,
             &mut c.limits.event_queue,
         )?;
+        positive(
+            "limits.requests_per_second",
+            l.requests_per_second,
+            &mut c.limits.requests_per_second,
+        )?;
+        if let Some(bus) = raw.dbus.bus {
+            c.dbus =
+                Some(bus.parse().map_err(|e: crate::dbus::BusChoiceError| {
+                    value_err("dbus.bus", e.to_string())
+                })?);
+        }
+        if let Some(listen) = raw.metrics.listen {
+            c.metrics = Some(listen.parse().map_err(
+                |e: crate::server::scrape::ListenParseError| {
+                    value_err("metrics.listen", e.to_string())
+                },
+            )?);
+        }
         Ok(c)
     }
 }
@@ -457,6 +509,28 @@ max_sessions = 10
         );
         assert_eq!(c.limits.max_sessions, 10);
         assert_eq!(c.poll_interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn dbus_and_metrics_are_read_and_checked() {
+        let c =
+            parse("[dbus]\nbus = \"session\"\n[metrics]\nlisten = \"127.0.0.1:9464\"\n").unwrap();
+        assert_eq!(c.dbus, Some(crate::dbus::BusChoice::Session));
+        assert_eq!(c.metrics, Some("127.0.0.1:9464".parse().unwrap()));
+        let c = parse("[dbus]\nbus = \"unix:path=/tmp/bus\"\n").unwrap();
+        assert_eq!(
+            c.dbus,
+            Some(crate::dbus::BusChoice::Address("unix:path=/tmp/bus".into()))
+        );
+        let e = parse("[dbus]\nbus = \"sytem\"\n").unwrap_err().to_string();
+        assert!(e.contains("dbus.bus"), "{e}");
+        let e = parse("[metrics]\nlisten = \"0.0.0.0:9464\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("metrics.listen") && e.contains("loopback"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -7,5 +7,9 @@
 
 pub mod backend;
 pub mod config;
+pub mod dbus;
+pub mod journal;
 pub mod ledger;
+pub mod metrics;
 pub mod server;
+pub mod systemd;

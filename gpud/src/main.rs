@@ -32,6 +32,14 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// D-Bus service: system, session, none, or a bus address such as
+    /// unix:path=/run/dbus/system_bus_socket. Default: `[dbus] bus`, else the system bus when
+    /// it can be reached.
+    #[arg(long, value_name = "BUS")]
+    dbus: Option<gpud::dbus::BusChoice>,
+    /// Directory of the lease journal (default: `state_dir` from the config, else /var/lib/gpud).
+    #[arg(long, value_name = "PATH")]
+    state_dir: Option<PathBuf>,
     /// Check the config and exit.
     #[arg(long)]
     check_config: bool,
@@ -42,6 +50,9 @@ enum LogFormat {
     Text,
     Json,
 }
+
+/// Where the lease journal lives unless configured.
+const DEFAULT_STATE_DIR: &str = "/var/lib/gpud";
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -73,6 +84,9 @@ fn run(args: Args) -> Result<()> {
     if let Some(h) = &args.headroom {
         config.headroom_bytes = parse_size(h).context("--headroom")?;
     }
+    if let Some(bus) = &args.dbus {
+        config.dbus = Some(bus.clone());
+    }
     if args.check_config {
         println!("config ok");
         return Ok(());
@@ -97,7 +111,13 @@ fn run(args: Args) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
+    let state_dir = args
+        .state_dir
+        .clone()
+        .or_else(|| config.state_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
     let daemon = Daemon {
+        state_dir: Some(state_dir),
         config,
         config_path: args.config.clone().or_else(|| {
             let p = PathBuf::from(gpud::config::DEFAULT_CONFIG_PATH);

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use gpud_client::blocking::Client;
 
+pub mod ops;
 pub mod stats;
 
 /// The directory holding the workspace's binaries (`target/debug` or `target/release`).
@@ -41,6 +42,7 @@ pub struct Daemon {
     pub socket: PathBuf,
     /// Its temporary directory (config, socket, logs).
     pub dir: tempfile::TempDir,
+    args: Vec<std::ffi::OsString>,
 }
 
 impl Daemon {
@@ -65,24 +67,59 @@ impl Daemon {
         let socket = dir.path().join("gpud.sock");
         let config_path = dir.path().join("gpud.toml");
         std::fs::write(&config_path, config).unwrap();
-        let log_file = std::fs::File::create(dir.path().join("gpud.log")).unwrap();
-        let child = Command::new(bin("gpud"))
-            .arg("--simulate")
-            .arg(simulate)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--config")
-            .arg(&config_path)
-            .arg("--headroom")
-            .arg("0")
-            .arg("--log")
-            .arg(log)
-            .stderr(log_file)
-            .spawn()
-            .expect("spawn gpud");
-        let daemon = Self { child, socket, dir };
+        let args: Vec<std::ffi::OsString> = vec![
+            "--simulate".into(),
+            simulate.into(),
+            "--socket".into(),
+            socket.clone().into(),
+            "--config".into(),
+            config_path.into(),
+            "--headroom".into(),
+            "0".into(),
+            "--state-dir".into(),
+            dir.path().join("state").into(),
+            "--dbus".into(),
+            "none".into(),
+            "--log".into(),
+            log.into(),
+        ];
+        let child = Self::spawn(&args, &dir);
+        let daemon = Self {
+            child,
+            socket,
+            dir,
+            args,
+        };
         daemon.wait_ready(Duration::from_secs(10));
         daemon
+    }
+
+    fn spawn(args: &[std::ffi::OsString], dir: &tempfile::TempDir) -> Child {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path().join("gpud.log"))
+            .unwrap();
+        Command::new(bin("gpud"))
+            .args(args)
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn gpud")
+    }
+
+    /// Kills the daemon with SIGKILL and starts it again on the same socket, config and state
+    /// directory (its journal).
+    pub fn kill_and_restart(&mut self) {
+        self.kill_and_restart_with(|| {});
+    }
+
+    /// Like [`Daemon::kill_and_restart`], running `while_down` between the kill and the start.
+    pub fn kill_and_restart_with(&mut self, while_down: impl FnOnce()) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        while_down();
+        self.child = Self::spawn(&self.args, &self.dir);
+        self.wait_ready(Duration::from_secs(10));
     }
 
     fn wait_ready(&self, limit: Duration) {

@@ -1,6 +1,11 @@
 //! Whole-system tests: real daemons on temporary sockets with simulated GPUs, real clients,
 //! real `gpudctl`, real processes killed with SIGKILL.
 
+mod chaos;
+mod dbus;
 mod gpudctl;
 mod hostile;
 mod leases;
+mod metrics;
+mod notify;
+mod systemd;

@@ -78,8 +78,17 @@ pub enum Op {
         /// The lease.
         lease: LeaseId,
     },
+    /// Take back a lease after the daemon restarted (its token proves ownership).
+    Adopt {
+        /// The lease.
+        lease: LeaseId,
+        /// The token given with the grant.
+        token: String,
+    },
     /// Liveness check.
     Ping,
+    /// The daemon's metrics in the Prometheus text format.
+    Metrics,
 }
 
 /// What an acquire asks for.
@@ -173,10 +182,17 @@ pub enum Reply {
     },
     /// The daemon's state.
     Status(Box<StatusReport>),
+    /// A lease was re-adopted after a restart.
+    Adopted(LeaseInfo),
     /// An admin operation took effect.
     Done,
     /// Answer to ping.
     Pong,
+    /// The metrics exposition (Prometheus text format, docs/METRICS.md).
+    Metrics {
+        /// The exposition.
+        text: String,
+    },
 }
 
 /// A granted lease as its holder sees it.
@@ -198,6 +214,9 @@ pub struct LeaseInfo {
     pub class: Class,
     /// The value to give `CUDA_VISIBLE_DEVICES` so CUDA sees only this device.
     pub cuda_visible_devices: String,
+    /// Secret to re-adopt the lease if the daemon restarts.
+    #[serde(default)]
+    pub token: String,
 }
 
 /// Why a holder is asked to yield its compute slot.
@@ -218,6 +237,8 @@ pub enum RevokeReason {
     Admin,
     /// The holder did not yield within the grace period.
     YieldIgnored,
+    /// Client side only: the connection was lost and the lease could not be re-adopted.
+    Lost,
 }
 
 /// Notices the daemon pushes to a lease holder.

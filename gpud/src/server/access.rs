@@ -77,6 +77,7 @@ mod tests {
             gid,
             groups,
             process: "x".into(),
+            start: 0,
         }
     }
 

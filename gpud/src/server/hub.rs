@@ -12,20 +12,28 @@ use gpud_client::proto::{
     AcquireArgs, ComputeHolder, DaemonInfo, DeviceStatus, ErrorBody, ErrorCode, Event, LeaseInfo,
     LeaseStatus, Op, Outcome, Reply, RequestId, ServerFrame, StatusReport, WaiterStatus,
 };
-use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, info, warn};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tracing::{debug, error, info, warn};
 
 use crate::backend::ProcessUsage;
 use crate::config::{Config, Limits};
-use crate::ledger::{AcquireSpec, Decision, Ledger, LedgerError, ResizeOutcome, SessionId, Ticket};
+use crate::journal::{Journal, LeaseRecord, owner_alive};
+use crate::ledger::{
+    AcquireSpec, Decision, LeaseChange, Ledger, LedgerError, ResizeOutcome, RestoredLease,
+    SessionId, Ticket,
+};
 
 use super::access::Access;
+use super::observer::{Notice, Observer};
 use super::peer::{Peer, descends_from};
 
 /// Longest wait a request may ask for (a year): beyond it, "for ever" is the honest request.
 const MAX_TIMEOUT_MS: u64 = 365 * 24 * 3600 * 1000;
 /// Longest label kept.
 const MAX_LABEL: usize = 256;
+/// The placeholder session that holds leases restored from the journal until their owners
+/// re-adopt them. Real sessions are numbered from 1.
+pub const ORPHANS: SessionId = 0;
 
 /// What sessions and pollers ask of the hub.
 #[derive(Debug)]
@@ -61,6 +69,17 @@ pub enum Command {
     Reload(Box<Config>),
     /// Stop: tell every session, then end.
     Shutdown,
+    /// A read-only question that needs no session.
+    Inspect(Inspect),
+}
+
+/// Read-only questions from the D-Bus service, the metrics listener and the watchdog.
+#[derive(Debug)]
+pub enum Inspect {
+    /// The whole state, as `status` reports it.
+    Status(oneshot::Sender<StatusReport>),
+    /// The metrics exposition (Prometheus text format).
+    Metrics(oneshot::Sender<String>),
 }
 
 struct SessionEntry {
@@ -73,6 +92,14 @@ pub struct Hub {
     ledger: Ledger,
     names: Vec<String>,
     sessions: HashMap<SessionId, SessionEntry>,
+    observer: Observer,
+    /// Frames to send once the journal has recorded what they announce.
+    outbox: Vec<(SessionId, ServerFrame)>,
+    journal: Option<Journal>,
+    /// Secrets that let an owner re-adopt its lease after a restart.
+    tokens: HashMap<LeaseId, String>,
+    /// When restored leases that nobody re-adopted are dropped.
+    orphan_deadline: Option<Instant>,
     access: Access,
     limits: Limits,
     backend: &'static str,
@@ -92,9 +119,14 @@ impl Hub {
         }
         Self {
             usage: vec![Vec::new(); names.len()],
+            observer: Observer::new(names.len()),
             ledger,
             names,
             sessions: HashMap::new(),
+            outbox: Vec::new(),
+            journal: None,
+            tokens: HashMap::new(),
+            orphan_deadline: None,
             access,
             limits: config.limits,
             backend,
@@ -102,10 +134,88 @@ impl Hub {
         }
     }
 
+    /// Journals every lease from now on, and puts back the leases of `records` whose owners
+    /// are still running: they stay reserved for `grace`, for their owners to re-adopt.
+    pub fn with_journal(
+        mut self,
+        journal: Journal,
+        records: Vec<LeaseRecord>,
+        grace: Duration,
+    ) -> Self {
+        let now = Instant::now();
+        let wall_now = unix_ms();
+        self.ledger.record_changes(true);
+        self.journal = Some(journal);
+        let mut kept = 0;
+        for r in records {
+            self.ledger.reserve_lease_ids(r.id + 1);
+            let device = self
+                .ledger
+                .devices()
+                .position(|d| d.spec().uuid == r.device_uuid);
+            let alive = owner_alive(r.pid, r.pid_start);
+            let restored = device.filter(|_| alive).map(|device| RestoredLease {
+                id: r.id,
+                device,
+                vram_bytes: r.vram_bytes,
+                compute: r.compute,
+                class: r.class,
+                granted_at: now
+                    .checked_sub(Duration::from_millis(
+                        wall_now.saturating_sub(r.granted_unix_ms),
+                    ))
+                    .unwrap_or(now),
+                label: r.label.clone(),
+            });
+            match restored.map(|l| self.ledger.restore(ORPHANS, l)) {
+                Some(Ok(())) => {
+                    info!(
+                        lease = r.id,
+                        pid = r.pid,
+                        "lease restored; waiting for its owner to re-adopt it"
+                    );
+                    self.tokens.insert(r.id, r.token.clone());
+                    if let Some(j) = &mut self.journal {
+                        j.grant(r);
+                    }
+                    kept += 1;
+                }
+                _ => {
+                    info!(
+                        lease = r.id,
+                        pid = r.pid,
+                        alive,
+                        "journaled lease dropped: its owner is gone or its device is missing"
+                    );
+                    if let Some(j) = &mut self.journal {
+                        j.release(r.id);
+                    }
+                }
+            }
+        }
+        if let Some(Err(e)) = self.journal.as_mut().map(Journal::flush) {
+            error!("{e}");
+        }
+        if kept > 0 {
+            self.orphan_deadline = Some(now + grace);
+        }
+        self
+    }
+
+    /// Notices of grants, releases and device changes, from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
+        self.observer.subscribe()
+    }
+
     /// Runs until [`Command::Shutdown`] or until every sender is gone.
     pub async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         let sleep = tokio::time::sleep(Duration::from_secs(3600));
         tokio::pin!(sleep);
+        let orphans = tokio::time::sleep(Duration::from_secs(3600));
+        tokio::pin!(orphans);
+        if let Some(at) = self.orphan_deadline {
+            orphans.as_mut().reset(tokio::time::Instant::from_std(at));
+        }
         let mut armed: Option<Instant> = None;
         loop {
             let next = self.ledger.poll_timeout();
@@ -128,9 +238,89 @@ impl Hub {
                     self.ledger.handle_timeout(Instant::now());
                     armed = None;
                 }
+                () = &mut orphans, if self.orphan_deadline.is_some() => {
+                    self.drop_orphans(Instant::now());
+                }
             }
             self.deliver();
+            self.flush();
+            self.observer.step(Instant::now(), &self.ledger);
         }
+    }
+
+    /// Drops restored leases that were not re-adopted in time.
+    fn drop_orphans(&mut self, now: Instant) {
+        self.orphan_deadline = None;
+        for id in self.ledger.session_leases(ORPHANS) {
+            info!(
+                lease = id,
+                "restored lease not re-adopted within the grace period; dropped"
+            );
+            let _ = self.ledger.release(now, ORPHANS, id);
+        }
+    }
+
+    /// Records lease changes in the journal, then sends the frames that announce them.
+    fn flush(&mut self) {
+        while let Some(change) = self.ledger.poll_change() {
+            match change {
+                LeaseChange::Granted(id) => {
+                    if let Some(record) = self.record(id) {
+                        if let Some(j) = &mut self.journal {
+                            j.grant(record);
+                        }
+                    }
+                }
+                LeaseChange::Resized { lease, vram_bytes } => {
+                    if let Some(j) = &mut self.journal {
+                        j.resize(lease, vram_bytes);
+                    }
+                }
+                LeaseChange::Ended(id) => {
+                    self.tokens.remove(&id);
+                    if let Some(j) = &mut self.journal {
+                        j.release(id);
+                    }
+                }
+            }
+        }
+        if let Some(Err(e)) = self.journal.as_mut().map(Journal::flush) {
+            // Clients are still served; a restart would then not know these leases.
+            error!("{e}");
+        }
+        for (session, frame) in std::mem::take(&mut self.outbox) {
+            self.transmit(session, frame);
+        }
+    }
+
+    /// The journal record of a lease, from the ledger and its owner's session.
+    fn record(&mut self, id: LeaseId) -> Option<LeaseRecord> {
+        let token = self.token(id);
+        let lease = self.ledger.lease(id)?;
+        let peer = &self.sessions.get(&lease.session)?.peer;
+        let device = self.ledger.device(lease.device)?;
+        Some(LeaseRecord {
+            id,
+            token,
+            device_uuid: device.spec().uuid.clone(),
+            vram_bytes: lease.vram_bytes,
+            compute: lease.compute,
+            class: lease.class,
+            pid: peer.pid,
+            pid_start: peer.start,
+            uid: peer.uid,
+            granted_unix_ms: unix_ms()
+                .saturating_sub(lease.granted_at.elapsed().as_millis() as u64),
+            label: lease.label.clone(),
+        })
+    }
+
+    /// The lease's re-adoption secret, made on first use.
+    fn token(&mut self, id: LeaseId) -> String {
+        self.tokens
+            .entry(id)
+            .or_insert_with(|| format!("{:032x}", rand::random::<u128>()))
+            .clone()
     }
 
     fn handle(&mut self, command: Command) {
@@ -166,6 +356,12 @@ impl Hub {
             Command::Close { session } => self.close(now, session),
             Command::Usage(usage) => self.apply_usage(now, usage),
             Command::Reload(config) => self.reload(now, &config),
+            Command::Inspect(Inspect::Status(reply)) => {
+                let _ = reply.send(self.status(now));
+            }
+            Command::Inspect(Inspect::Metrics(reply)) => {
+                let _ = reply.send(self.metrics(now));
+            }
             Command::Shutdown => {}
         }
     }
@@ -219,7 +415,19 @@ impl Hub {
             request: id,
         };
         let result = match op {
-            Op::Acquire(args) => return self.acquire(now, ticket, args),
+            Op::Acquire(args) => {
+                let class = args.class;
+                let outcome = self.acquire(now, ticket, args);
+                let seen = match &outcome {
+                    None => Ok(None),
+                    Some(Outcome::Ok(Reply::Granted(info))) => Ok(Some(info.lease)),
+                    Some(Outcome::Error(e)) => Err(e.code),
+                    Some(Outcome::Ok(_)) => Err(ErrorCode::Internal),
+                };
+                self.observer
+                    .acquired(now, &self.ledger, ticket, class, seen);
+                return outcome;
+            }
             Op::Resize {
                 lease,
                 vram_bytes,
@@ -240,12 +448,16 @@ impl Hub {
             Op::Release { lease } => self
                 .ledger
                 .release(now, session, lease)
-                .map(|()| Reply::Released { lease })
+                .map(|()| {
+                    self.observer.released(now, lease);
+                    Reply::Released { lease }
+                })
                 .map_err(ledger_error),
             Op::Cancel { request } => {
                 let waiting = Ticket { session, request };
                 match self.ledger.cancel(now, waiting) {
                     Ok(()) => {
+                        self.observer.cancelled(waiting);
                         let body = ErrorBody::new(ErrorCode::Cancelled, "cancelled by the client");
                         self.send(
                             session,
@@ -290,7 +502,11 @@ impl Hub {
                     Reply::Done
                 })
                 .map_err(ledger_error),
+            Op::Adopt { lease, token } => self.adopt(session, lease, &token),
             Op::Ping => Ok(Reply::Pong),
+            Op::Metrics => Ok(Reply::Metrics {
+                text: self.metrics(now),
+            }),
         };
         Some(match result {
             Ok(reply) => Outcome::Ok(reply),
@@ -347,13 +563,59 @@ impl Hub {
         }
     }
 
+    /// Hands a restored lease to the session of its owner, who proves it with the token.
+    fn adopt(
+        &mut self,
+        session: SessionId,
+        lease: LeaseId,
+        token: &str,
+    ) -> Result<Reply, ErrorBody> {
+        let unknown = || {
+            ErrorBody::new(
+                ErrorCode::UnknownLease,
+                format!("no lease {lease} waiting to be re-adopted with that token"),
+            )
+        };
+        let orphan = self
+            .ledger
+            .lease(lease)
+            .is_some_and(|l| l.session == ORPHANS);
+        let owner_uid = self
+            .journal
+            .as_ref()
+            .and_then(|j| j.record(lease))
+            .map(|r| r.uid);
+        let peer_uid = self.sessions.get(&session).map(|s| s.peer.uid);
+        if !orphan
+            || self.tokens.get(&lease).map(String::as_str) != Some(token)
+            || owner_uid != peer_uid
+        {
+            return Err(unknown());
+        }
+        self.ledger.transfer(lease, session).map_err(ledger_error)?;
+        // The owner may come back as another process: record who holds it now.
+        if let Some(record) = self.record(lease) {
+            if let Some(j) = &mut self.journal {
+                j.grant(record);
+            }
+        }
+        info!(lease, session, "lease re-adopted");
+        if self.ledger.session_leases(ORPHANS).is_empty() {
+            self.orphan_deadline = None;
+        }
+        self.lease_info(lease)
+            .map(Reply::Adopted)
+            .ok_or_else(unknown)
+    }
+
     fn is_admin(&self, session: SessionId) -> bool {
         self.sessions
             .get(&session)
             .is_some_and(|s| self.access.is_admin(&s.peer))
     }
 
-    fn lease_info(&self, id: LeaseId) -> Option<LeaseInfo> {
+    fn lease_info(&mut self, id: LeaseId) -> Option<LeaseInfo> {
+        let token = self.token(id);
         let lease = self.ledger.lease(id)?;
         let device = self.ledger.device(lease.device)?;
         let uuid = device.spec().uuid.clone();
@@ -366,6 +628,7 @@ impl Hub {
             class: lease.class,
             cuda_visible_devices: uuid.clone(),
             device_uuid: uuid,
+            token,
         })
     }
 
@@ -373,6 +636,7 @@ impl Hub {
     fn close(&mut self, now: Instant, session: SessionId) {
         if let Some(entry) = self.sessions.remove(&session) {
             let gone = self.ledger.disconnect(now, session);
+            self.observer.closed(now, session, &gone.leases);
             debug!(
                 session,
                 pid = entry.peer.pid,
@@ -383,8 +647,14 @@ impl Hub {
         }
     }
 
-    /// Queues a frame to a session; a session whose queue is full does not read and is closed.
+    /// Queues a frame for a session; it leaves at the next flush, after the journal.
     fn send(&mut self, session: SessionId, frame: ServerFrame) {
+        self.outbox.push((session, frame));
+    }
+
+    /// Hands a frame to a session's task; a session whose queue is full does not read and is
+    /// closed.
+    fn transmit(&mut self, session: SessionId, frame: ServerFrame) {
         let Some(entry) = self.sessions.get(&session) else {
             return;
         };
@@ -405,6 +675,8 @@ impl Hub {
     /// Delivers every pending decision.
     fn deliver(&mut self) {
         while let Some(decision) = self.ledger.poll_decision() {
+            self.observer
+                .decision(Instant::now(), &self.ledger, &decision);
             let (session, frame) = match decision {
                 Decision::Granted { ticket, lease } => {
                     let Some(info) = self.lease_info(lease) else {
@@ -522,7 +794,15 @@ impl Hub {
                 },
             );
         }
+        // Leases stay in the journal: after a restart their owners re-adopt them.
+        self.flush();
         self.sessions.clear();
+    }
+
+    /// The metrics exposition.
+    pub fn metrics(&self, now: Instant) -> String {
+        self.observer
+            .render(now, &self.ledger, &self.names, self.sessions.len())
     }
 
     /// The whole state, as `status` reports it.
@@ -658,4 +938,10 @@ fn ledger_error(e: LedgerError) -> ErrorBody {
         LedgerError::ResizePending(_) => ErrorCode::ResizePending,
     };
     ErrorBody::new(code, e.to_string())
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

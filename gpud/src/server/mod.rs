@@ -3,10 +3,15 @@
 pub mod access;
 pub mod hub;
 pub mod listener;
+pub mod observer;
 pub mod peer;
+pub mod scrape;
+pub mod services;
 pub mod session;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -17,7 +22,7 @@ use tracing::{error, info, warn};
 
 use crate::backend::Backend;
 use crate::config::Config;
-use crate::ledger::{DeviceSpec, Ledger};
+use crate::ledger::{DeviceSpec, Ledger, SessionId};
 use hub::{Command, Hub};
 
 /// How long sessions get to flush their last frames at shutdown.
@@ -29,9 +34,44 @@ pub enum DaemonError {
     /// The socket could not be set up.
     #[error(transparent)]
     Listen(#[from] listener::ListenError),
+    /// The lease journal cannot be used.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
     /// A signal handler could not be installed.
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    /// The socket passed by systemd cannot be used.
+    #[error("socket activation: {0}")]
+    Activation(#[from] crate::systemd::activation::ActivationError),
+    /// The D-Bus service could not start on the bus that was asked for.
+    #[error(transparent)]
+    Dbus(crate::dbus::DbusError),
+    /// The metrics listener could not be bound.
+    #[error("cannot serve metrics on {listen}: {source}")]
+    Metrics {
+        /// Where.
+        listen: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Session ids, shared by the socket listener and the D-Bus service so that they never collide.
+#[derive(Debug, Clone)]
+pub struct SessionIds(Arc<AtomicU64>);
+
+impl Default for SessionIds {
+    fn default() -> Self {
+        // Real sessions are numbered from 1.
+        Self(Arc::new(AtomicU64::new(1)))
+    }
+}
+
+impl SessionIds {
+    /// A fresh id.
+    pub fn next(&self) -> SessionId {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
 }
 
 /// What the daemon needs to start.
@@ -44,6 +84,8 @@ pub struct Daemon {
     pub socket: PathBuf,
     /// The device backend.
     pub backend: Box<dyn Backend>,
+    /// Where the lease journal lives; no journal when `None`.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Daemon {
@@ -54,6 +96,7 @@ impl Daemon {
             config_path,
             socket,
             backend,
+            state_dir,
         } = self;
         let probed = backend.devices();
         let specs: Vec<DeviceSpec> = probed
@@ -70,7 +113,19 @@ impl Daemon {
         for (i, d) in specs.iter().enumerate() {
             info!(index = i, uuid = %d.uuid, name = %d.name, total = d.total_bytes, capacity = d.capacity(), "device");
         }
-        let listener = listener::bind(&socket, config.socket_mode, config.socket_group.as_deref())?;
+        // Under socket activation the socket, its mode and group are the socket unit's.
+        let activated = crate::systemd::activation::take_listener()?;
+        let owns_socket = activated.is_none();
+        let listener = match activated {
+            Some(l) => tokio::net::UnixListener::from_std(l).map_err(|source| {
+                listener::ListenError::Io {
+                    what: "cannot use the passed socket",
+                    path: socket.clone(),
+                    source,
+                }
+            })?,
+            None => listener::bind(&socket, config.socket_mode, config.socket_group.as_deref())?,
+        };
         let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
         let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
         let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signals)?;
@@ -83,23 +138,35 @@ impl Daemon {
             &config,
             kind,
         );
+        // Leases from before a restart are back before the first client is accepted.
+        let hub = match &state_dir {
+            Some(dir) => {
+                let (journal, records) = crate::journal::Journal::open(dir)?;
+                info!(state_dir = %dir.display(), journaled = records.len(), "lease journal opened");
+                hub.with_journal(journal, records, config.readopt_grace)
+            }
+            None => hub,
+        };
+        let notices = hub.subscribe();
         let (commands, rx) = mpsc::channel(4096);
         let hub_task = tokio::spawn(hub.run(rx));
 
         if kind != "simulated" {
             spawn_poller(backend, commands.clone(), config.poll_interval);
         }
-        info!(socket = %socket.display(), backend = kind, "gpud ready");
+        let ids = SessionIds::default();
+        let mut services =
+            services::Services::start(&config, &commands, notices, ids.clone()).await?;
+        services.ready(&commands).await;
+        info!(socket = %socket.display(), backend = kind, activated = !owns_socket, "gpud ready");
 
         let mut sessions = JoinSet::new();
-        let mut next_session: u64 = 1;
         let mut limits = config.limits;
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
-                        let id = next_session;
-                        next_session += 1;
+                        let id = ids.next();
                         sessions.spawn(session::serve(stream, id, commands.clone(), limits));
                     }
                     Err(e) => {
@@ -124,6 +191,7 @@ impl Daemon {
             }
         }
         info!("stopping");
+        services.stopping();
         drop(listener);
         let _ = commands.send(Command::Shutdown).await;
         let _ = hub_task.await;
@@ -137,7 +205,10 @@ impl Daemon {
                 break;
             }
         }
-        let _ = std::fs::remove_file(&socket);
+        drop(services);
+        if owns_socket {
+            let _ = std::fs::remove_file(&socket);
+        }
         info!("stopped");
         Ok(())
     }

@@ -15,6 +15,9 @@ pub struct Peer {
     pub groups: Vec<u32>,
     /// Process name (`comm`), or `?`.
     pub process: String,
+    /// Process start time (clock ticks since boot), to tell the process from a later one that
+    /// reuses its pid.
+    pub start: u64,
 }
 
 impl Peer {
@@ -27,6 +30,7 @@ impl Peer {
             gid,
             groups: supplementary_groups(pid),
             process: process_name(pid),
+            start: crate::journal::process_start(pid).unwrap_or(0),
         }
     }
 

@@ -64,7 +64,16 @@ pub async fn serve(
         Err(_) => return,
     }
 
-    let end = run(session, &hub, &mut reader, &mut writer, &mut queue).await;
+    let mut bucket = TokenBucket::new(limits.requests_per_second);
+    let end = run(
+        session,
+        &hub,
+        &mut reader,
+        &mut writer,
+        &mut queue,
+        &mut bucket,
+    )
+    .await;
     if let Err(body) = end {
         debug!(session, code = ?body.code, "closing session: {}", body.message);
         let _ = writer
@@ -85,6 +94,7 @@ async fn run(
     reader: &mut Reader,
     writer: &mut Writer,
     queue: &mut mpsc::Receiver<ServerFrame>,
+    bucket: &mut TokenBucket,
 ) -> Result<(), ErrorBody> {
     // Handshake.
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.next()).await {
@@ -137,6 +147,11 @@ async fn run(
                 let Some(frame) = frame else { return Ok(()) };
                 match parse(frame)? {
                     ClientFrame::Request { id, op } => {
+                        // Over its rate, the session waits here: it stops reading, and only
+                        // the flooding client feels it.
+                        if let Some(pause) = bucket.take(std::time::Instant::now()) {
+                            tokio::time::sleep(pause).await;
+                        }
                         if hub.send(Command::Request { session, id, op }).await.is_err() {
                             return Err(ErrorBody::new(ErrorCode::ShuttingDown, "gpud is stopping"));
                         }
@@ -170,4 +185,54 @@ fn parse(frame: Result<bytes::BytesMut, io::Error>) -> Result<ClientFrame, Error
 
 fn io_closed(e: io::Error) -> ErrorBody {
     ErrorBody::new(ErrorCode::BadFrame, format!("write failed: {e}"))
+}
+
+/// Requests per second with a burst of as many: a token per request, refilled continuously.
+struct TokenBucket {
+    rate: f64,
+    tokens: f64,
+    last: std::time::Instant,
+}
+
+impl TokenBucket {
+    fn new(per_second: usize) -> Self {
+        let rate = per_second.max(1) as f64;
+        Self {
+            rate,
+            tokens: rate,
+            last: std::time::Instant::now(),
+        }
+    }
+
+    /// Takes a token; returns how long to wait first when there is none.
+    fn take(&mut self, now: std::time::Instant) -> Option<Duration> {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate);
+        self.tokens -= 1.0;
+        (self.tokens < 0.0).then(|| Duration::from_secs_f64(-self.tokens / self.rate))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bucket_allows_a_burst_then_the_rate() {
+        let start = std::time::Instant::now();
+        let mut b = TokenBucket::new(100);
+        b.last = start;
+        for _ in 0..100 {
+            assert_eq!(b.take(start), None);
+        }
+        let wait = b.take(start).expect("empty after the burst");
+        assert!((wait.as_secs_f64() - 0.01).abs() < 1e-6, "{wait:?}");
+        // A second later the bucket is full again (and no fuller).
+        let later = start + Duration::from_secs(1);
+        for _ in 0..99 {
+            assert_eq!(b.take(later), None);
+        }
+        assert!(b.take(later).is_some());
+    }
 }

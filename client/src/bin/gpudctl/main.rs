@@ -61,6 +61,8 @@ enum Command {
         /// Lease id (see `gpudctl leases`).
         lease: LeaseId,
     },
+    /// Metrics in the Prometheus text format (names in docs/METRICS.md).
+    Metrics,
     /// Run a program under a lease: sets CUDA_VISIBLE_DEVICES and GPUD_LEASE_ID, releases when
     /// it exits, and passes its exit status through.
     Run(run::RunArgs),
@@ -145,6 +147,7 @@ async fn dispatch(args: Args) -> Result<ExitCode> {
                 .with_context(|| format!("revoke lease {lease}"))?;
             say(&format!("lease {lease} revoked\n"));
         }
+        Command::Metrics => say(&client.metrics().await?),
         Command::Run(run) => return run::run(&client, run).await,
     }
     Ok(ExitCode::SUCCESS)

@@ -118,6 +118,7 @@ fn start_in_process(socket: &Path, simulate: Option<&str>) -> Result<()> {
         config_path: None,
         socket: socket.to_path_buf(),
         backend,
+        state_dir: socket.parent().map(|d| d.join("state")),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -237,7 +238,11 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let mut gpud = match &gpud_bin {
         Some(bin) => {
             let mut cmd = Command::new(bin);
-            cmd.arg("--socket").arg(&socket);
+            cmd.arg("--socket")
+                .arg(&socket)
+                .arg("--state-dir")
+                .arg(dir.join("state"))
+                .args(["--dbus", "none"]);
             if simulated {
                 cmd.args(["--simulate", &a.simulate]);
             }
