@@ -1,0 +1,252 @@
+//! Bus callers as hub sessions: one session per unique name, opened on its first call that
+//! needs one, closed when the name leaves the bus (and with it, every lease it holds).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as SyncMutex};
+
+use gpud_client::proto::{Event, Op, Outcome, RequestId, ServerFrame};
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tracing::debug;
+use zbus::Connection;
+use zbus::fdo::DBusProxy;
+use zbus::names::{BusName, OwnedUniqueName, UniqueName};
+use zbus::object_server::SignalEmitter;
+
+use crate::ledger::SessionId;
+use crate::server::SessionIds;
+use crate::server::hub::Command;
+use crate::server::peer::Peer;
+
+use super::PATH;
+use super::error::BusError;
+use super::manager::ManagerSignals;
+
+/// One bus caller's hub session.
+#[derive(Debug)]
+struct Caller {
+    session: SessionId,
+    next_request: AtomicU64,
+    /// Method calls waiting for the hub's reply, by request id.
+    pending: SyncMutex<HashMap<RequestId, oneshot::Sender<Outcome>>>,
+}
+
+/// Every bus caller that has a session.
+#[derive(Debug)]
+pub struct Callers {
+    hub: mpsc::Sender<Command>,
+    ids: SessionIds,
+    queue: usize,
+    /// Held across opening a session, so that one name never gets two.
+    by_name: Mutex<HashMap<OwnedUniqueName, Arc<Caller>>>,
+    /// Session → unique name, for signals and the `Leases` property.
+    names: SyncMutex<HashMap<SessionId, String>>,
+}
+
+impl Callers {
+    /// Callers whose sessions talk to `hub`, numbered from `ids`, with `queue` frames of room.
+    pub fn new(hub: mpsc::Sender<Command>, ids: SessionIds, queue: usize) -> Self {
+        Self {
+            hub,
+            ids,
+            queue,
+            by_name: Mutex::new(HashMap::new()),
+            names: SyncMutex::new(HashMap::new()),
+        }
+    }
+
+    /// Bus sessions by id, with their unique names.
+    pub fn owners(&self) -> HashMap<SessionId, String> {
+        self.names.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+
+    /// Sends `op` as the caller's request and waits for the hub's answer.
+    pub async fn call(
+        self: &Arc<Self>,
+        conn: &Connection,
+        caller: &UniqueName<'_>,
+        op: Op,
+    ) -> Result<Outcome, BusError> {
+        let c = self.session(conn, caller).await?;
+        let id = c.next_request.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut p) = c.pending.lock() {
+            p.insert(id, tx);
+        }
+        let request = Command::Request {
+            session: c.session,
+            id,
+            op,
+        };
+        if self.hub.send(request).await.is_err() {
+            return Err(BusError::failed("gpud is stopping"));
+        }
+        rx.await
+            .map_err(|_| BusError::failed("the session ended before gpud answered"))
+    }
+
+    /// The name left the bus: its session ends and its leases are freed.
+    pub async fn gone(&self, name: &UniqueName<'_>) {
+        let removed = self.by_name.lock().await.remove(name.as_str());
+        if let Some(c) = removed {
+            if let Ok(mut names) = self.names.lock() {
+                names.remove(&c.session);
+            }
+            debug!(session = c.session, name = %name, "bus caller left");
+            let _ = self.hub.send(Command::Close { session: c.session }).await;
+        }
+    }
+
+    /// The caller's session, opened (with the hub's admission check) on first use.
+    async fn session(
+        self: &Arc<Self>,
+        conn: &Connection,
+        name: &UniqueName<'_>,
+    ) -> Result<Arc<Caller>, BusError> {
+        let mut by_name = self.by_name.lock().await;
+        if let Some(c) = by_name.get(name.as_str()) {
+            return Ok(c.clone());
+        }
+        let dbus = DBusProxy::new(conn).await?;
+        let peer = peer_of(&dbus, name).await?;
+        let session = self.ids.next();
+        let (outbound, queue) = mpsc::channel(self.queue);
+        let (verdict_tx, verdict) = oneshot::channel();
+        let open = Command::Open {
+            session,
+            peer,
+            outbound,
+            reply: verdict_tx,
+        };
+        self.hub
+            .send(open)
+            .await
+            .map_err(|_| BusError::failed("gpud is stopping"))?;
+        match verdict.await {
+            Ok(Ok(())) => {}
+            Ok(Err(body)) => return Err(body.into()),
+            Err(_) => return Err(BusError::failed("gpud is stopping")),
+        }
+        let caller = Arc::new(Caller {
+            session,
+            next_request: AtomicU64::new(1),
+            pending: SyncMutex::new(HashMap::new()),
+        });
+        let owned = OwnedUniqueName::from(name.to_owned());
+        by_name.insert(owned.clone(), caller.clone());
+        if let Ok(mut names) = self.names.lock() {
+            names.insert(session, name.to_string());
+        }
+        drop(by_name);
+        debug!(session, name = %name, "bus caller opened a session");
+        tokio::spawn(pump(
+            self.clone(),
+            caller.clone(),
+            queue,
+            conn.clone(),
+            owned.clone(),
+        ));
+        // The name may have left before this session was registered, and its
+        // NameOwnerChanged with it: check once now that `gone` will see it.
+        if !dbus
+            .name_has_owner(BusName::from(name.to_owned()))
+            .await
+            .unwrap_or(false)
+        {
+            self.gone(name).await;
+        }
+        Ok(caller)
+    }
+}
+
+/// Delivers what the hub sends a bus session: replies to waiting calls, and lease events as
+/// signals addressed to the caller only.
+async fn pump(
+    callers: Arc<Callers>,
+    caller: Arc<Caller>,
+    mut queue: mpsc::Receiver<ServerFrame>,
+    conn: Connection,
+    name: OwnedUniqueName,
+) {
+    let emitter =
+        SignalEmitter::new(&conn, PATH).map(|e| e.set_destination(BusName::from(name.as_ref())));
+    while let Some(frame) = queue.recv().await {
+        match frame {
+            ServerFrame::Reply { id, outcome } => {
+                let waiting = caller.pending.lock().ok().and_then(|mut p| p.remove(&id));
+                if let Some(tx) = waiting {
+                    let _ = tx.send(outcome);
+                }
+            }
+            ServerFrame::Event { event } => {
+                let Ok(emitter) = &emitter else { continue };
+                let sent = match event {
+                    Event::YieldRequested {
+                        lease,
+                        reason,
+                        revoke_in_ms,
+                    } => {
+                        emitter
+                            .yield_requested(lease, &wire(&reason), revoke_in_ms.unwrap_or(0))
+                            .await
+                    }
+                    Event::Revoked { lease, reason } => {
+                        emitter.lease_revoked(lease, &wire(&reason)).await
+                    }
+                    Event::ShuttingDown => Ok(()),
+                };
+                if let Err(e) = sent {
+                    debug!(error = %e, "cannot signal a bus caller");
+                }
+            }
+            ServerFrame::Welcome { .. } | ServerFrame::Error { .. } => {}
+        }
+    }
+    // The hub closed the session (shutdown, or it did not keep up): pending calls fail.
+    if let Ok(mut p) = caller.pending.lock() {
+        p.clear();
+    }
+    let mut by_name = callers.by_name.lock().await;
+    if by_name
+        .get(&name)
+        .is_some_and(|c| c.session == caller.session)
+    {
+        by_name.remove(&name);
+    }
+}
+
+/// Who the caller is, from the bus's connection credentials (never from the message itself).
+async fn peer_of(dbus: &DBusProxy<'_>, name: &UniqueName<'_>) -> Result<Peer, BusError> {
+    let creds = dbus
+        .get_connection_credentials(BusName::from(name.to_owned()))
+        .await?;
+    let uid = creds
+        .unix_user_id()
+        .ok_or_else(|| BusError::access_denied("the bus did not tell the caller's uid"))?;
+    let pid = creds.process_id().and_then(|p| i32::try_from(p).ok());
+    let gid = pid.and_then(primary_gid).unwrap_or(u32::MAX);
+    let mut peer = Peer::from_credentials(pid, uid, gid);
+    // The bus read the groups when the caller connected; /proc is only a fallback.
+    if let Some(groups) = creds.into_unix_group_ids() {
+        peer.groups = groups;
+    }
+    if peer.gid == u32::MAX {
+        peer.gid = peer.groups.first().copied().unwrap_or(u32::MAX);
+    }
+    Ok(peer)
+}
+
+/// The effective gid of a process, from /proc.
+fn primary_gid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Gid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A protocol enum's snake_case name.
+fn wire<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => "unknown".into(),
+    }
+}

@@ -1,0 +1,320 @@
+//! What the hub tells the outside about its decisions: metrics, and notices for watchers such
+//! as the D-Bus service. It only reads the ledger.
+//!
+//! The hub calls it where requests are answered and decisions delivered; after every step,
+//! [`Observer::step`] compares each device with the last step to spot changes.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use gpud_client::LeaseId;
+use gpud_client::proto::{Class, ErrorCode, RevokeReason, YieldReason};
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use crate::ledger::{Decision, DeviceIdx, Lease, Ledger, SessionId, Ticket};
+use crate::metrics::{DeviceSample, Metrics};
+
+/// Notices queued for each watcher before it counts as lagging.
+const NOTICE_QUEUE: usize = 1024;
+
+/// Something watchers may want to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// A lease was granted.
+    LeaseGranted {
+        /// The lease.
+        lease: LeaseId,
+        /// Its holder.
+        session: SessionId,
+        /// The device's index.
+        device: u32,
+        /// The device's UUID.
+        uuid: String,
+        /// Bytes reserved.
+        vram_bytes: u64,
+        /// Holds a compute slot.
+        compute: bool,
+        /// Its class.
+        class: Class,
+    },
+    /// A lease ended.
+    LeaseEnded {
+        /// The lease.
+        lease: LeaseId,
+        /// Its former holder.
+        session: SessionId,
+        /// The device's index.
+        device: u32,
+        /// Why.
+        reason: EndReason,
+    },
+    /// A device's reservations, capacity, drain state or compute holders changed.
+    DeviceChanged {
+        /// The device's index.
+        device: u32,
+    },
+}
+
+/// Why a lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// Its holder released it.
+    Released,
+    /// Its holder's session ended.
+    Disconnected,
+    /// It was taken away.
+    Revoked(RevokeReason),
+}
+
+impl EndReason {
+    /// `released`, `disconnected` or `revoked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Released => "released",
+            Self::Disconnected => "disconnected",
+            Self::Revoked(_) => "revoked",
+        }
+    }
+}
+
+/// A lease as it was granted: what is needed after it is gone.
+#[derive(Debug, Clone, Copy)]
+struct Booked {
+    session: SessionId,
+    class: Class,
+    device: DeviceIdx,
+    granted_at: Instant,
+}
+
+/// What a device looked like after the last step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Print {
+    reserved: u64,
+    capacity: u64,
+    drained: bool,
+    holders: usize,
+}
+
+/// Turns the hub's decisions into metrics and notices.
+#[derive(Debug)]
+pub struct Observer {
+    metrics: Metrics,
+    book: HashMap<LeaseId, Booked>,
+    waiting: HashMap<Ticket, (Instant, Class)>,
+    prints: Vec<Print>,
+    notices: broadcast::Sender<Notice>,
+}
+
+impl Observer {
+    /// An observer of a ledger with `devices` devices.
+    pub fn new(devices: usize) -> Self {
+        Self {
+            metrics: Metrics::new(devices),
+            book: HashMap::new(),
+            waiting: HashMap::new(),
+            prints: vec![Print::default(); devices],
+            notices: broadcast::channel(NOTICE_QUEUE).0,
+        }
+    }
+
+    /// A receiver of every notice from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
+        self.notices.subscribe()
+    }
+
+    /// The counters so far.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// An acquire was answered at once (`Some`) or waits (`None`).
+    pub fn acquired(
+        &mut self,
+        now: Instant,
+        ledger: &Ledger,
+        ticket: Ticket,
+        class: Class,
+        outcome: Result<Option<LeaseId>, ErrorCode>,
+    ) {
+        match outcome {
+            Ok(Some(lease)) => self.granted(ledger, lease, Duration::ZERO),
+            Ok(None) => {
+                self.waiting.insert(ticket, (now, class));
+            }
+            Err(code) => self.metrics.refused(class, wire_name(&code)),
+        }
+    }
+
+    /// A waiting request was cancelled by its client.
+    pub fn cancelled(&mut self, ticket: Ticket) {
+        self.waiting.remove(&ticket);
+    }
+
+    /// A lease was released by its holder.
+    pub fn released(&mut self, now: Instant, lease: LeaseId) {
+        self.ended(now, lease, EndReason::Released);
+    }
+
+    /// A session ended, freeing `leases` and withdrawing its waiters.
+    pub fn closed(&mut self, now: Instant, session: SessionId, leases: &[LeaseId]) {
+        for &lease in leases {
+            self.ended(now, lease, EndReason::Disconnected);
+        }
+        self.waiting.retain(|t, _| t.session != session);
+    }
+
+    /// A decision is about to be delivered. The ledger is as the decision left it.
+    pub fn decision(&mut self, now: Instant, ledger: &Ledger, decision: &Decision) {
+        match decision {
+            Decision::Granted { ticket, lease } => {
+                let waited = self
+                    .waiting
+                    .remove(ticket)
+                    .map_or(Duration::ZERO, |(at, _)| now.saturating_duration_since(at));
+                self.granted(ledger, *lease, waited);
+            }
+            Decision::TimedOut { ticket } => {
+                // Only acquires are in `waiting`; a grow that times out leaves its lease as it was.
+                if let Some((_, class)) = self.waiting.remove(ticket) {
+                    self.metrics.refused(class, wire_name(&ErrorCode::TimedOut));
+                }
+            }
+            Decision::YieldRequested { lease, reason, .. } => {
+                let class = ledger.lease(*lease).map(|l| l.class);
+                if let Some(class) = class.or_else(|| self.book.get(lease).map(|b| b.class)) {
+                    self.metrics
+                        .yield_requested(class, wire_name::<YieldReason>(reason));
+                }
+            }
+            Decision::Revoked { lease, reason, .. } => {
+                self.ended(now, *lease, EndReason::Revoked(*reason));
+            }
+            Decision::Grew { .. } | Decision::GrowAbandoned { .. } => {}
+        }
+    }
+
+    /// After every hub step: device changes become notices; compute busy time is updated.
+    pub fn step(&mut self, now: Instant, ledger: &Ledger) {
+        for d in ledger.devices() {
+            let print = Print {
+                reserved: d.reserved(),
+                capacity: d.capacity(),
+                drained: d.drained(),
+                holders: d.compute_holders().count(),
+            };
+            self.metrics.compute_busy(now, d.index(), print.holders > 0);
+            if let Some(old) = self.prints.get_mut(d.index()) {
+                if *old != print {
+                    *old = print;
+                    self.notify(Notice::DeviceChanged {
+                        device: d.index() as u32,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The metrics exposition.
+    pub fn render(
+        &self,
+        now: Instant,
+        ledger: &Ledger,
+        names: &[String],
+        sessions: usize,
+    ) -> String {
+        let mut leases = vec![0usize; ledger.devices().len()];
+        for l in ledger.leases() {
+            if let Some(n) = leases.get_mut(l.device) {
+                *n += 1;
+            }
+        }
+        let devices: Vec<DeviceSample> = ledger
+            .devices()
+            .map(|d| {
+                let spec = d.spec();
+                DeviceSample {
+                    index: d.index(),
+                    uuid: spec.uuid.clone(),
+                    name: names.get(d.index()).cloned().unwrap_or_default(),
+                    total_bytes: spec.total_bytes,
+                    headroom_bytes: spec.headroom_bytes,
+                    capacity_bytes: d.capacity(),
+                    reserved_bytes: d.reserved(),
+                    unmanaged_bytes: spec.unmanaged_bytes,
+                    drained: d.drained(),
+                    compute_slots: spec.compute_slots,
+                    compute_holders: d.compute_holders().count(),
+                    leases: leases.get(d.index()).copied().unwrap_or(0),
+                    queued: d.queued(),
+                }
+            })
+            .collect();
+        self.metrics.render(now, &devices, sessions)
+    }
+
+    fn granted(&mut self, ledger: &Ledger, id: LeaseId, waited: Duration) {
+        let Some(lease) = ledger.lease(id) else {
+            return;
+        };
+        self.metrics.granted(lease.class, waited);
+        self.book.insert(
+            id,
+            Booked {
+                session: lease.session,
+                class: lease.class,
+                device: lease.device,
+                granted_at: lease.granted_at,
+            },
+        );
+        let uuid = ledger
+            .device(lease.device)
+            .map(|d| d.spec().uuid.clone())
+            .unwrap_or_default();
+        self.notify(granted_notice(lease, uuid));
+    }
+
+    fn ended(&mut self, now: Instant, lease: LeaseId, reason: EndReason) {
+        // A lease the observer never saw granted (restored at start) has no hold time to count.
+        let Some(b) = self.book.remove(&lease) else {
+            return;
+        };
+        let held = now.saturating_duration_since(b.granted_at);
+        match reason {
+            EndReason::Released => self.metrics.released(b.class, "released", held),
+            EndReason::Disconnected => self.metrics.released(b.class, "disconnected", held),
+            EndReason::Revoked(why) => self.metrics.revoked(b.class, wire_name(&why), held),
+        }
+        self.notify(Notice::LeaseEnded {
+            lease,
+            session: b.session,
+            device: b.device as u32,
+            reason,
+        });
+    }
+
+    fn notify(&self, notice: Notice) {
+        // No watcher is not an error.
+        let _ = self.notices.send(notice);
+    }
+}
+
+fn granted_notice(lease: &Lease, uuid: String) -> Notice {
+    Notice::LeaseGranted {
+        lease: lease.id,
+        session: lease.session,
+        device: lease.device as u32,
+        uuid,
+        vram_bytes: lease.vram_bytes,
+        compute: lease.compute,
+        class: lease.class,
+    }
+}
+
+/// A protocol enum's snake_case wire name (`never_fits`, `critical_waiting`).
+fn wire_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => "unknown".into(),
+    }
+}
