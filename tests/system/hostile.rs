@@ -137,3 +137,238 @@ fn a_uid_that_is_not_allowed_is_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs root"));
 }
+
+/// Median ping round trip of a client, over `n` pings.
+fn ping_p50(client: &gpud_client::blocking::Client, n: usize) -> Duration {
+    let mut samples: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            client.ping().unwrap();
+            t.elapsed()
+        })
+        .collect();
+    samples.sort();
+    samples[n / 2]
+}
+
+/// Runs `attack` on a thread until told to stop.
+fn during<F: Fn() + Send + 'static>(attack: F, measure: impl FnOnce() -> Duration) -> Duration {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let t = std::thread::spawn(move || {
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            attack();
+        }
+    });
+    // Let the attack get going.
+    std::thread::sleep(Duration::from_millis(100));
+    let p50 = measure();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    t.join().unwrap();
+    p50
+}
+
+#[test]
+fn a_well_behaved_client_is_served_through_hostile_clients() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test drops to another uid and must run as root (as CI does)"
+    );
+    let daemon = Daemon::start_logging(
+        "16GiB",
+        "socket_mode = \"0666\"\n[limits]\nmax_sessions = 64\nrequests_per_second = 2000\n",
+        "warn",
+    );
+    let good = daemon.client();
+    let _lease = good
+        .acquire(&LeaseRequest::new().vram(1 << 30).compute())
+        .unwrap();
+    let n = 1000;
+    let socket = daemon.socket.clone();
+    // The machine may be busy with other work: each attack is compared with a baseline taken
+    // just before it.
+    let mut report: Vec<(&str, Duration, Duration)> = Vec::new();
+    let measure = || ping_p50(&good, n);
+
+    // Garbage bytes, new connection each time.
+    let s = socket.clone();
+    let before = measure();
+    report.push((
+        "garbage bytes",
+        before,
+        during(
+            move || {
+                if let Ok(mut c) = UnixStream::connect(&s) {
+                    let _ = c.write_all(&[0, 0, 0, 5, 0xff, 0xfe, 0xfd, 0xfc, 0xfb]);
+                    let _ = read_until_eof(&mut c, Duration::from_secs(1));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            },
+            measure,
+        ),
+    ));
+
+    // A 4 GiB length prefix after a valid hello.
+    let s = socket.clone();
+    let before = measure();
+    report.push((
+        "4 GiB length prefix",
+        before,
+        during(
+            move || {
+                if let Ok(mut c) = UnixStream::connect(&s) {
+                    let _ = c.write_all(&frame(&json!({"type": "hello", "version": 1})));
+                    let _ = c.write_all(&u32::MAX.to_be_bytes());
+                    let got = frames(&read_until_eof(&mut c, Duration::from_secs(1)));
+                    assert_eq!(error_code(&got).as_deref(), Some("frame_too_large"));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            },
+            measure,
+        ),
+    ));
+
+    // Writers that send one byte a second (a frame that never completes).
+    let slow: Vec<UnixStream> = (0..8)
+        .map(|_| UnixStream::connect(&socket).unwrap())
+        .collect();
+    let slow = std::sync::Arc::new(std::sync::Mutex::new(slow));
+    let writers = slow.clone();
+    let before = measure();
+    report.push((
+        "8 writers at one byte a second",
+        before,
+        during(
+            move || {
+                for c in writers.lock().unwrap().iter_mut() {
+                    let _ = c.write_all(&[0]);
+                }
+                std::thread::sleep(Duration::from_millis(1000));
+            },
+            measure,
+        ),
+    ));
+    drop(slow);
+
+    // A request flood: pipelined pings as fast as the socket takes them, replies drained.
+    let s = socket.clone();
+    let flood = UnixStream::connect(&s).unwrap();
+    let mut reader = flood.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65536];
+        while std::io::Read::read(&mut reader, &mut buf).is_ok_and(|n| n > 0) {}
+    });
+    let flood = std::sync::Arc::new(std::sync::Mutex::new(flood));
+    flood
+        .lock()
+        .unwrap()
+        .write_all(&frame(&json!({"type": "hello", "version": 1})))
+        .unwrap();
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let (f, ids) = (flood.clone(), next.clone());
+    let before = measure();
+    report.push((
+        "request flood",
+        before,
+        during(
+            move || {
+                let mut batch = Vec::new();
+                for _ in 0..64 {
+                    let id = ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    batch.extend(frame(&json!({"type": "request", "id": id, "op": "ping"})));
+                }
+                let _ = f.lock().unwrap().write_all(&batch);
+            },
+            measure,
+        ),
+    ));
+    let flooded = next.load(std::sync::atomic::Ordering::Relaxed);
+    drop(flood);
+
+    // A connection flood past the session limit.
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..100 {
+        let mut c = UnixStream::connect(&socket).unwrap();
+        c.write_all(&frame(&json!({"type": "hello", "version": 1})))
+            .unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut len = [0u8; 4];
+        std::io::Read::read_exact(&mut c, &mut len).unwrap();
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        std::io::Read::read_exact(&mut c, &mut body).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        if v["type"] == "error" {
+            assert_eq!(v["error"]["code"], "limit_exceeded");
+            refused += 1;
+        }
+        held.push(c);
+    }
+    assert!(
+        refused >= 100 - 64 + 1,
+        "only {refused} of 100 connections refused past a limit of 64"
+    );
+    let before = measure();
+    report.push(("100 connections past a limit of 64", before, measure()));
+    drop(held);
+
+    // Wrong protocol version, over and over.
+    let s = socket.clone();
+    let before = measure();
+    report.push((
+        "wrong protocol version",
+        before,
+        during(
+            move || {
+                if let Ok(mut c) = UnixStream::connect(&s) {
+                    let _ = c.write_all(&frame(&json!({"type": "hello", "version": 0})));
+                    let _ = read_until_eof(&mut c, Duration::from_secs(1));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            },
+            measure,
+        ),
+    ));
+
+    // A uid that is not allowed, over and over (a real child process each time).
+    let ctl = gpud_tests::bin("gpudctl");
+    let s = socket.clone();
+    let before = measure();
+    report.push((
+        "disallowed uid",
+        before,
+        during(
+            move || {
+                let out = std::process::Command::new(&ctl)
+                    .args(["--socket"])
+                    .arg(&s)
+                    .arg("status")
+                    .uid(65534)
+                    .gid(65534)
+                    .output()
+                    .unwrap();
+                assert!(!out.status.success());
+            },
+            measure,
+        ),
+    ));
+
+    println!(
+        "well-behaved client's ping p50, just before and during each attack (request flood sent {flooded} pings, {refused} connections refused):"
+    );
+    for (what, before, during) in &report {
+        println!(
+            "  {what:<36} {:>8.1} µs -> {:>8.1} µs  ({:.2}x)",
+            before.as_secs_f64() * 1e6,
+            during.as_secs_f64() * 1e6,
+            during.as_secs_f64() / before.as_secs_f64()
+        );
+    }
+    for (what, before, during) in &report {
+        assert!(
+            *during <= *before * 2,
+            "{what}: p50 {during:?} is over 2x its baseline {before:?}"
+        );
+    }
+    good.ping().unwrap();
+}
