@@ -323,6 +323,20 @@ impl Hub {
             .clone()
     }
 
+    /// Applies one command as the run loop does, without tasks (fuzzing and tests).
+    #[cfg(test)]
+    pub(crate) fn apply(&mut self, command: Command) {
+        self.handle(command);
+        self.deliver();
+        self.flush();
+    }
+
+    /// The ledger, for checks in tests.
+    #[cfg(test)]
+    pub(crate) fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
     fn handle(&mut self, command: Command) {
         let now = Instant::now();
         match command {

@@ -1,6 +1,8 @@
 //! The daemon's I/O shell: the socket, sessions, the hub that owns the ledger, signals.
 
 pub mod access;
+#[cfg(test)]
+mod fuzz;
 pub mod hub;
 pub mod listener;
 pub mod observer;
