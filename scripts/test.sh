@@ -7,12 +7,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # System packages the tests use: a C++ compiler (kernel arithmetic compiled on the host),
-# pip (NVRTC wheel), dbus-daemon and busctl (D-Bus tests), systemd tools (unit checks,
-# socket activation).
+# pip (NVRTC wheel), dbus-daemon, busctl and dbus-send (D-Bus tests), setpriv (calls as
+# another user), systemd tools (unit checks, socket activation, systemd-analyze security).
 missing=()
 command -v g++ >/dev/null || missing+=(build-essential)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v dbus-daemon >/dev/null || missing+=(dbus-daemon)
+command -v dbus-send >/dev/null || missing+=(dbus-bin)
+command -v setpriv >/dev/null || missing+=(util-linux)
 command -v busctl >/dev/null || missing+=(systemd)
 command -v systemd-socket-activate >/dev/null || missing+=(systemd)
 command -v pkill >/dev/null || missing+=(procps)
