@@ -50,18 +50,28 @@ pub enum Error {
         /// What it may hold.
         limit: u64,
     },
-    /// A compute token of another lease or device was presented.
+    /// A compute token of another device was presented.
     #[error(
-        "compute token of lease {token_lease} on {token_device} does not match this device's lease {lease} on {device}"
+        "compute token of lease {token_lease} on {token_device} does not hold the compute slot of {device} (lease {lease})"
     )]
     WrongToken {
         /// The token's lease.
         token_lease: u64,
         /// The token's device.
         token_device: String,
-        /// This device's lease.
+        /// The lease of the arena (or the token's, for device-level calls).
         lease: u64,
         /// This device's UUID.
+        device: String,
+    },
+    /// A lease was presented to a device it does not name.
+    #[error("lease {lease} is for device {lease_device}, not {device}")]
+    WrongDevice {
+        /// The lease.
+        lease: u64,
+        /// The device the lease names.
+        lease_device: String,
+        /// The device it was presented to.
         device: String,
     },
     /// NVRTC rejected a kernel module.

@@ -13,8 +13,8 @@ use blstrs::Scalar;
 use cudarc::driver::CudaStream;
 use cudarc::driver::result;
 
+use crate::arena::Arena;
 use crate::buffer::DeviceBuffer;
-use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::fr::{FrElement, cast_slice};
 use crate::ntt::NttEngine;
@@ -78,8 +78,8 @@ pub fn domain_log_n(len: usize) -> Result<u32> {
 }
 
 impl<'d> HPoly<'d> {
-    /// Loads the kernels and creates the copy stream.
-    pub fn new(dev: &'d Device) -> Result<Self> {
+    /// Loads the kernels and creates the copy stream; every buffer is charged to `dev`.
+    pub fn new(dev: &'d Arena<'d>) -> Result<Self> {
         let engine = NttEngine::new(dev)?;
         let copy = dev.context().new_stream()?;
         Ok(Self { engine, copy })
@@ -105,7 +105,7 @@ impl<'d> HPoly<'d> {
         }
         let log_n = domain_log_n(a.len())?;
         let n = 1usize << log_n;
-        let dev = self.engine.device();
+        let dev = self.engine.arena();
         let tail = plan::h_tail_steps(log_n, 0, 1, 2);
         let inputs: [Vec<Step>; 3] = [0, 1, 2].map(|r| plan::h_input_steps(log_n, r));
         for steps in inputs.iter().chain(std::iter::once(&tail)) {

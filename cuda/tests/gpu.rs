@@ -41,7 +41,8 @@ fn random(rng: &mut ChaCha20Rng, n: usize) -> Vec<Scalar> {
 #[ignore = "needs a GPU"]
 fn ntt_kinds_and_batches_match_the_cpu_bit_for_bit() {
     let lease = claim(4096 * MIB);
-    let dev = Device::open(&lease).unwrap();
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
     let mut ntt = NttEngine::new(&dev).unwrap();
     let mut rng = fresh_rng();
     for log_n in 1..=20u32 {
@@ -71,7 +72,8 @@ fn ntt_kinds_and_batches_match_the_cpu_bit_for_bit() {
 #[ignore = "needs a GPU"]
 fn h_matches_the_cpu_from_pageable_and_pinned_memory() {
     let lease = claim(8192 * MIB);
-    let dev = Device::open(&lease).unwrap();
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
     let mut h = HPoly::new(&dev).unwrap();
     let mut rng = fresh_rng();
     for log_n in [1u32, 2, 3, 5, 10, 13, 16, 18] {
@@ -109,7 +111,8 @@ fn h_matches_the_cpu_from_pageable_and_pinned_memory() {
 #[ignore = "needs a GPU"]
 fn an_allocation_past_the_reservation_fails_typed_and_the_device_stays_usable() {
     let lease = claim(64 * MIB);
-    let dev = Device::open(&lease).unwrap();
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
     let first = dev.alloc::<u8>(40 << 20).unwrap();
     let pool_before = dev.pool_usage().unwrap();
     match dev.alloc::<u8>(30 << 20) {
@@ -150,7 +153,8 @@ fn an_allocation_past_the_reservation_fails_typed_and_the_device_stays_usable() 
 #[ignore = "needs a GPU"]
 fn shrinking_is_refused_while_allocated_and_returns_memory_after() {
     let lease = claim(256 * MIB);
-    let dev = Device::open(&lease).unwrap();
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
     let token = lease.compute_token().unwrap();
     let a = dev.alloc::<u8>(100 << 20).unwrap();
     assert!(matches!(
@@ -175,20 +179,67 @@ fn shrinking_is_refused_while_allocated_and_returns_memory_after() {
 
 #[test]
 #[ignore = "needs a GPU"]
-fn a_token_of_another_lease_is_refused_and_unknown_devices_are_errors() {
+fn a_token_of_another_device_is_refused_and_unknown_devices_are_errors() {
     let lease = claim(64 * MIB);
-    let dev = Device::open(&lease).unwrap();
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
     let other = ExclusiveDevice::claim("GPU-00000000-0000-0000-0000-000000000000", 0, 0);
     let wrong = other.compute_token().unwrap();
     assert!(matches!(
         dev.synchronize(&wrong),
         Err(Error::WrongToken { .. })
     ));
+    assert!(matches!(dev.trim(0, &wrong), Err(Error::WrongToken { .. })));
     assert!(matches!(
-        Device::open(&other),
+        Device::open(other.device_uuid()),
         Err(Error::DeviceNotFound { .. })
+    ));
+    // A lease of another device cannot become an arena here.
+    assert!(matches!(
+        device.reserve(&other),
+        Err(Error::WrongDevice { .. })
     ));
     let token = lease.compute_token().unwrap();
     let (free, total) = dev.mem_info(&token).unwrap();
     assert!(free <= total && total > 0);
+    dev.close(&token).unwrap();
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn arenas_of_one_device_have_separate_budgets_and_close_under_any_compute_token_of_it() {
+    // One context for the process; a VRAM-only lease (resident data) and a compute lease
+    // (working memory) become two arenas with their own budgets and pools.
+    let info = driver::list_devices().unwrap().remove(0);
+    let device = Device::open(&info.uuid).unwrap();
+    let resident_lease = ExclusiveDevice::claim(info.uuid.clone(), info.ordinal as u32, 64 * MIB);
+    let phase_lease = ExclusiveDevice::claim(info.uuid.clone(), info.ordinal as u32, 32 * MIB);
+    let resident = device.reserve(&resident_lease).unwrap();
+    let keep = resident.alloc::<u8>(60 << 20).unwrap();
+    {
+        let phase = device.reserve(&phase_lease).unwrap();
+        // The resident arena's 60 MiB do not count against the phase arena's 32 MiB...
+        let work = phase.alloc::<u8>(30 << 20).unwrap();
+        assert!(matches!(
+            phase.alloc::<u8>(4 << 20),
+            Err(Error::OverReservation { .. })
+        ));
+        // ...and vice versa.
+        assert!(matches!(
+            resident.alloc::<u8>(6 << 20),
+            Err(Error::OverReservation { .. })
+        ));
+        assert_eq!(resident.ledger().in_use, 60 * MIB);
+        assert_eq!(phase.ledger().in_use, 30 * MIB);
+        drop(work);
+        let token = phase_lease.compute_token().unwrap();
+        let usage = phase.close(&token).unwrap();
+        assert_eq!(usage.reserved, 0);
+    }
+    // The resident data survived the phase arena; an NTT over it in a new phase still works.
+    assert_eq!(resident.pool_usage().unwrap().used, 60 * MIB);
+    drop(keep);
+    // The resident (VRAM-only) arena is closed under the compute lease's token.
+    let token = phase_lease.compute_token().unwrap();
+    assert_eq!(resident.close(&token).unwrap().reserved, 0);
 }

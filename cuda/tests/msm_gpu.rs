@@ -5,6 +5,8 @@
 use blstrs::{G1Affine, G1Projective, Scalar};
 use ff::Field;
 use gpud_client::{ExclusiveDevice, Reservation};
+use gpud_cuda::ledger::charge_for;
+use gpud_cuda::msm::plan::MsmPlan;
 use gpud_cuda::msm::{G1Bases, MsmEngine, MsmError, MsmVariant};
 use gpud_cuda::{Device, Error, driver};
 use group::prime::PrimeCurveAffine;
@@ -68,7 +70,8 @@ fn cpu(bases: &[G1Affine], s: &[Scalar]) -> G1Projective {
 #[ignore = "needs a GPU"]
 fn msm_matches_blstrs_at_small_sizes_with_every_build() {
     let lease = claim(4096 * MIB);
-    let dev = Device::open(&lease).unwrap();
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
     let mut rng = fresh_rng();
     let host = bases(&mut rng, 1 << 14);
     let resident = G1Bases::upload(&dev, &host).unwrap();
@@ -119,7 +122,8 @@ fn msm_matches_blstrs_at_small_sizes_with_every_build() {
 #[ignore = "needs a GPU"]
 fn msm_edge_cases_on_the_gpu() {
     let lease = claim(4096 * MIB);
-    let dev = Device::open(&lease).unwrap();
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
     let mut rng = fresh_rng();
     let mut engine = MsmEngine::new(&dev).unwrap();
     engine.set_poison(true);
@@ -180,24 +184,60 @@ fn msm_edge_cases_on_the_gpu() {
 #[test]
 #[ignore = "needs a GPU"]
 fn msm_temporaries_are_charged_to_the_lease() {
-    // 2^16 bases take 6 MiB; the MSM's temporaries need far more than the 16 MiB left.
-    let lease = claim(22 * MIB);
-    let dev = Device::open(&lease).unwrap();
+    // A reservation of exactly what the plan says (bases, scalars and temporaries, each
+    // allocation rounded up to the allocator's 2 MiB pages) holds a small MSM but not a big one.
+    let info = driver::list_devices().unwrap().remove(0);
+    let sms = info.multiprocessors;
+    let big = 1usize << 16;
+    let small = 100usize;
+    let bases_charge = charge_for(96 * big as u64);
+    let small_need = MsmPlan::new(small, sms).unwrap().temp_bytes() + charge_for(32 * small as u64);
+    let big_need = MsmPlan::new(big, sms).unwrap().temp_bytes() + charge_for(32 * big as u64);
+    assert!(big_need > small_need);
+    let lease = claim(bases_charge + small_need);
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
     let mut rng = fresh_rng();
-    let host = bases(&mut rng, 1 << 16);
+    let host = bases(&mut rng, big);
     let b = G1Bases::upload(&dev, &host).unwrap();
     let engine = MsmEngine::new(&dev).unwrap();
-    let plan = engine.plan(1 << 16).unwrap();
-    assert!(plan.temp_bytes() > 16 * MIB, "{} bytes", plan.temp_bytes());
-    let s: Vec<Scalar> = (0..1 << 16).map(|_| Scalar::random(&mut rng)).collect();
+    let s: Vec<Scalar> = (0..big).map(|_| Scalar::random(&mut rng)).collect();
     match engine.msm(&b, &s) {
         Err(MsmError::Cuda(Error::OverReservation { .. })) => {}
         other => panic!("expected OverReservation, got {other:?}"),
     }
-    // Nothing leaked: a small MSM still fits and is right.
-    assert_eq!(engine.msm(&b, &s[..100]).unwrap(), cpu(&host, &s[..100]));
-    drop(b);
+    // Nothing leaked: the small MSM fits in exactly its estimate and is right.
+    assert_eq!(
+        engine.msm(&b, &s[..small]).unwrap(),
+        cpu(&host, &s[..small])
+    );
+    assert!(dev.ledger().peak <= bases_charge + small_need);
+    drop((b, engine));
     if let Some(t) = lease.compute_token() {
         dev.close(&t).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn the_plans_estimate_holds_every_msm_size() {
+    // For each size, a fresh arena of exactly bases + scalars + `temp_bytes` runs the MSM.
+    let info = driver::list_devices().unwrap().remove(0);
+    let device = Device::open(&info.uuid).unwrap();
+    let mut rng = fresh_rng();
+    let host = bases(&mut rng, 1 << 17);
+    for n in [1usize, 2, 100, 4097, 1 << 14, (1 << 17) - 1] {
+        let need = charge_for(96 * n as u64)
+            + charge_for(32 * n as u64)
+            + MsmPlan::new(n, info.multiprocessors).unwrap().temp_bytes();
+        let lease = ExclusiveDevice::claim(info.uuid.clone(), info.ordinal as u32, need);
+        let arena = device.reserve(&lease).unwrap();
+        let b = G1Bases::upload(&arena, &host[..n]).unwrap();
+        let engine = MsmEngine::new(&arena).unwrap();
+        let s: Vec<Scalar> = (0..n).map(|_| Scalar::random(&mut rng)).collect();
+        assert_eq!(engine.msm(&b, &s).unwrap(), cpu(&host, &s), "n = {n}");
+        assert!(arena.ledger().peak <= need, "n = {n}");
+        drop((b, engine));
+        arena.close(&lease.compute_token().unwrap()).unwrap();
     }
 }

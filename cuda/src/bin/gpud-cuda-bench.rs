@@ -20,7 +20,7 @@ use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_cuda::hpoly::HPoly;
 use gpud_cuda::ntt::NttEngine;
 use gpud_cuda::ntt::plan::{self, NttKind, Step};
-use gpud_cuda::{Device, Error, PinnedBuffer, cpu, driver};
+use gpud_cuda::{Arena, Device, Error, PinnedBuffer, cpu, driver};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
@@ -77,7 +77,7 @@ fn random(seed: u64, n: usize) -> Vec<Scalar> {
     v
 }
 
-fn event(dev: &Device) -> Res<CudaEvent> {
+fn event(dev: &Arena) -> Res<CudaEvent> {
     Ok(dev
         .context()
         .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?)
@@ -89,7 +89,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn check(
-    dev: &Device,
+    dev: &Arena,
     lease: &ExclusiveDevice,
     max_log: u32,
     seed: &mut ChaCha20Rng,
@@ -203,7 +203,7 @@ fn check(
 }
 
 /// Device-to-device copy bandwidth, bytes read plus written per second.
-fn copy_bandwidth(dev: &Device) -> Res<f64> {
+fn copy_bandwidth(dev: &Arena) -> Res<f64> {
     let bytes = 4usize << 30;
     let src = dev.alloc::<u8>(bytes)?;
     let mut dst = dev.alloc::<u8>(bytes)?;
@@ -226,7 +226,7 @@ fn copy_bandwidth(dev: &Device) -> Res<f64> {
 }
 
 /// Field multiplications per second (Montgomery products, fr_mul), all SMs busy.
-fn mul_rate(dev: &Device, seed: &mut ChaCha20Rng) -> Res<f64> {
+fn mul_rate(dev: &Arena, seed: &mut ChaCha20Rng) -> Res<f64> {
     let f = dev.function(&gpud_cuda::kernels::FR_BENCH, "fr_mul_throughput")?;
     let threads = 256u32;
     let blocks = dev.info().multiprocessors * 8;
@@ -260,7 +260,7 @@ fn mul_rate(dev: &Device, seed: &mut ChaCha20Rng) -> Res<f64> {
     Ok(4.0 * n as f64 * f64::from(iters) / (median(times) / 1e3))
 }
 
-fn bench(dev: &Device, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Value>) -> Res<()> {
+fn bench(dev: &Arena, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Value>) -> Res<()> {
     let copy_bw = copy_bandwidth(dev)?;
     println!(
         "\n== device-to-device copy: {:.0} GB/s (read + write)",
@@ -474,7 +474,8 @@ fn run() -> Res<bool> {
         info.ordinal as u32,
         info.total_mem.saturating_sub(2 << 30),
     );
-    let dev = Device::open(&lease)?;
+    let device = Device::open(lease.device_uuid())?;
+    let dev = device.reserve(&lease)?;
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos() as u64;

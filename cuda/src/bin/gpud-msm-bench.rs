@@ -25,7 +25,7 @@ use ff::Field;
 use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_cuda::msm::plan::MsmPlan;
 use gpud_cuda::msm::{G1Bases, MsmEngine, MsmVariant};
-use gpud_cuda::{Device, driver};
+use gpud_cuda::{Arena, Device, driver};
 use group::prime::PrimeCurveAffine;
 use group::{Curve, Group};
 use rand::{Rng, RngCore, SeedableRng};
@@ -179,7 +179,7 @@ fn ms(t: Instant) -> f64 {
 }
 
 struct Ctx<'d> {
-    dev: &'d Device,
+    dev: &'d Arena<'d>,
     engine: MsmEngine<'d>,
     /// The other builds of the kernels (MsmVariant::ALL after the default).
     others: Vec<MsmEngine<'d>>,
@@ -589,7 +589,8 @@ fn main() -> Res<()> {
     };
     let vram = info.total_mem - (info.total_mem / 16);
     let lease = ExclusiveDevice::claim(info.uuid.clone(), info.ordinal as u32, vram);
-    let dev = Device::open(&lease)?;
+    let device = Device::open(lease.device_uuid())?;
+    let dev = device.reserve(&lease)?;
     let t = Instant::now();
     let engine = MsmEngine::new(&dev)?;
     let others = MsmVariant::ALL[1..]

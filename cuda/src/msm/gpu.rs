@@ -10,6 +10,7 @@ use super::MsmError;
 use super::combine::{JacobianLimbs, combine_windows};
 use super::layout::XyzzLimbs;
 use super::plan::MsmPlan;
+use crate::arena::Arena;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::kernels::{KernelModule, MSM, MSM_NOCAP, MSM_NOINLINE};
@@ -79,8 +80,8 @@ pub struct G1Bases<'d> {
 }
 
 impl<'d> G1Bases<'d> {
-    /// Copies `points` to `dev` (charged to its lease) and waits.
-    pub fn upload(dev: &'d Device, points: &[G1Affine]) -> Result<Self, MsmError> {
+    /// Copies `points` to `dev`'s device (charged to its lease) and waits.
+    pub fn upload(dev: &'d Arena<'d>, points: &[G1Affine]) -> Result<Self, MsmError> {
         let mut buf = dev.alloc::<G1Affine>(points.len().max(1))?;
         buf.copy_from_host_at(0, points)?;
         Ok(Self {
@@ -120,7 +121,7 @@ struct Kernels {
 /// Runs G1 MSMs on one device. Cheap to keep: it holds the loaded kernels only; every MSM
 /// allocates its temporaries ([`MsmPlan::temp_bytes`]) and frees them before returning.
 pub struct MsmEngine<'d> {
-    dev: &'d Device,
+    dev: &'d Arena<'d>,
     k: Kernels,
     variant: MsmVariant,
     window_bits: Option<u32>,
@@ -151,13 +152,14 @@ fn grid(threads: u64, block: u32) -> Result<LaunchConfig, MsmError> {
 }
 
 impl<'d> MsmEngine<'d> {
-    /// Loads (compiling on first use) the default kernels on `dev`.
-    pub fn new(dev: &'d Device) -> Result<Self, MsmError> {
+    /// Loads (compiling on first use) the default kernels on `dev`'s device; temporaries are
+    /// charged to `dev`.
+    pub fn new(dev: &'d Arena<'d>) -> Result<Self, MsmError> {
         Self::with_variant(dev, MsmVariant::Inline)
     }
 
     /// Loads the given build of the kernels.
-    pub fn with_variant(dev: &'d Device, variant: MsmVariant) -> Result<Self, MsmError> {
+    pub fn with_variant(dev: &'d Arena<'d>, variant: MsmVariant) -> Result<Self, MsmError> {
         let m = variant.module();
         let f = |name: &'static str| dev.function(m, name);
         let k = Kernels {
@@ -207,7 +209,7 @@ impl<'d> MsmEngine<'d> {
 
     /// sum_i scalars[i] * bases[i] over the first `scalars.len()` bases: uploads the scalars,
     /// runs the kernels and waits.
-    pub fn msm(&self, bases: &G1Bases<'d>, scalars: &[Scalar]) -> Result<G1Projective, MsmError> {
+    pub fn msm(&self, bases: &G1Bases<'_>, scalars: &[Scalar]) -> Result<G1Projective, MsmError> {
         if scalars.len() > bases.len() {
             return Err(MsmError::TooManyScalars {
                 scalars: scalars.len(),
@@ -226,10 +228,28 @@ impl<'d> MsmEngine<'d> {
     /// output), over the first `scalars.len()` bases; waits for the result.
     pub fn msm_device(
         &self,
-        bases: &G1Bases<'d>,
-        scalars: &DeviceBuffer<'d, Scalar>,
+        bases: &G1Bases<'_>,
+        scalars: &DeviceBuffer<'_, Scalar>,
     ) -> Result<G1Projective, MsmError> {
         let plan = self.plan(scalars.len())?;
+        self.run(bases, scalars, &plan, None)
+    }
+
+    /// [`MsmEngine::msm_device`] over the first `n` scalars of the buffer (e.g. the `m - 1`
+    /// coefficients of an H polynomial held in a buffer of `m`).
+    pub fn msm_device_prefix(
+        &self,
+        bases: &G1Bases<'_>,
+        scalars: &DeviceBuffer<'_, Scalar>,
+        n: usize,
+    ) -> Result<G1Projective, MsmError> {
+        if n > scalars.len() {
+            return Err(MsmError::TooManyScalars {
+                scalars: n,
+                bases: scalars.len(),
+            });
+        }
+        let plan = self.plan(n)?;
         self.run(bases, scalars, &plan, None)
     }
 
@@ -237,8 +257,8 @@ impl<'d> MsmEngine<'d> {
     /// phase (events between the phases; for benchmarks).
     pub fn msm_device_profiled(
         &self,
-        bases: &G1Bases<'d>,
-        scalars: &DeviceBuffer<'d, Scalar>,
+        bases: &G1Bases<'_>,
+        scalars: &DeviceBuffer<'_, Scalar>,
         plan: &MsmPlan,
     ) -> Result<(G1Projective, MsmPhases), MsmError> {
         let mut phases = MsmPhases::default();
@@ -274,12 +294,23 @@ impl<'d> MsmEngine<'d> {
 
     fn run(
         &self,
-        bases: &G1Bases<'d>,
-        scalars: &DeviceBuffer<'d, Scalar>,
+        bases: &G1Bases<'_>,
+        scalars: &DeviceBuffer<'_, Scalar>,
         plan: &MsmPlan,
         phases: Option<&mut MsmPhases>,
     ) -> Result<G1Projective, MsmError> {
         let n = plan.n;
+        // Bases may live in another arena (a resident lease) but must be on this device.
+        for on in [bases.device().info(), scalars.device().info()] {
+            if on.ordinal != self.dev.info().ordinal {
+                return Err(crate::error::Error::InvalidArgument(format!(
+                    "MSM inputs on device {} for an engine on {}",
+                    on.uuid,
+                    self.dev.info().uuid
+                ))
+                .into());
+            }
+        }
         if n > bases.len() || n > scalars.len() {
             return Err(MsmError::TooManyScalars {
                 scalars: n,

@@ -176,29 +176,52 @@ impl MsmPlan {
         out
     }
 
-    /// Device bytes of the temporaries of one MSM (the bases and the scalars not counted).
-    pub fn temp_bytes(&self) -> u64 {
+    /// Bytes of every temporary the launcher allocates for one MSM, one entry per allocation
+    /// (the bases and the scalars not counted). Every group-sum pass is listed although each
+    /// frees its predecessor, so the list bounds what is live at once.
+    pub fn temp_allocations(&self) -> Vec<u64> {
         const XYZZ: u64 = 192;
         let keys = u64::from(self.keys());
         let slots = 2 * u64::from(self.first_pass_threads());
-        let slots2 = self
-            .combine_passes()
-            .first()
-            .map_or(0, |&t| 2 * u64::from(t));
-        let scan: u64 = self
-            .scan_levels()
-            .iter()
-            .skip(1)
-            .map(|&l| u64::from(l) * 4)
-            .sum();
-        self.n as u64 * 32 // prepared scalars
-            + (keys + 1) * 4 * 2 // offsets, cursor
-            + scan
-            + self.max_entries() * 8 // entries
-            + keys * XYZZ // buckets
-            + (slots + slots2) * (4 + XYZZ)
-            + u64::from(self.reduce_threads()) * XYZZ * 2
-            + u64::from(self.windows) * 144
+        let slots2 = 2 * u64::from(self.combine_passes().first().copied().unwrap_or(1));
+        // `alloc(len)` allocates at least one element.
+        let n = (self.n as u64).max(1);
+        let mut out = vec![
+            (keys + 1) * 4,                                 // offsets (counts, then their scan)
+            n * 32,                                         // prepared scalars
+            keys.max(1) * 4,                                // scatter cursor
+            self.max_entries().max(1) * 8,                  // sorted entries
+            keys.max(1) * XYZZ,                             // buckets
+            slots * 4,                                      // slot keys, first set
+            slots2 * 4,                                     // slot keys, second set
+            slots * XYZZ,                                   // slot points, first set
+            slots2 * XYZZ,                                  // slot points, second set
+            u64::from(self.reduce_threads()).max(1) * XYZZ, // bucket reduction
+            u64::from(self.windows) * 144,                  // window sums (Jacobian)
+        ];
+        out.extend(
+            self.scan_levels()
+                .iter()
+                .skip(1)
+                .map(|&l| u64::from(l).max(1) * 4),
+        );
+        out.extend(
+            self.group_passes()
+                .windows(2)
+                .map(|w| u64::from(self.windows * w[1]).max(1) * XYZZ),
+        );
+        out
+    }
+
+    /// What the temporaries of one MSM charge a lease at most: every allocation of
+    /// [`MsmPlan::temp_allocations`] rounded up as the allocator charges it
+    /// ([`crate::ledger::charge_for`], whole 2 MiB pages). A reservation of this much plus the
+    /// bases' and scalars' charges always holds the MSM.
+    pub fn temp_bytes(&self) -> u64 {
+        self.temp_allocations()
+            .into_iter()
+            .map(crate::ledger::charge_for)
+            .sum()
     }
 }
 
@@ -269,6 +292,24 @@ mod tests {
             MsmPlan::new(MAX_POINTS + 1, 132),
             Err(MsmError::TooManyPoints { .. })
         ));
+    }
+
+    #[test]
+    fn temp_bytes_counts_the_allocators_rounding_per_allocation() {
+        use crate::ledger::{CHARGE_GRANULARITY, charge_for};
+        for n in [0usize, 1, 100, 5000, 1 << 16, 1 << 20] {
+            let p = MsmPlan::new(n, 132).expect("valid plan");
+            let allocs = p.temp_allocations();
+            let raw: u64 = allocs.iter().sum();
+            assert_eq!(p.temp_bytes() % CHARGE_GRANULARITY, 0, "n = {n}");
+            assert!(p.temp_bytes() >= raw, "n = {n}");
+            // Every allocation costs at least one page: the estimate the 2 MiB rounding broke.
+            assert!(p.temp_bytes() >= allocs.len() as u64 * CHARGE_GRANULARITY);
+            assert_eq!(
+                p.temp_bytes(),
+                allocs.iter().map(|&b| charge_for(b)).sum::<u64>()
+            );
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use blstrs::Scalar;
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
+use crate::arena::Arena;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -26,7 +27,7 @@ const ELEMENTWISE_THREADS: u32 = 256;
 /// Runs transforms on one device.
 #[derive(Debug)]
 pub struct NttEngine<'d> {
-    dev: &'d Device,
+    dev: &'d Arena<'d>,
     pass: CudaFunction,
     twiddles: CudaFunction,
     bitrev: CudaFunction,
@@ -35,8 +36,9 @@ pub struct NttEngine<'d> {
 }
 
 impl<'d> NttEngine<'d> {
-    /// Loads the NTT kernels (compiled by NVRTC on first use, then from the disk cache).
-    pub fn new(dev: &'d Device) -> Result<Self> {
+    /// Loads the NTT kernels (compiled by NVRTC on first use, then from the disk cache); tables
+    /// and work buffers are charged to `dev`'s lease.
+    pub fn new(dev: &'d Arena<'d>) -> Result<Self> {
         let f = |name| dev.function(&kernels::NTT, name);
         Ok(Self {
             dev,
@@ -48,8 +50,8 @@ impl<'d> NttEngine<'d> {
         })
     }
 
-    /// The device.
-    pub fn device(&self) -> &'d Device {
+    /// The arena the engine allocates from.
+    pub fn arena(&self) -> &'d Arena<'d> {
         self.dev
     }
 
