@@ -301,3 +301,78 @@ fn socket_and_bus_clients_are_serialized_on_one_device() {
     );
     waiter.join().unwrap();
 }
+
+#[test]
+fn grants_releases_and_device_changes_are_signalled() {
+    use futures_util::StreamExt;
+
+    let bus = Bus::system_like();
+    let gpud = gpud_on(&bus, "16GiB", "");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let seen = rt.block_on(async {
+        let conn = zbus::connection::Builder::address(bus.address.as_str())
+            .build()
+            .await
+            .unwrap();
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .interface("org.gpud.Manager1")
+            .build()
+            .unwrap();
+        let mut signals = zbus::MessageStream::for_match_rule(rule, &conn, None)
+            .await
+            .unwrap();
+        // A socket client takes and gives back a lease while the bus watches.
+        let socket = gpud.socket.clone();
+        let client = tokio::task::spawn_blocking(move || {
+            let c = gpud_client::blocking::Client::connect(&socket).unwrap();
+            let lease = c
+                .acquire(&LeaseRequest::new().vram(2 * GIB).compute())
+                .unwrap();
+            let id = lease.id();
+            lease.release().unwrap();
+            id
+        });
+        let mut seen = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !seen.iter().any(|s: &String| s.starts_with("LeaseReleased")) {
+            let Ok(Some(Ok(msg))) = tokio::time::timeout_at(deadline, signals.next()).await else {
+                break;
+            };
+            let header = msg.header();
+            let member = header.member().map(|m| m.to_string()).unwrap_or_default();
+            let body = msg.body();
+            let text = match member.as_str() {
+                "LeaseGranted" => body
+                    .deserialize::<(u64, u32, String, u64, bool, String, String)>()
+                    .map(|(l, d, _, v, c, class, owner)| {
+                        format!("LeaseGranted {l} {d} {v} {c} {class} {owner:?}")
+                    }),
+                "LeaseReleased" => body
+                    .deserialize::<(u64, u32, String)>()
+                    .map(|(l, d, why)| format!("LeaseReleased {l} {d} {why}")),
+                "DeviceChanged" => body
+                    .deserialize::<u32>()
+                    .map(|d| format!("DeviceChanged {d}")),
+                other => Ok(other.to_string()),
+            };
+            seen.push(text.unwrap_or_else(|e| format!("{member}: {e}")));
+        }
+        (client.await.unwrap(), seen)
+    });
+    let (lease, seen) = seen;
+    println!("signals: {seen:?}");
+    let gib2 = 2 * GIB;
+    assert!(
+        seen.contains(&format!("LeaseGranted {lease} 0 {gib2} true normal \"\"")),
+        "{seen:?}"
+    );
+    assert!(seen.contains(&"DeviceChanged 0".to_string()), "{seen:?}");
+    assert!(
+        seen.contains(&format!("LeaseReleased {lease} 0 released")),
+        "{seen:?}"
+    );
+}
