@@ -8,4 +8,5 @@ mod hostile;
 mod leases;
 mod metrics;
 mod notify;
+mod reload;
 mod systemd;

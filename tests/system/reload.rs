@@ -1,0 +1,72 @@
+//! SIGHUP reloads the config (limits, classes, access lists) without dropping leases; a bad
+//! config is refused with a log line naming the key, and the old one stays in force.
+
+use std::time::Duration;
+
+use gpud_client::LeaseRequest;
+use gpud_client::proto::ErrorCode;
+use gpud_tests::ops::Gpud;
+use gpud_tests::wait_until;
+
+const GIB: u64 = 1 << 30;
+
+fn rewrite(gpud: &Gpud, config: &str) {
+    let path = gpud.dir.path().join("gpud.toml");
+    let state = format!("state_dir = {:?}\n", gpud.dir.path().join("state"));
+    std::fs::write(path, format!("{state}{config}")).unwrap();
+}
+
+fn hup(gpud: &Gpud) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(gpud.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+}
+
+fn limit_exceeded<T>(r: gpud_client::Result<T>) -> bool {
+    matches!(r, Err(e) if e.code() == Some(ErrorCode::LimitExceeded))
+}
+
+#[test]
+fn sighup_applies_new_limits_keeps_leases_and_refuses_a_bad_config() {
+    let gpud = Gpud::start("16GiB", "", &["--dbus", "none"], &[]);
+    let holder = gpud.client();
+    let held = holder.acquire(&LeaseRequest::new().vram(GIB)).unwrap();
+
+    rewrite(&gpud, "[limits]\nmax_leases_per_session = 1\n");
+    hup(&gpud);
+    assert!(wait_until(Duration::from_secs(5), || gpud
+        .log()
+        .contains("configuration reloaded")));
+    let client = gpud.client();
+    let first = client.acquire(&LeaseRequest::new().vram(GIB)).unwrap();
+    assert!(
+        limit_exceeded(client.acquire(&LeaseRequest::new().vram(GIB))),
+        "the reloaded limit applies"
+    );
+    let status = gpud.client().status().unwrap();
+    assert_eq!(status.leases.len(), 2, "leases survive the reload");
+    assert!(status.leases.iter().any(|l| l.id == held.id()));
+
+    rewrite(&gpud, "[devices]\nheadroom = \"lots\"\n");
+    hup(&gpud);
+    assert!(wait_until(Duration::from_secs(5), || gpud
+        .log()
+        .contains("config reload rejected, keeping the old one")));
+    let line = gpud
+        .log()
+        .lines()
+        .find(|l| l.contains("config reload rejected"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(line.contains("devices.headroom"), "{line}");
+    println!("{line}");
+    assert!(
+        limit_exceeded(client.acquire(&LeaseRequest::new().vram(GIB))),
+        "the old config stays in force"
+    );
+    assert_eq!(gpud.client().status().unwrap().leases.len(), 2);
+    drop(first);
+    drop(held);
+}
