@@ -486,7 +486,7 @@ impl Driver {
                     Event::YieldRequested { lease, .. } | Event::Revoked { lease, .. } => {
                         Some(*lease)
                     }
-                    Event::ShuttingDown => None,
+                    Event::ShuttingDown | Event::OverUse { .. } => None,
                 };
                 match lease {
                     Some(lease) => {

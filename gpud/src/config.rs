@@ -64,9 +64,20 @@ struct RawConfig {
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
+    audit: RawAudit,
+    #[serde(default)]
     dbus: RawDbus,
     #[serde(default)]
     metrics: RawMetrics,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    policy: Option<String>,
+    tolerance: Option<String>,
+    grace: Option<String>,
+    kill: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -96,6 +107,7 @@ struct RawScheduler {
     max_overtakes: Option<u32>,
     max_scan: Option<usize>,
     revoke_after_yield: Option<String>,
+    kill_ignored_yield: Option<bool>,
     #[serde(default)]
     max_hold: RawPerClass,
 }
@@ -225,6 +237,10 @@ pub struct Config {
     pub access: AccessConfig,
     /// Abuse limits.
     pub limits: Limits,
+    /// Kill a compute holder's process when its lease is revoked for ignoring a yield notice.
+    pub kill_ignored_yield: bool,
+    /// What to do when processes use more device memory than they reserved.
+    pub audit: crate::server::audit::AuditConfig,
     /// The bus for `org.gpud.Manager1`. `None`: the system bus when it can be reached.
     pub dbus: Option<crate::dbus::BusChoice>,
     /// Where to serve metrics; off when `None`.
@@ -246,6 +262,8 @@ impl Default for Config {
             scheduler: LedgerConfig::default(),
             access: AccessConfig::default(),
             limits: Limits::default(),
+            audit: crate::server::audit::AuditConfig::default(),
+            kill_ignored_yield: false,
             dbus: None,
             metrics: None,
         }
@@ -352,6 +370,9 @@ impl Config {
             }
             c.scheduler.max_scan = m;
         }
+        if let Some(k) = s.kill_ignored_yield {
+            c.kill_ignored_yield = k;
+        }
         if let Some(r) = s.revoke_after_yield {
             c.scheduler.revoke_after_yield =
                 Some(parse_duration(&r).map_err(|e| value_err("scheduler.revoke_after_yield", e))?);
@@ -429,6 +450,29 @@ impl Config {
             l.requests_per_second,
             &mut c.limits.requests_per_second,
         )?;
+        let a = raw.audit;
+        if let Some(p) = a.policy {
+            c.audit.policy = match p.as_str() {
+                "warn" => crate::server::audit::Policy::Warn,
+                "revoke" => crate::server::audit::Policy::Revoke,
+                other => {
+                    return Err(value_err(
+                        "audit.policy",
+                        format!("{other:?} is not \"warn\" or \"revoke\""),
+                    ));
+                }
+            };
+        }
+        if let Some(t) = a.tolerance {
+            c.audit.tolerance_bytes =
+                parse_size(&t).map_err(|e| value_err("audit.tolerance", e.to_string()))?;
+        }
+        if let Some(g) = a.grace {
+            c.audit.grace = parse_duration(&g).map_err(|e| value_err("audit.grace", e))?;
+        }
+        if let Some(k) = a.kill {
+            c.audit.kill = k;
+        }
         if let Some(bus) = raw.dbus.bus {
             c.dbus =
                 Some(bus.parse().map_err(|e: crate::dbus::BusChoiceError| {

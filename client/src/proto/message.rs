@@ -237,6 +237,8 @@ pub enum RevokeReason {
     Admin,
     /// The holder did not yield within the grace period.
     YieldIgnored,
+    /// The holder's processes used more device memory than it reserved (audit policy).
+    OverUse,
     /// Client side only: the connection was lost and the lease could not be re-adopted.
     Lost,
 }
@@ -261,6 +263,18 @@ pub enum Event {
         lease: LeaseId,
         /// Why.
         reason: RevokeReason,
+    },
+    /// Your processes use more memory on a device than your leases there reserve.
+    OverUse {
+        /// The device.
+        device_index: u32,
+        /// Bytes your processes use there.
+        used_bytes: u64,
+        /// Bytes your leases reserve there.
+        reserved_bytes: u64,
+        /// When your leases there will be revoked if the use does not drop (milliseconds).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        revoke_in_ms: Option<u64>,
     },
     /// The daemon is stopping; leases end with the connection.
     ShuttingDown,
@@ -417,6 +431,24 @@ pub struct DeviceStatus {
     pub compute_holders: Vec<ComputeHolder>,
     /// Waiting requests per class that could be granted here.
     pub queued: QueueCounts,
+    /// Processes using memory on the device, as the last NVML poll saw them.
+    #[serde(default)]
+    pub processes: Vec<ProcessStatus>,
+}
+
+/// A process using device memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessStatus {
+    /// Its pid.
+    pub pid: u32,
+    /// Its name.
+    pub process: String,
+    /// Bytes it uses on the device.
+    pub used_bytes: u64,
+    /// The lease holder it belongs to (itself or an ancestor); none for unmanaged processes.
+    pub owner_pid: Option<u32>,
+    /// Its owner is over its reservation on this device.
+    pub over_use: bool,
 }
 
 /// A lease holding a compute slot.

@@ -193,7 +193,8 @@ async fn pump(
                     Event::Revoked { lease, reason } => {
                         emitter.lease_revoked(lease, &wire(&reason)).await
                     }
-                    Event::ShuttingDown => Ok(()),
+                    // Bus callers see over-use in Status and the metrics; no signal for it.
+                    Event::ShuttingDown | Event::OverUse { .. } => Ok(()),
                 };
                 if let Err(e) = sent {
                     debug!(error = %e, "cannot signal a bus caller");

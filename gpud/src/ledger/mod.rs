@@ -409,10 +409,20 @@ impl Ledger {
 
     /// Takes a lease away from its holder (an administrator's decision).
     pub fn revoke(&mut self, now: Instant, lease_id: LeaseId) -> Result<SessionId, LedgerError> {
+        self.revoke_because(now, lease_id, RevokeReason::Admin)
+    }
+
+    /// Takes a lease away from its holder for `reason` (the holder hears it as a decision).
+    pub fn revoke_because(
+        &mut self,
+        now: Instant,
+        lease_id: LeaseId,
+        reason: RevokeReason,
+    ) -> Result<SessionId, LedgerError> {
         if !self.leases.contains_key(&lease_id) {
             return Err(LedgerError::UnknownLease(lease_id));
         }
-        Ok(self.revoke_lease(now, lease_id, RevokeReason::Admin))
+        Ok(self.revoke_lease(now, lease_id, reason))
     }
 
     /// Stops granting on a device; existing leases run on.

@@ -27,6 +27,12 @@ fn cases() -> u32 {
 
 /// A hub over two simulated devices with one admitted root session (id 1).
 fn hub() -> (Hub, mpsc::Receiver<ServerFrame>) {
+    hub_with(&Config::default(), std::process::id())
+}
+
+/// A hub over two simulated 16 GiB devices with `config`, and session 1 admitted for a root
+/// peer with pid `pid`.
+pub(super) fn hub_with(config: &Config, pid: u32) -> (Hub, mpsc::Receiver<ServerFrame>) {
     let devices = (0..2)
         .map(|i| DeviceSpec {
             uuid: format!("GPU-fuzz-{i}"),
@@ -37,17 +43,16 @@ fn hub() -> (Hub, mpsc::Receiver<ServerFrame>) {
             compute_slots: 1,
         })
         .collect();
-    let config = Config::default();
     let mut hub = Hub::new(
         Ledger::new(config.scheduler.clone(), devices),
         vec!["fuzz".into(); 2],
-        &config,
+        config,
         "simulated",
     );
     let (outbound, rx) = mpsc::channel(1 << 16);
     let (reply, _verdict) = oneshot::channel();
     let peer = Peer {
-        pid: std::process::id(),
+        pid,
         uid: 0,
         gid: 0,
         groups: vec![],
@@ -150,14 +155,9 @@ proptest! {
     fn fuzz_frame_decoder(bytes in proptest::collection::vec(any::<u8>(), 0..4096), limit in 16usize..1024) {
         let mut codec = codec(limit);
         let mut buf = BytesMut::from(&bytes[..]);
-        loop {
-            match codec.decode(&mut buf) {
-                Ok(Some(frame)) => {
-                    prop_assert!(frame.len() <= limit);
-                    let _ = from_payload::<ClientFrame>(&frame);
-                }
-                Ok(None) | Err(_) => break,
-            }
+        while let Ok(Some(frame)) = codec.decode(&mut buf) {
+            prop_assert!(frame.len() <= limit);
+            let _ = from_payload::<ClientFrame>(&frame);
         }
     }
 

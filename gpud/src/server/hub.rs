@@ -4,13 +4,14 @@
 //! applies them to the ledger, delivers the ledger's decisions to the sessions they name, and
 //! sleeps until the ledger's next deadline. Nothing else touches the ledger.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use gpud_client::LeaseId;
 use gpud_client::proto::{
     AcquireArgs, ComputeHolder, DaemonInfo, DeviceStatus, ErrorBody, ErrorCode, Event, LeaseInfo,
-    LeaseStatus, Op, Outcome, Reply, RequestId, ServerFrame, StatusReport, WaiterStatus,
+    LeaseStatus, Op, Outcome, ProcessStatus, Reply, RequestId, RevokeReason, ServerFrame,
+    StatusReport, WaiterStatus,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, error, info, warn};
@@ -24,8 +25,9 @@ use crate::ledger::{
 };
 
 use super::access::Access;
+use super::audit::{Action, Auditor, Footprint};
 use super::observer::{Notice, Observer};
-use super::peer::{Peer, descends_from};
+use super::peer::{Peer, process_name};
 
 /// Longest wait a request may ask for (a year): beyond it, "for ever" is the honest request.
 const MAX_TIMEOUT_MS: u64 = 365 * 24 * 3600 * 1000;
@@ -105,6 +107,9 @@ pub struct Hub {
     backend: &'static str,
     started: Instant,
     usage: Vec<Vec<ProcessUsage>>,
+    auditor: Auditor,
+    /// Kill the process of a compute holder that ignored its yield notice past the grace.
+    kill_ignored_yield: bool,
 }
 
 impl Hub {
@@ -119,6 +124,8 @@ impl Hub {
         }
         Self {
             usage: vec![Vec::new(); names.len()],
+            auditor: Auditor::new(config.audit),
+            kill_ignored_yield: config.kill_ignored_yield,
             observer: Observer::new(names.len()),
             ledger,
             names,
@@ -752,35 +759,180 @@ impl Hub {
                     session,
                     lease,
                     reason,
-                } => (
-                    session,
-                    ServerFrame::Event {
-                        event: Event::Revoked { lease, reason },
-                    },
-                ),
+                } => {
+                    if reason == RevokeReason::YieldIgnored && self.kill_ignored_yield {
+                        self.kill_holder(session, lease);
+                    }
+                    (
+                        session,
+                        ServerFrame::Event {
+                            event: Event::Revoked { lease, reason },
+                        },
+                    )
+                }
             };
             self.send(session, frame);
         }
     }
 
-    /// Memory used by processes that hold no lease on a device lowers its capacity. A process
-    /// counts as managed when it, or an ancestor (as with `gpudctl run`), holds a lease there.
+    /// Memory used by processes that hold no lease on a device lowers its capacity; memory used
+    /// by lease holders is audited against what they reserved. A process belongs to the lease
+    /// holder it is, or descends from (as with `gpudctl run`).
     fn apply_usage(&mut self, now: Instant, usage: Vec<Vec<ProcessUsage>>) {
+        let mut footprints = Vec::new();
         for (d, procs) in usage.iter().enumerate() {
-            let holders: Vec<u32> = self
-                .ledger
-                .leases()
-                .filter(|l| l.device == d)
-                .filter_map(|l| self.sessions.get(&l.session).map(|s| s.peer.pid))
-                .collect();
-            let unmanaged: u64 = procs
-                .iter()
-                .filter(|p| !holders.iter().any(|&h| descends_from(p.pid, h)))
-                .map(|p| p.used_bytes)
-                .sum();
+            let mut owners: BTreeMap<u32, u64> = BTreeMap::new();
+            for l in self.ledger.leases().filter(|l| l.device == d) {
+                if let Some(s) = self.sessions.get(&l.session) {
+                    *owners.entry(s.peer.pid).or_default() += l.vram_bytes;
+                }
+            }
+            // Owners whose leases were revoked for over-use stay watched until the memory goes.
+            for (owner, _) in self.auditor.revoked_owners().filter(|(_, dev)| *dev == d) {
+                owners.entry(owner).or_default();
+            }
+            let mut used: BTreeMap<u32, (u64, Vec<u32>)> = BTreeMap::new();
+            let mut unmanaged = 0;
+            for p in procs {
+                match owner_of(p.pid, &owners) {
+                    Some(o) => {
+                        let e = used.entry(o).or_default();
+                        e.0 += p.used_bytes;
+                        e.1.push(p.pid);
+                    }
+                    None => unmanaged += p.used_bytes,
+                }
+            }
             self.ledger.set_unmanaged(now, d, unmanaged);
+            for (owner, reserved_bytes) in owners {
+                let (used_bytes, pids) = used.remove(&owner).unwrap_or_default();
+                footprints.push(Footprint {
+                    owner,
+                    device: d,
+                    used_bytes,
+                    reserved_bytes,
+                    pids,
+                });
+            }
+        }
+        for action in self.auditor.review(now, &footprints) {
+            self.act(now, action);
         }
         self.usage = usage;
+    }
+
+    /// Kills the process of a session whose compute lease was revoked for ignoring a yield: a
+    /// kernel still running there would otherwise keep the device from the next holder.
+    fn kill_holder(&self, session: SessionId, lease: LeaseId) {
+        let Some(peer) = self.sessions.get(&session).map(|s| &s.peer) else {
+            return;
+        };
+        if peer.pid == 0 || peer.pid == std::process::id() {
+            return;
+        }
+        let r = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(peer.pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        match r {
+            Ok(()) => warn!(
+                lease,
+                pid = peer.pid,
+                "killed a compute holder that ignored its yield notice"
+            ),
+            Err(e) => {
+                warn!(lease, pid = peer.pid, error = %e, "cannot kill a compute holder that ignored its yield notice")
+            }
+        }
+    }
+
+    /// Fires the ledger's due timers as the run loop does (tests).
+    #[cfg(test)]
+    pub(crate) fn tick(&mut self, now: Instant) {
+        self.ledger.handle_timeout(now);
+        self.deliver();
+        self.flush();
+    }
+
+    /// Carries out what the audit decided.
+    fn act(&mut self, now: Instant, action: Action) {
+        let sessions_of = |hub: &Self, owner: u32| -> Vec<SessionId> {
+            hub.sessions
+                .iter()
+                .filter(|(_, s)| s.peer.pid == owner)
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        match action {
+            Action::Warn {
+                owner,
+                device,
+                used_bytes,
+                reserved_bytes,
+                revoke_at,
+            } => {
+                warn!(
+                    owner,
+                    device,
+                    used_bytes,
+                    reserved_bytes,
+                    "process uses more device memory than it reserved"
+                );
+                let revoke_in_ms =
+                    revoke_at.map(|at| at.saturating_duration_since(now).as_millis() as u64);
+                for session in sessions_of(self, owner) {
+                    let event = Event::OverUse {
+                        device_index: device as u32,
+                        used_bytes,
+                        reserved_bytes,
+                        revoke_in_ms,
+                    };
+                    self.send(session, ServerFrame::Event { event });
+                }
+            }
+            Action::Revoke { owner, device } => {
+                let sessions = sessions_of(self, owner);
+                let leases: Vec<LeaseId> = self
+                    .ledger
+                    .leases()
+                    .filter(|l| l.device == device && sessions.contains(&l.session))
+                    .map(|l| l.id)
+                    .collect();
+                for id in leases {
+                    warn!(owner, device, lease = id, "revoking a lease for over-use");
+                    let _ = self.ledger.revoke_because(now, id, RevokeReason::OverUse);
+                }
+            }
+            Action::Kill {
+                owner,
+                device,
+                pids,
+            } => {
+                for pid in pids {
+                    let r = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                    match r {
+                        Ok(()) => warn!(
+                            owner,
+                            device,
+                            pid,
+                            "killed a process that kept device memory after its leases were revoked"
+                        ),
+                        Err(e) => {
+                            warn!(owner, device, pid, error = %e, "cannot kill a process that keeps device memory")
+                        }
+                    }
+                }
+            }
+            Action::Resolved { owner, device } => {
+                info!(
+                    owner,
+                    device, "device memory use back within the reservation"
+                );
+            }
+        }
     }
 
     fn reload(&mut self, now: Instant, config: &Config) {
@@ -793,6 +945,8 @@ impl Hub {
         }
         self.access = access;
         self.limits = config.limits;
+        self.auditor.set_config(config.audit);
+        self.kill_ignored_yield = config.kill_ignored_yield;
         self.ledger.set_config(now, config.scheduler.clone());
         info!("configuration reloaded");
     }
@@ -853,6 +1007,7 @@ impl Hub {
                     compute_holder: holders.first().cloned(),
                     compute_holders: holders,
                     queued: d.queued(),
+                    processes: self.process_status(d.index()),
                 }
             })
             .collect();
@@ -952,6 +1107,54 @@ fn ledger_error(e: LedgerError) -> ErrorBody {
         LedgerError::ResizePending(_) => ErrorCode::ResizePending,
     };
     ErrorBody::new(code, e.to_string())
+}
+
+impl Hub {
+    /// Processes using memory on a device at the last poll, with their owners.
+    fn process_status(&self, d: usize) -> Vec<ProcessStatus> {
+        let mut owners: BTreeMap<u32, u64> = BTreeMap::new();
+        for l in self.ledger.leases().filter(|l| l.device == d) {
+            if let Some(s) = self.sessions.get(&l.session) {
+                *owners.entry(s.peer.pid).or_default() += l.vram_bytes;
+            }
+        }
+        for (owner, _) in self.auditor.revoked_owners().filter(|(_, dev)| *dev == d) {
+            owners.entry(owner).or_default();
+        }
+        self.usage
+            .get(d)
+            .map(|procs| {
+                procs
+                    .iter()
+                    .map(|p| {
+                        let owner_pid = owner_of(p.pid, &owners);
+                        ProcessStatus {
+                            pid: p.pid,
+                            process: process_name(p.pid),
+                            used_bytes: p.used_bytes,
+                            owner_pid,
+                            over_use: owner_pid.is_some_and(|o| self.auditor.is_over(o, d)),
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The lease holder a process belongs to: itself or its nearest ancestor among `owners`.
+fn owner_of(pid: u32, owners: &BTreeMap<u32, u64>) -> Option<u32> {
+    let mut p = pid;
+    for _ in 0..32 {
+        if owners.contains_key(&p) {
+            return Some(p);
+        }
+        match super::peer::parent_pid(p) {
+            Some(parent) if parent != 0 && parent != p => p = parent,
+            _ => return None,
+        }
+    }
+    None
 }
 
 fn unix_ms() -> u64 {

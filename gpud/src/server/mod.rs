@@ -1,6 +1,9 @@
 //! The daemon's I/O shell: the socket, sessions, the hub that owns the ledger, signals.
 
 pub mod access;
+pub mod audit;
+#[cfg(test)]
+mod audit_tests;
 #[cfg(test)]
 mod fuzz;
 pub mod hub;

@@ -96,6 +96,35 @@ pub fn status(s: &StatusReport) -> String {
         ]);
     }
     out.push_str(&table(&rows));
+    let procs: Vec<_> = s
+        .devices
+        .iter()
+        .flat_map(|d| d.processes.iter().map(move |p| (d.index, p)))
+        .collect();
+    if !procs.is_empty() {
+        let mut rows = vec![
+            ["DEV", "PID", "PROCESS", "USED", "LEASE HOLDER", ""]
+                .map(String::from)
+                .to_vec(),
+        ];
+        for (dev, p) in procs {
+            rows.push(vec![
+                dev.to_string(),
+                p.pid.to_string(),
+                p.process.clone(),
+                Bytes(p.used_bytes).to_string(),
+                p.owner_pid
+                    .map_or_else(|| "none (unmanaged)".into(), |o| format!("pid {o}")),
+                if p.over_use {
+                    "OVER ITS RESERVATION".into()
+                } else {
+                    String::new()
+                },
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&table(&rows));
+    }
     out
 }
 

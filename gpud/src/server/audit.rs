@@ -1,0 +1,349 @@
+//! The memory audit: what processes really use on each device (NVML) against what their
+//! owners reserved.
+//!
+//! Pure logic: the hub hands it each poll's footprints and the time, and applies the actions
+//! it returns. An owner is a process holding leases (the peer of its sessions); its footprint
+//! on a device is the memory used there by it and its descendants (a prover's helpers, the
+//! program under `gpudctl run`). An owner over its reservation (beyond the tolerance) is
+//! warned at once; under the `revoke` policy its leases on that device are revoked after the
+//! grace period, and with `kill` set its processes are killed after one more grace period if
+//! they still hold the memory.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::ledger::DeviceIdx;
+
+/// What to do about over-use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// Report it (status, event, log, metrics) and nothing else.
+    #[default]
+    Warn,
+    /// Report it, then revoke the owner's leases on the device after the grace period.
+    Revoke,
+}
+
+/// Audit settings (`[audit]` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// Warn, or revoke.
+    pub policy: Policy,
+    /// Use above the reservation by at most this much is not over-use (allocator slack).
+    pub tolerance_bytes: u64,
+    /// Time between the warning and the revocation, and between revocation and kill.
+    pub grace: Duration,
+    /// Kill the owner's processes when the memory is still used a grace period after revoking.
+    pub kill: bool,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            policy: Policy::Warn,
+            tolerance_bytes: 256 << 20,
+            grace: Duration::from_secs(30),
+            kill: false,
+        }
+    }
+}
+
+/// One owner's use of one device, as measured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Footprint {
+    /// The owner's pid.
+    pub owner: u32,
+    /// The device.
+    pub device: DeviceIdx,
+    /// Bytes its processes use there.
+    pub used_bytes: u64,
+    /// Bytes its leases reserve there.
+    pub reserved_bytes: u64,
+    /// The processes using memory there (the owner and its descendants).
+    pub pids: Vec<u32>,
+}
+
+impl Footprint {
+    fn over(&self, tolerance: u64) -> bool {
+        self.used_bytes > self.reserved_bytes.saturating_add(tolerance)
+    }
+}
+
+/// What the hub must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// An owner started using more than it reserved: tell it and the operator.
+    Warn {
+        /// The owner.
+        owner: u32,
+        /// The device.
+        device: DeviceIdx,
+        /// Bytes used.
+        used_bytes: u64,
+        /// Bytes reserved.
+        reserved_bytes: u64,
+        /// When its leases will be revoked, under the revoke policy.
+        revoke_at: Option<Instant>,
+    },
+    /// Revoke the owner's leases on the device.
+    Revoke {
+        /// The owner.
+        owner: u32,
+        /// The device.
+        device: DeviceIdx,
+    },
+    /// Kill these processes (they kept the memory after their leases were revoked).
+    Kill {
+        /// The owner.
+        owner: u32,
+        /// The device.
+        device: DeviceIdx,
+        /// The processes.
+        pids: Vec<u32>,
+    },
+    /// An owner is back within its reservation.
+    Resolved {
+        /// The owner.
+        owner: u32,
+        /// The device.
+        device: DeviceIdx,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct OverUse {
+    since: Instant,
+    revoked_at: Option<Instant>,
+    killed: bool,
+}
+
+/// Tracks over-use across polls.
+#[derive(Debug, Default)]
+pub struct Auditor {
+    config: AuditConfig,
+    over: HashMap<(u32, DeviceIdx), OverUse>,
+}
+
+impl Auditor {
+    /// An auditor with `config`.
+    pub fn new(config: AuditConfig) -> Self {
+        Self {
+            config,
+            over: HashMap::new(),
+        }
+    }
+
+    /// New settings; ongoing over-use keeps its history.
+    pub fn set_config(&mut self, config: AuditConfig) {
+        self.config = config;
+    }
+
+    /// Whether the owner is over its reservation on the device right now.
+    pub fn is_over(&self, owner: u32, device: DeviceIdx) -> bool {
+        self.over.contains_key(&(owner, device))
+    }
+
+    /// Reviews one poll's footprints (every owner holding leases, with or without usage, and
+    /// owners whose leases were revoked for over-use but still use memory).
+    pub fn review(&mut self, now: Instant, footprints: &[Footprint]) -> Vec<Action> {
+        let c = self.config;
+        let mut actions = Vec::new();
+        let mut seen = Vec::new();
+        for f in footprints {
+            let key = (f.owner, f.device);
+            let over = match self.over.get(&key) {
+                // After a revocation the reservation is gone: any use counts.
+                Some(o) if o.revoked_at.is_some() => f.used_bytes > 0,
+                _ => f.over(c.tolerance_bytes),
+            };
+            if !over {
+                continue;
+            }
+            seen.push(key);
+            let entry = self.over.entry(key).or_insert_with(|| {
+                actions.push(Action::Warn {
+                    owner: f.owner,
+                    device: f.device,
+                    used_bytes: f.used_bytes,
+                    reserved_bytes: f.reserved_bytes,
+                    revoke_at: (c.policy == Policy::Revoke).then(|| now + c.grace),
+                });
+                OverUse {
+                    since: now,
+                    revoked_at: None,
+                    killed: false,
+                }
+            });
+            if c.policy != Policy::Revoke {
+                continue;
+            }
+            match entry.revoked_at {
+                None if now >= entry.since + c.grace => {
+                    entry.revoked_at = Some(now);
+                    actions.push(Action::Revoke {
+                        owner: f.owner,
+                        device: f.device,
+                    });
+                }
+                Some(at) if c.kill && !entry.killed && now >= at + c.grace => {
+                    entry.killed = true;
+                    actions.push(Action::Kill {
+                        owner: f.owner,
+                        device: f.device,
+                        pids: f.pids.clone(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        self.over.retain(|key, _| {
+            let keep = seen.contains(key);
+            if !keep {
+                actions.push(Action::Resolved {
+                    owner: key.0,
+                    device: key.1,
+                });
+            }
+            keep
+        });
+        actions
+    }
+
+    /// Owners whose leases were revoked for over-use and are still watched (to kill them, or
+    /// to see the memory go).
+    pub fn revoked_owners(&self) -> impl Iterator<Item = (u32, DeviceIdx)> + '_ {
+        self.over
+            .iter()
+            .filter(|(_, o)| o.revoked_at.is_some())
+            .map(|(k, _)| *k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn fp(used: u64, reserved: u64) -> Footprint {
+        Footprint {
+            owner: 42,
+            device: 0,
+            used_bytes: used * MIB,
+            reserved_bytes: reserved * MIB,
+            pids: vec![42, 43],
+        }
+    }
+
+    #[test]
+    fn within_tolerance_is_not_over_use() {
+        let mut a = Auditor::new(AuditConfig::default());
+        assert!(a.review(Instant::now(), &[fp(1200, 1000)]).is_empty());
+        assert!(!a.is_over(42, 0));
+    }
+
+    #[test]
+    fn warn_policy_warns_once_and_resolves() {
+        let t = Instant::now();
+        let mut a = Auditor::new(AuditConfig::default());
+        let first = a.review(t, &[fp(2000, 1000)]);
+        assert!(matches!(
+            first.as_slice(),
+            [Action::Warn {
+                revoke_at: None,
+                ..
+            }]
+        ));
+        assert!(a.is_over(42, 0));
+        assert!(
+            a.review(t + Duration::from_secs(600), &[fp(2000, 1000)])
+                .is_empty(),
+            "no repeat, no revoke"
+        );
+        let back = a.review(t + Duration::from_secs(601), &[fp(900, 1000)]);
+        assert_eq!(
+            back,
+            vec![Action::Resolved {
+                owner: 42,
+                device: 0
+            }]
+        );
+        assert!(!a.is_over(42, 0));
+    }
+
+    #[test]
+    fn revoke_policy_revokes_after_grace_then_kills() {
+        let t = Instant::now();
+        let config = AuditConfig {
+            policy: Policy::Revoke,
+            grace: Duration::from_secs(10),
+            kill: true,
+            ..AuditConfig::default()
+        };
+        let mut a = Auditor::new(config);
+        let w = a.review(t, &[fp(3000, 1000)]);
+        assert!(
+            matches!(w.as_slice(), [Action::Warn { revoke_at: Some(at), .. }] if *at == t + Duration::from_secs(10))
+        );
+        assert!(
+            a.review(t + Duration::from_secs(9), &[fp(3000, 1000)])
+                .is_empty()
+        );
+        let r = a.review(t + Duration::from_secs(10), &[fp(3000, 1000)]);
+        assert_eq!(
+            r,
+            vec![Action::Revoke {
+                owner: 42,
+                device: 0
+            }]
+        );
+        // Revoked: the reservation is 0 now, and any memory still held counts.
+        assert!(
+            a.review(t + Duration::from_secs(15), &[fp(100, 0)])
+                .is_empty()
+        );
+        let k = a.review(t + Duration::from_secs(20), &[fp(100, 0)]);
+        assert_eq!(
+            k,
+            vec![Action::Kill {
+                owner: 42,
+                device: 0,
+                pids: vec![42, 43]
+            }]
+        );
+        assert!(
+            a.review(t + Duration::from_secs(30), &[fp(100, 0)])
+                .is_empty(),
+            "killed once"
+        );
+        assert_eq!(
+            a.review(t + Duration::from_secs(31), &[fp(0, 0)]),
+            vec![Action::Resolved {
+                owner: 42,
+                device: 0
+            }]
+        );
+    }
+
+    #[test]
+    fn without_kill_the_revoked_owner_is_only_watched() {
+        let t = Instant::now();
+        let config = AuditConfig {
+            policy: Policy::Revoke,
+            grace: Duration::from_secs(1),
+            ..AuditConfig::default()
+        };
+        let mut a = Auditor::new(config);
+        a.review(t, &[fp(3000, 1000)]);
+        assert_eq!(
+            a.review(t + Duration::from_secs(1), &[fp(3000, 1000)])
+                .len(),
+            1
+        );
+        assert!(
+            a.review(t + Duration::from_secs(100), &[fp(3000, 0)])
+                .is_empty()
+        );
+        assert_eq!(a.revoked_owners().collect::<Vec<_>>(), vec![(42, 0)]);
+    }
+}
