@@ -13,8 +13,10 @@
 // Limbs: 8 x 32 bits. Hopper has no 64-bit integer multiplier (a 64 x 64 product is four
 // 32-bit ones plus carries), and ptxas fuses a chain's `madc.lo.cc; madc.hi.cc` of one product
 // into a single wide multiply-add with carry (IMAD.WIDE.U32.X). fr_mul is arranged so that
-// every a*b product gets that form: 312 SASS instructions per product, against 624 for the
-// textbook row-by-row CIOS with the same primitives (cuobjdump of sm_90 CUBIN, 2026-11-30).
+// every product (a*b and m*r) gets that form: 232 SASS instructions per product, of which 111.5
+// IMAD.WIDE.U32(.X) and 2 IMAD — the multiply pipe's minimum for schoolbook CIOS with r's two
+// free low limbs — against 288 (160 on the multiply pipe) before the opaque negation below, and
+// 624 for the textbook row-by-row CIOS (cuobjdump of sm_90 CUBIN, CUDA 13.0 NVRTC, 2026-11-30).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -220,6 +222,14 @@ FR_FN fr_t fr_one() {
     return o;
 }
 
+// -1 in Montgomery form (r - R mod r).
+FR_FN fr_t fr_minus_one() {
+    fr_t o;
+    o.l[0] = 0x00000003u; o.l[1] = 0xfffffffdu; o.l[2] = 0xfffb13fcu; o.l[3] = 0xfb38ec08u;
+    o.l[4] = 0x1ce5880fu; o.l[5] = 0x99ad8818u; o.l[6] = 0x7cd877d8u; o.l[7] = 0x5bc8f5f9u;
+    return o;
+}
+
 FR_FN bool fr_is_zero(const fr_t &a) {
     fr_u32 acc = 0;
 #pragma unroll
@@ -300,6 +310,23 @@ FR_FN fr_t fr_neg(const fr_t &a) {
     return fr_sub(fr_zero(), a);
 }
 
+// -x mod 2^32, as the Montgomery factor of the reduction rows. On the device the negation is
+// an inline PTX instruction: written in C++, the compiler front end rewrites (0 - x) * c as
+// x * (-c) for the low half of every m * r_j product but cannot for the high half, and ptxas then
+// emits each product as IMAD.X + IMAD.HI.U32.X instead of one IMAD.WIDE.U32.X (sm_90 SASS of
+// fr_bench: 192 + 192 split instructions per 4 products, against 0 with the opaque negation;
+// 984 instead of 1176 instructions in the loop). FR_MUL_FOLDABLE_NEG=1 restores the C++
+// negation, to time the difference (kernels/fr_bench_v0.cu).
+FR_FN fr_u32 fr_negate_opaque(fr_u32 x) {
+#if defined(__CUDA_ARCH__) && !(defined(FR_MUL_FOLDABLE_NEG) && FR_MUL_FOLDABLE_NEG)
+    fr_u32 r;
+    asm("sub.u32 %0, 0, %1;" : "=r"(r) : "r"(x));
+    return r;
+#else
+    return 0u - x;
+#endif
+}
+
 // Montgomery product a * b * 2^-256 mod r, by CIOS over 32-bit limbs with the running sum
 // split in two halves so that every product's low and high words land in one aligned register
 // pair, which ptxas turns into single wide multiply-adds with carry (IMAD.WIDE.U32.X):
@@ -346,7 +373,7 @@ FR_FN fr_t fr_mul(const fr_t &a, const fr_t &b) {
         // which clears it with a carry of (s != 0); r's limb 1 is 2^32 - 1, so m * that adds
         // -m = s at limb 1 and m - (m != 0) at limb 2 (into O, which starts at limb 1).
         const fr_u32 s = E[0] + pend;
-        const fr_u32 m = 0u - s;
+        const fr_u32 m = fr_negate_opaque(s);
         const fr_u32 c0 = s != 0u ? 1u : 0u;
         const fr_u32 hi1 = m - c0;
         {

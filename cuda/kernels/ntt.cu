@@ -33,6 +33,29 @@ extern "C" __global__ void __launch_bounds__(256) ntt_pass_kernel(fr_t *data, co
     for (fr_u32 i = threadIdx.x; i < E; i += blockDim.x) ntt_pass_store(p, data, scale, block, sm, i);
 }
 
+// A pass by register radix rounds (ntt.cuh: nttr_*): nttr_threads(p) threads per block, one block
+// per SUBS sub-problems; dynamic shared memory: 32 bytes per element of the block.
+extern "C" __global__ void __launch_bounds__(128) ntt_radix_kernel(fr_t *data, const fr_t *twiddles,
+                                                                  const fr_t *scale, ntt_pass p) {
+    extern __shared__ __align__(16) fr_u32 smr[];
+    const u64 block = blockIdx.x;
+    const fr_u32 rounds = nttr_rounds(p);
+    for (fr_u32 j = 0; j < rounds; j++) {
+        if (j > 0) __syncthreads();
+        nttr_round(p, data, twiddles, scale, block, smr, threadIdx.x, j);
+    }
+}
+
+// Tiled in-place bit reversal (ntt.cuh: ntt_bitrev_tile_*), polynomials of 2^8 points or more:
+// one block of 256 threads per middle index; blocks past the pair's smaller index return.
+extern "C" __global__ void __launch_bounds__(NTT_BR_THREADS) ntt_bitrev_tiled_kernel(fr_t *data, fr_u32 log_n) {
+    __shared__ fr_u32 tiles[NTT_BR_SMEM_WORDS];
+    const u64 b = blockIdx.x;
+    ntt_bitrev_tile_load(data, b, log_n, tiles, threadIdx.x);
+    __syncthreads();
+    ntt_bitrev_tile_store(data, b, log_n, tiles, threadIdx.x);
+}
+
 // In-place bit-reversal permutation of each 2^log_n-point polynomial of the batch.
 extern "C" __global__ void ntt_bitrev_kernel(fr_t *data, fr_u32 log_n, u64 total) {
     for (u64 g = first_index(); g < total; g += grid_stride()) ntt_bitrev_one(data, g, log_n);

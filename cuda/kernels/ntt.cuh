@@ -222,3 +222,322 @@ FR_FN void h_pointwise_one(fr_t *a, const fr_t *b, const fr_t *c, fr_u64 i, fr_u
         a[j] = vi;
     }
 }
+
+// =============================================================================================
+// Register-radix passes (ntt_radix_kernel): the same passes (ntt_pass: sub-problems, element
+// placement, scaling) computed with fewer trips through shared memory.
+//
+// Each thread keeps 2^R elements of one sub-problem in registers (R = min(3, k)) and runs up to
+// R consecutive stages on them before they go back to shared memory: a "round". A pass of k
+// stages is ceil(k / R) rounds; the short round comes first in DIF (largest half-sizes) and
+// last in DIT, so that the round on the smallest half-sizes always has R stages. The first
+// round reads its elements straight from global memory (scaling on load folded in) and the last
+// writes them straight back (scaling on store folded in), so a pass of 8 stages makes two
+// exchanges through shared memory instead of eight, with two barriers, and every thread has
+// 2^(R-1) independent butterflies per stage to overlap.
+//
+// A round with half-sizes 2^s .. 2^(s+r-1) works on groups: the 2^r elements
+// t = hi * 2^(s+r) + i * 2^s + lo (i < 2^r) of one sub-problem u; thread `tid` takes groups
+// tid * 2^(R-r) .. + 2^(R-r). Stage q of the round (half-size 2^(s+q)) pairs i and i + 2^q.
+//
+// Twiddles as in ntt_butterfly. Products by a twiddle of 1 are skipped where that is uniform
+// over the warp: in passes with stride 1, the round on half-sizes 1, 2, 4 (7 of its 12 products
+// per group). The inverse twiddle omega^-e = -omega^(n/2-e) is applied by swapping the
+// subtraction's operands instead of negating it.
+// =============================================================================================
+#define NTTR_MAX_LOG_RADIX 3u
+
+FR_FN fr_u32 nttr_log_radix(const ntt_pass &p) { return p.k < NTTR_MAX_LOG_RADIX ? p.k : NTTR_MAX_LOG_RADIX; }
+
+// Threads per block.
+FR_FN fr_u32 nttr_threads(const ntt_pass &p) { return 1u << (p.log_subs + p.k - nttr_log_radix(p)); }
+
+FR_FN fr_u32 nttr_rounds(const ntt_pass &p) {
+    const fr_u32 R = nttr_log_radix(p);
+    return (p.k + R - 1) / R;
+}
+
+// Round j (in execution order) covers local half-sizes 2^s .. 2^(s+r-1).
+FR_FN void nttr_round_shape(const ntt_pass &p, fr_u32 j, fr_u32 &s, fr_u32 &r) {
+    const fr_u32 R = nttr_log_radix(p), rounds = nttr_rounds(p);
+    const fr_u32 short_r = p.k - R * (rounds - 1);
+    if (p.dit) {
+        r = (j + 1 == rounds) ? short_r : R;
+        s = R * j;
+    } else {
+        r = (j == 0) ? short_r : R;
+        s = (j == 0) ? p.k - short_r : p.k - short_r - R * j;
+    }
+}
+
+// Group g of a round: its sub-problem u (in the block) and the hi, lo parts of its elements'
+// local indices. Passes whose rows are SUBS consecutive sub-problems (S >= SUBS) put u in the
+// lowest bits of g, so that neighbouring lanes read neighbouring global elements; the others
+// (S < SUBS: sub-problems are contiguous ranges) put lo, then hi, lowest.
+FR_FN void nttr_group(const ntt_pass &p, fr_u32 s, fr_u32 r, fr_u32 g, fr_u32 &u, fr_u32 &hi, fr_u32 &lo) {
+    const fr_u32 lsubs = p.log_subs, hbits = p.k - s - r;
+    if (p.log_stride >= lsubs) {
+        u = g & ((1u << lsubs) - 1);
+        g >>= lsubs;
+        lo = g & ((1u << s) - 1);
+        hi = g >> s;
+    } else {
+        lo = g & ((1u << s) - 1);
+        g >>= s;
+        hi = g & ((1u << hbits) - 1);
+        u = g >> hbits;
+    }
+}
+
+// Shared memory of a radix pass: two planes of 16 bytes per element (limbs 0-3, limbs 4-7),
+// E elements each, so an element moves as two 16-byte accesses. Slot of element t of sub-problem
+// u: sl = u * 2^k + t with bits 0..2 XORed with (sl >> 3) + (sl >> 6) + (sl >> 9) (mod 8), a
+// function of the untouched higher bits, so the map is a permutation. It spreads the strided
+// groups of a round over the 8 bank groups of a 16-byte access: over the passes of 2^20..2^27,
+// 1.15 to 1.54 times the conflict-free number of shared-memory wavefronts (a model of every
+// access of every round; without the XOR, up to 8 times).
+FR_FN fr_u32 nttr_slot(const ntt_pass &p, fr_u32 u, fr_u32 t) {
+    const fr_u32 sl = (u << p.k) | t;
+    return sl ^ (((sl >> 3) + (sl >> 6) + (sl >> 9)) & 7u);
+}
+
+FR_FN fr_t nttr_smem_get(const fr_u32 *sm, fr_u32 E, fr_u32 slot) {
+    fr_t v;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const fr_u32 *src = sm + 4 * ((fr_u64)h * E + slot);
+#if defined(__CUDA_ARCH__)
+        const uint4 q = *reinterpret_cast<const uint4 *>(src);
+        v.l[4 * h] = q.x;
+        v.l[4 * h + 1] = q.y;
+        v.l[4 * h + 2] = q.z;
+        v.l[4 * h + 3] = q.w;
+#else
+        for (int l = 0; l < 4; l++) v.l[4 * h + l] = src[l];
+#endif
+    }
+    return v;
+}
+
+FR_FN void nttr_smem_put(fr_u32 *sm, fr_u32 E, fr_u32 slot, const fr_t &v) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        fr_u32 *dst = sm + 4 * ((fr_u64)h * E + slot);
+#if defined(__CUDA_ARCH__)
+        *reinterpret_cast<uint4 *>(dst) = make_uint4(v.l[4 * h], v.l[4 * h + 1], v.l[4 * h + 2], v.l[4 * h + 3]);
+#else
+        for (int l = 0; l < 4; l++) dst[l] = v.l[4 * h + l];
+#endif
+    }
+}
+
+// Sub-problem q of the batch (block's u-th) and the global index of its element t; false past
+// the end of the batch.
+FR_FN bool nttr_subproblem(const ntt_pass &p, fr_u64 block, fr_u32 u, fr_u64 &q) {
+    q = (block << p.log_subs) + u;
+    return q < ntt_subproblems(p);
+}
+
+FR_FN fr_u64 nttr_global(const ntt_pass &p, fr_u64 q, fr_u32 t) {
+    const fr_u32 ls = p.log_stride;
+    return ((q >> ls) << (p.k + ls)) + ((fr_u64)t << ls) + (q & ((1ull << ls) - 1));
+}
+
+// ntt_scale_one as a real call on the device: the rounds that load or store from global memory
+// scale each of their elements, and inlining those two products per element into every round
+// instance doubled the kernel's code (35,000 SASS instructions instead of 15,000).
+#if defined(__CUDA_ARCH__)
+__device__ __noinline__ fr_t nttr_scale(const fr_t *table, fr_t v, fr_u64 i, fr_u32 log_n, fr_u32 bitrev) {
+    return ntt_scale_one(table, v, i, log_n, bitrev);
+}
+#else
+FR_FN fr_t nttr_scale(const fr_t *table, fr_t v, fr_u64 i, fr_u32 log_n, fr_u32 bitrev) {
+    return ntt_scale_one(table, v, i, log_n, bitrev);
+}
+#endif
+
+FR_FN fr_t nttr_ldg(const fr_t *a, fr_u64 i) {
+#if defined(__CUDA_ARCH__)
+    const uint4 *q = reinterpret_cast<const uint4 *>(a + i);
+    const uint4 x = __ldg(q), y = __ldg(q + 1);
+    fr_t v;
+    v.l[0] = x.x; v.l[1] = x.y; v.l[2] = x.z; v.l[3] = x.w;
+    v.l[4] = y.x; v.l[5] = y.y; v.l[6] = y.z; v.l[7] = y.w;
+    return v;
+#else
+    return a[i];
+#endif
+}
+
+// The stages of one round on the 2^r elements of a group (r = 1..3, compile time), in
+// registers. lo: the group's low index bits; lo_sub: the sub-problem's offset in its stride.
+template <int r, bool DIT>
+FR_FN void nttr_stages(const ntt_pass &p, const fr_t *table, fr_t *v, fr_u32 s, fr_u32 lo, fr_u32 lo_sub) {
+    const fr_u32 half_n = 1u << (p.log_n - 1);
+    // Products by 1 known for the whole warp: stride 1, half-sizes from 1 (s = 0).
+    const bool uniform_one = p.log_stride == 0 && s == 0;
+#pragma unroll
+    for (int qq = 0; qq < r; qq++) {
+        const int q = DIT ? qq : r - 1 - qq;
+        const fr_u32 log_hp = s + (fr_u32)q;
+        const fr_u32 shift = p.log_n - 1 - log_hp - p.log_stride;
+#pragma unroll
+        for (int i = 0; i < (1 << r); i++) {
+            if (i & (1 << q)) continue;
+            fr_t &x = v[i];
+            fr_t &y = v[i + (1 << q)];
+            if (uniform_one && (i & ((1 << q) - 1)) == 0) {
+                // w = 1.
+                const fr_t a = fr_add(x, y), b = fr_sub(x, y);
+                x = a;
+                y = b;
+                continue;
+            }
+            const fr_u32 jl = ((fr_u32)(i & ((1 << q) - 1)) << s) | lo;
+            const fr_u32 e = ((jl << p.log_stride) | lo_sub) << shift;
+            // Inverse: w' = -omega^-e = omega^(n/2-e), and -1 for e = 0 (possible only when the
+            // low bits of i are zero, known at compile time), so the sign is the same for every
+            // butterfly of the pass.
+            fr_t w = nttr_ldg(table, p.inverse ? (half_n - e) & (half_n - 1) : e);
+            if (p.inverse && (i & ((1 << q) - 1)) == 0 && e == 0) w = fr_minus_one();
+            if (DIT) {
+                const fr_t wy = fr_mul(w, y);
+                if (p.inverse) {
+                    const fr_t a = fr_sub(x, wy), b = fr_add(x, wy);
+                    x = a;
+                    y = b;
+                } else {
+                    const fr_t a = fr_add(x, wy), b = fr_sub(x, wy);
+                    x = a;
+                    y = b;
+                }
+            } else {
+                const fr_t a = fr_add(x, y);
+                const fr_t d = p.inverse ? fr_sub(y, x) : fr_sub(x, y);
+                x = a;
+                y = fr_mul(d, w);
+            }
+        }
+    }
+}
+
+// Round j of the pass for thread tid: read each of its groups (from global memory in the first
+// round, from shared memory after), run the round's stages, write them (to global memory in
+// the last round, to shared memory before). A barrier must separate rounds.
+template <int r>
+FR_FN void nttr_round_r(const ntt_pass &p, fr_t *data, const fr_t *table, const fr_t *scale, fr_u64 block,
+                        fr_u32 *sm, fr_u32 tid, fr_u32 j, fr_u32 s) {
+    const fr_u32 R = nttr_log_radix(p), E = ntt_block_elems(p);
+    const bool first = j == 0, last = j + 1 == nttr_rounds(p);
+    const fr_u32 groups = 1u << (R - (fr_u32)r);
+    for (fr_u32 gi = 0; gi < groups; gi++) {
+        fr_u32 u, hi, lo;
+        nttr_group(p, s, (fr_u32)r, tid * groups + gi, u, hi, lo);
+        fr_u64 q;
+        if (!nttr_subproblem(p, block, u, q)) continue;
+        const fr_u32 t0 = (hi << (s + (fr_u32)r)) | lo;
+        fr_t v[1 << r];
+#pragma unroll
+        for (int i = 0; i < (1 << r); i++) {
+            const fr_u32 t = t0 | ((fr_u32)i << s);
+            if (first) {
+                const fr_u64 x = nttr_global(p, q, t);
+                v[i] = data[x];
+                if (p.scale == NTT_SCALE_ON_LOAD) v[i] = nttr_scale(scale, v[i], x, p.log_n, p.scale_bitrev);
+            } else {
+                v[i] = nttr_smem_get(sm, E, nttr_slot(p, u, t));
+            }
+        }
+        const fr_u32 lo_sub = (fr_u32)(q & ((1ull << p.log_stride) - 1));
+        if (p.dit) nttr_stages<r, true>(p, table, v, s, lo, lo_sub);
+        else nttr_stages<r, false>(p, table, v, s, lo, lo_sub);
+#pragma unroll
+        for (int i = 0; i < (1 << r); i++) {
+            const fr_u32 t = t0 | ((fr_u32)i << s);
+            if (last) {
+                const fr_u64 x = nttr_global(p, q, t);
+                fr_t o = v[i];
+                if (p.scale == NTT_SCALE_ON_STORE) o = nttr_scale(scale, o, x, p.log_n, p.scale_bitrev);
+                data[x] = o;
+            } else {
+                nttr_smem_put(sm, E, nttr_slot(p, u, t), v[i]);
+            }
+        }
+    }
+}
+
+FR_FN void nttr_round(const ntt_pass &p, fr_t *data, const fr_t *table, const fr_t *scale, fr_u64 block,
+                      fr_u32 *sm, fr_u32 tid, fr_u32 j) {
+    fr_u32 s, r;
+    nttr_round_shape(p, j, s, r);
+    if (r == 3) nttr_round_r<3>(p, data, table, scale, block, sm, tid, j, s);
+    else if (r == 2) nttr_round_r<2>(p, data, table, scale, block, sm, tid, j, s);
+    else nttr_round_r<1>(p, data, table, scale, block, sm, tid, j, s);
+}
+
+// =============================================================================================
+// Bit reversal by tiles (ntt_bitrev_tiled_kernel), for polynomials of 2^L >= 2^8 points.
+// Index bits (a: top 4, c: middle L - 8, d: low 4) reverse to (rev d, rev c, rev a): the 256
+// elements with middle c (a tile: 16 rows of 16 consecutive elements) go to the tile with middle
+// rev(c), transposed. A block owns the pair of tiles c <= rev(c), reads both and writes both,
+// so the permutation is in place, and every global access is a row of 16 consecutive elements
+// (512 bytes). Blocks with c > rev(c) have nothing to do.
+// =============================================================================================
+#define NTT_BR_TILE_BITS 4u
+#define NTT_BR_TILE (1u << NTT_BR_TILE_BITS)
+#define NTT_BR_ROW (NTT_BR_TILE + 1u)                // padded row: transposed reads spread over banks
+#define NTT_BR_PLANE (NTT_BR_TILE * NTT_BR_ROW)      // words per limb plane of one tile
+#define NTT_BR_THREADS (NTT_BR_TILE * NTT_BR_TILE)   // one thread per element of a tile
+#define NTT_BR_SMEM_WORDS (2u * FR_LIMBS * NTT_BR_PLANE)
+
+FR_FN fr_u32 ntt_bitrev_bits(fr_u32 x, fr_u32 bits) { return (fr_u32)ntt_bitrev(x, bits); }
+
+// Blocks of the launch over `total` elements of 2^log_n-point polynomials.
+FR_FN fr_u64 ntt_bitrev_tiled_blocks(fr_u64 total) { return total >> (2 * NTT_BR_TILE_BITS); }
+
+// Block b: its polynomial's first element, and the middle bits c, c' = rev(c) of its tiles;
+// false when the block has nothing to do.
+FR_FN bool ntt_bitrev_tiles(fr_u64 b, fr_u32 log_n, fr_u64 &base, fr_u32 &c, fr_u32 &c2) {
+    const fr_u32 mid = log_n - 2 * NTT_BR_TILE_BITS;
+    base = (b >> mid) << log_n;
+    c = (fr_u32)(b & ((1ull << mid) - 1));
+    c2 = ntt_bitrev_bits(c, mid);
+    return c <= c2;
+}
+
+// Thread tid reads element (a, c, d) with a = tid / 16, d = tid % 16 of both tiles.
+FR_FN void ntt_bitrev_tile_load(const fr_t *data, fr_u64 b, fr_u32 log_n, fr_u32 *sm, fr_u32 tid) {
+    fr_u64 base;
+    fr_u32 c, c2;
+    if (!ntt_bitrev_tiles(b, log_n, base, c, c2)) return;
+    const fr_u32 a = tid >> NTT_BR_TILE_BITS, d = tid & (NTT_BR_TILE - 1);
+    const fr_u32 cs[2] = {c, c2};
+    for (int h = 0; h < 2; h++) {
+        if (h == 1 && c2 == c) break;
+        const fr_u64 x = base + ((fr_u64)a << (log_n - NTT_BR_TILE_BITS)) + ((fr_u64)cs[h] << NTT_BR_TILE_BITS) + d;
+        const fr_t v = data[x];
+        fr_u32 *tile = sm + (fr_u32)h * FR_LIMBS * NTT_BR_PLANE;
+        for (int l = 0; l < FR_LIMBS; l++) tile[l * NTT_BR_PLANE + a * NTT_BR_ROW + d] = v.l[l];
+    }
+}
+
+// Thread tid writes element (a', d') = (tid / 16, tid % 16) of both tiles: the element of the
+// other tile at (rev d', rev a').
+FR_FN void ntt_bitrev_tile_store(fr_t *data, fr_u64 b, fr_u32 log_n, const fr_u32 *sm, fr_u32 tid) {
+    fr_u64 base;
+    fr_u32 c, c2;
+    if (!ntt_bitrev_tiles(b, log_n, base, c, c2)) return;
+    const fr_u32 a = tid >> NTT_BR_TILE_BITS, d = tid & (NTT_BR_TILE - 1);
+    const fr_u32 sa = ntt_bitrev_bits(d, NTT_BR_TILE_BITS), sd = ntt_bitrev_bits(a, NTT_BR_TILE_BITS);
+    const fr_u32 cs[2] = {c, c2};
+    for (int h = 0; h < 2; h++) {
+        if (h == 1 && c2 == c) break;
+        // Tile h's elements go to the tile with middle bits rev(cs[h]) = cs[1 - h].
+        const fr_u32 *tile = sm + (fr_u32)h * FR_LIMBS * NTT_BR_PLANE;
+        fr_t v;
+        for (int l = 0; l < FR_LIMBS; l++) v.l[l] = tile[l * NTT_BR_PLANE + sa * NTT_BR_ROW + sd];
+        const fr_u32 dst = cs[c2 == c ? 0 : 1 - h];
+        const fr_u64 x = base + ((fr_u64)a << (log_n - NTT_BR_TILE_BITS)) + ((fr_u64)dst << NTT_BR_TILE_BITS) + d;
+        data[x] = v;
+    }
+}

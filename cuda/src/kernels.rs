@@ -40,18 +40,37 @@ pub const NTT_CUH: Header = Header {
     source: include_str!("../kernels/ntt.cuh"),
 };
 
+/// The NTT kernels, as a header for the variant build below.
+pub const NTT_CU: Header = Header {
+    name: "ntt.cu",
+    source: include_str!("../kernels/ntt.cu"),
+};
+
+/// The kernels of the NTT module (and of its variant build).
+pub const NTT_KERNELS: &[&str] = &[
+    "ntt_twiddles",
+    "ntt_pass_kernel",
+    "ntt_radix_kernel",
+    "ntt_bitrev_kernel",
+    "ntt_bitrev_tiled_kernel",
+    "h_pointwise",
+];
+
 /// NTT passes (with coset and 1/n scaling folded in), bit reversal and the Groth16 H pointwise
 /// step.
 pub static NTT: KernelModule = KernelModule {
     name: "ntt",
     source: include_str!("../kernels/ntt.cu"),
     headers: &[FR_CUH, NTT_CUH],
-    kernels: &[
-        "ntt_twiddles",
-        "ntt_pass_kernel",
-        "ntt_bitrev_kernel",
-        "h_pointwise",
-    ],
+    kernels: NTT_KERNELS,
+};
+
+/// The NTT kernels with the first version's field multiplication (benchmark comparisons).
+pub static NTT_V0: KernelModule = KernelModule {
+    name: "ntt_v0",
+    source: include_str!("../kernels/ntt_v0.cu"),
+    headers: &[FR_CUH, NTT_CUH, NTT_CU],
+    kernels: NTT_KERNELS,
 };
 
 /// Field multiplication throughput (benchmark only): the compute ceiling of the NTT.
@@ -59,6 +78,20 @@ pub static FR_BENCH: KernelModule = KernelModule {
     name: "fr_bench",
     source: include_str!("../kernels/fr_bench.cu"),
     headers: &[FR_CUH],
+    kernels: &["fr_mul_throughput"],
+};
+
+/// The fr_bench.cu source, as a header for the variant build below.
+pub const FR_BENCH_CU: Header = Header {
+    name: "fr_bench.cu",
+    source: include_str!("../kernels/fr_bench.cu"),
+};
+
+/// Field multiplication throughput with the first version's multiplication.
+pub static FR_BENCH_V0: KernelModule = KernelModule {
+    name: "fr_bench_v0",
+    source: include_str!("../kernels/fr_bench_v0.cu"),
+    headers: &[FR_CUH, FR_BENCH_CU],
     kernels: &["fr_mul_throughput"],
 };
 
@@ -124,4 +157,12 @@ pub static MSM_NOCAP: KernelModule = KernelModule {
 };
 
 /// Every module, for the compile test and for warming the cache.
-pub static ALL_MODULES: &[&KernelModule] = &[&NTT, &FR_BENCH, &MSM, &MSM_NOINLINE, &MSM_NOCAP];
+pub static ALL_MODULES: &[&KernelModule] = &[
+    &NTT,
+    &NTT_V0,
+    &FR_BENCH,
+    &FR_BENCH_V0,
+    &MSM,
+    &MSM_NOINLINE,
+    &MSM_NOCAP,
+];

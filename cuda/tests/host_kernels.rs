@@ -153,9 +153,18 @@ fn field_ops_match_blstrs_bit_for_bit() {
     }
 }
 
+/// Which kernels the harness runs a plan's passes and bit reversals with (the GPU engine's
+/// `NttVariant`s: legacy = `ntt_pass_kernel` and the pairwise bit reversal; radix =
+/// `ntt_radix_kernel` and the tiled bit reversal from 2^8 points).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kernels {
+    Legacy,
+    Radix,
+}
+
 /// Serializes a plan for the harness: regions are consecutive `region_len`-element slices of
 /// `data`; every table the steps read is built the way the GPU engine builds it.
-fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
+fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step], kernels: Kernels) -> Vec<Scalar> {
     let keys = plan::tables_used(steps);
     let mut tables: Vec<(TableKey, Vec<Scalar>)> = Vec::new();
     let mut prelude: Vec<[u64; 13]> = Vec::new();
@@ -176,7 +185,7 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
                 prelude.push([
                     1,
                     0,
-                    1 << (log_n - 1),
+                    tables::twiddle_count(log_n),
                     log_n as u64,
                     0,
                     0,
@@ -211,7 +220,7 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
                     .map(|k| index_of(&tables, k).unwrap() as u64)
                     .unwrap_or(tw);
                 [
-                    2,
+                    if kernels == Kernels::Radix { 6 } else { 2 },
                     off(region),
                     params.total,
                     params.log_n as u64,
@@ -231,7 +240,11 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step]) -> Vec<Scalar> {
                 total,
                 log_n,
             } => [
-                3,
+                if kernels == Kernels::Radix && log_n >= 2 * plan::BITREV_TILE_BITS {
+                    7
+                } else {
+                    3
+                },
                 off(region),
                 total,
                 log_n as u64,
@@ -286,23 +299,34 @@ fn random(rng: &mut ChaCha20Rng, n: usize) -> Vec<Scalar> {
 #[test]
 fn ntt_launch_plans_match_the_cpu_reference() {
     let mut rng = ChaCha20Rng::seed_from_u64(11);
-    // Sizes cover one pass (<= 8 stages), two passes with blocks smaller and larger than a
-    // sub-problem's stride, three passes, and odd batch sizes (blocks straddling polynomials).
+    // Sizes cover one pass (<= 8 or 9 stages), two passes with blocks smaller and larger than
+    // a sub-problem's stride, three passes, radix rounds of 1, 2 and 3 stages, the tiled bit
+    // reversal with 0 to 9 middle bits, and odd batch sizes (blocks straddling polynomials).
     let cases: &[(u32, u64)] = &[
         (1, 1),
         (1, 3),
         (2, 1),
         (2, 5),
         (3, 2),
+        (4, 1),
         (5, 1),
+        (7, 3),
         (8, 1),
         (8, 3),
         (9, 1),
+        (9, 3),
         (10, 3),
         (11, 1),
         (13, 2),
         (16, 1),
         (17, 1),
+        (18, 1),
+    ];
+    // The legacy kernels with the legacy plan, the radix kernels with both plans.
+    let variants = [
+        (Kernels::Legacy, plan::LEGACY_PASS_STAGES),
+        (Kernels::Radix, plan::LEGACY_PASS_STAGES),
+        (Kernels::Radix, plan::MAX_PASS_STAGES),
     ];
     for &(log_n, batch) in cases {
         for kind in [
@@ -313,10 +337,23 @@ fn ntt_launch_plans_match_the_cpu_reference() {
         ] {
             let n = 1usize << log_n;
             let x = random(&mut rng, n * batch as usize);
-            let got = run_plan(&x, x.len(), &plan::ntt_steps(kind, log_n, batch));
             let mut want = x.clone();
             cpu::ntt(&mut want, kind, log_n).unwrap();
-            assert!(got == want, "{kind:?} 2^{log_n} x {batch}: mismatch");
+            for (kernels, max) in variants {
+                // The two plans coincide where the pass count is the same.
+                if kernels == Kernels::Radix
+                    && max == plan::LEGACY_PASS_STAGES
+                    && plan::split_stages_max(log_n, max) == plan::split_stages(log_n)
+                {
+                    continue;
+                }
+                let steps = plan::ntt_steps_max(kind, log_n, batch, max);
+                let got = run_plan(&x, x.len(), &steps, kernels);
+                assert!(
+                    got == want,
+                    "{kind:?} 2^{log_n} x {batch}, {kernels:?} kernels, passes <= {max}: mismatch"
+                );
+            }
         }
     }
 }
@@ -338,13 +375,21 @@ fn h_launch_plan_matches_the_cpu_reference() {
             data.extend_from_slice(x);
             data.resize(data.len() + n - len, Scalar::ZERO);
         }
-        let mut steps = Vec::new();
-        for r in 0..3 {
-            steps.extend(plan::h_input_steps(log_n, r));
-        }
-        steps.extend(plan::h_tail_steps(log_n, 0, 1, 2));
-        let got = run_plan(&data, n, &steps);
         let want = cpu::h_poly(&a, &b, &c).unwrap();
-        assert!(got[..n] == want[..], "H 2^{log_n}: mismatch");
+        for (kernels, max) in [
+            (Kernels::Legacy, plan::LEGACY_PASS_STAGES),
+            (Kernels::Radix, plan::MAX_PASS_STAGES),
+        ] {
+            let mut steps = Vec::new();
+            for r in 0..3 {
+                steps.extend(plan::h_input_steps_max(log_n, r, max));
+            }
+            steps.extend(plan::h_tail_steps_max(log_n, 0, 1, 2, max));
+            let got = run_plan(&data, n, &steps, kernels);
+            assert!(
+                got[..n] == want[..],
+                "H 2^{log_n}, {kernels:?} kernels: mismatch"
+            );
+        }
     }
 }

@@ -18,20 +18,90 @@ use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::fr::FrElement;
-use crate::kernels;
-use plan::{NttKind, PASS_THREADS, Step, TableKey};
+use crate::kernels::{self, KernelModule};
+use plan::{BITREV_TILE_BITS, BITREV_TILE_THREADS, NttKind, PASS_THREADS, Step, TableKey};
 
 /// Threads per block of the element-wise kernels.
 const ELEMENTWISE_THREADS: u32 = 256;
+
+/// Which kernels run a plan. [`NttVariant::Radix`] is the default; the others are the earlier
+/// versions, kept so that one GPU run can time them side by side (gpud-cuda-bench).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NttVariant {
+    /// The first measured version: one shared-memory stage per barrier (`ntt_pass_kernel`),
+    /// pairwise bit reversal, passes of at most 8 stages, and the field multiplication whose
+    /// reduction products ptxas splits in two (module `ntt_v0`).
+    Baseline,
+    /// [`NttVariant::Baseline`] with the current field multiplication.
+    LegacyPasses,
+    /// Register-radix passes (`ntt_radix_kernel`), tiled bit reversal, passes of at most 8
+    /// stages.
+    Radix8,
+    /// Register-radix passes, tiled bit reversal, passes of at most 9 stages (2^27 in three
+    /// passes instead of four). The default.
+    Radix,
+}
+
+impl NttVariant {
+    /// Every variant, oldest first.
+    pub const ALL: [NttVariant; 4] = [
+        NttVariant::Baseline,
+        NttVariant::LegacyPasses,
+        NttVariant::Radix8,
+        NttVariant::Radix,
+    ];
+
+    /// Most stages per pass in this variant's plans.
+    pub fn max_stages(self) -> u32 {
+        match self {
+            NttVariant::Radix => plan::MAX_PASS_STAGES,
+            _ => plan::LEGACY_PASS_STAGES,
+        }
+    }
+
+    /// Whether passes run on the register-radix kernel.
+    pub fn radix(self) -> bool {
+        matches!(self, NttVariant::Radix8 | NttVariant::Radix)
+    }
+
+    fn module(self) -> &'static KernelModule {
+        match self {
+            NttVariant::Baseline => &kernels::NTT_V0,
+            _ => &kernels::NTT,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct NttKernels {
+    pass: CudaFunction,
+    radix: CudaFunction,
+    twiddles: CudaFunction,
+    bitrev: CudaFunction,
+    bitrev_tiled: CudaFunction,
+    pointwise: CudaFunction,
+}
+
+impl NttKernels {
+    fn load(dev: &Device, module: &'static KernelModule) -> Result<Self> {
+        let f = |name| dev.function(module, name);
+        Ok(Self {
+            pass: f("ntt_pass_kernel")?,
+            radix: f("ntt_radix_kernel")?,
+            twiddles: f("ntt_twiddles")?,
+            bitrev: f("ntt_bitrev_kernel")?,
+            bitrev_tiled: f("ntt_bitrev_tiled_kernel")?,
+            pointwise: f("h_pointwise")?,
+        })
+    }
+}
 
 /// Runs transforms on one device.
 #[derive(Debug)]
 pub struct NttEngine<'d> {
     dev: &'d Arena<'d>,
-    pass: CudaFunction,
-    twiddles: CudaFunction,
-    bitrev: CudaFunction,
-    pointwise: CudaFunction,
+    variant: NttVariant,
+    k: NttKernels,
     tables: HashMap<TableKey, DeviceBuffer<'d, Scalar>>,
 }
 
@@ -39,15 +109,31 @@ impl<'d> NttEngine<'d> {
     /// Loads the NTT kernels (compiled by NVRTC on first use, then from the disk cache); tables
     /// and work buffers are charged to `dev`'s lease.
     pub fn new(dev: &'d Arena<'d>) -> Result<Self> {
-        let f = |name| dev.function(&kernels::NTT, name);
+        Self::with_variant(dev, NttVariant::Radix)
+    }
+
+    /// Loads the kernels of a given variant.
+    pub fn with_variant(dev: &'d Arena<'d>, variant: NttVariant) -> Result<Self> {
         Ok(Self {
             dev,
-            pass: f("ntt_pass_kernel")?,
-            twiddles: f("ntt_twiddles")?,
-            bitrev: f("ntt_bitrev_kernel")?,
-            pointwise: f("h_pointwise")?,
+            variant,
+            k: NttKernels::load(dev, variant.module())?,
             tables: HashMap::new(),
         })
+    }
+
+    /// Switches the kernels (tables are kept: every variant reads the same ones).
+    pub fn set_variant(&mut self, variant: NttVariant) -> Result<()> {
+        if variant.module().name != self.variant.module().name {
+            self.k = NttKernels::load(self.dev, variant.module())?;
+        }
+        self.variant = variant;
+        Ok(())
+    }
+
+    /// The kernels in use.
+    pub fn variant(&self) -> NttVariant {
+        self.variant
     }
 
     /// The arena the engine allocates from.
@@ -71,7 +157,12 @@ impl<'d> NttEngine<'d> {
                 data.len()
             )));
         }
-        let steps = plan::ntt_steps(kind, log_n, (data.len() / n) as u64);
+        let steps = plan::ntt_steps_max(
+            kind,
+            log_n,
+            (data.len() / n) as u64,
+            self.variant.max_stages(),
+        );
         self.execute(&steps, &[data.device_ptr()])
     }
 
@@ -107,9 +198,9 @@ impl<'d> NttEngine<'d> {
             }
             TableKey::Twiddles { log_n } => {
                 let src = self.table(tables::twiddle_source(log_n))?;
-                let count = 1u64 << (log_n - 1);
+                let count = tables::twiddle_count(log_n);
                 let buf = self.dev.alloc::<Scalar>(count as usize)?;
-                let mut b = self.dev.stream().launch_builder(&self.twiddles);
+                let mut b = self.dev.stream().launch_builder(&self.k.twiddles);
                 let out = buf.device_ptr();
                 b.arg(&out).arg(&src).arg(&count);
                 // SAFETY: `out` holds `count` elements, `src` a full power table; both live on
@@ -162,16 +253,25 @@ impl<'d> NttEngine<'d> {
                     let blocks = u32::try_from(params.blocks()).map_err(|_| {
                         Error::InvalidArgument("batch too large for one launch".into())
                     })?;
+                    let (f, threads, smem) = if self.variant.radix() {
+                        (
+                            &self.k.radix,
+                            params.radix_threads(),
+                            params.radix_shared_bytes(),
+                        )
+                    } else {
+                        (&self.k.pass, PASS_THREADS, params.shared_bytes())
+                    };
                     let cfg = LaunchConfig {
                         grid_dim: (blocks, 1, 1),
-                        block_dim: (PASS_THREADS, 1, 1),
-                        shared_mem_bytes: params.shared_bytes(),
+                        block_dim: (threads, 1, 1),
+                        shared_mem_bytes: smem,
                     };
-                    let mut b = stream.launch_builder(&self.pass);
+                    let mut b = stream.launch_builder(f);
                     b.arg(&data).arg(&tw).arg(&sc).arg(&params);
                     // SAFETY: `data` holds params.total elements (planner invariant), `tw` the
-                    // twiddles of this size, `sc` a power table when the pass scales; shared
-                    // memory matches the block's elements.
+                    // n/2 twiddles of this size, `sc` a power table when the pass scales;
+                    // threads and shared memory are the kernel's for these parameters.
                     unsafe { b.launch(cfg) }?;
                 }
                 Step::Bitrev {
@@ -180,14 +280,31 @@ impl<'d> NttEngine<'d> {
                     log_n,
                 } => {
                     let data = region(r)?;
-                    let mut b = stream.launch_builder(&self.bitrev);
-                    b.arg(&data).arg(&log_n).arg(&total);
-                    // SAFETY: `data` holds `total` elements, a whole number of polynomials.
-                    unsafe { b.launch(elementwise_config(self.dev, total)) }?;
+                    if self.variant.radix() && log_n >= 2 * BITREV_TILE_BITS {
+                        let blocks =
+                            u32::try_from(total >> (2 * BITREV_TILE_BITS)).map_err(|_| {
+                                Error::InvalidArgument("batch too large for one launch".into())
+                            })?;
+                        let cfg = LaunchConfig {
+                            grid_dim: (blocks, 1, 1),
+                            block_dim: (BITREV_TILE_THREADS, 1, 1),
+                            shared_mem_bytes: 0,
+                        };
+                        let mut b = stream.launch_builder(&self.k.bitrev_tiled);
+                        b.arg(&data).arg(&log_n);
+                        // SAFETY: `data` holds `total` elements, a whole number of polynomials
+                        // of 2^log_n >= 2^8 points; one block per 256 elements.
+                        unsafe { b.launch(cfg) }?;
+                    } else {
+                        let mut b = stream.launch_builder(&self.k.bitrev);
+                        b.arg(&data).arg(&log_n).arg(&total);
+                        // SAFETY: `data` holds `total` elements, a whole number of polynomials.
+                        unsafe { b.launch(elementwise_config(self.dev, total)) }?;
+                    }
                 }
                 Step::Pointwise { a, b: rb, c, log_n } => {
                     let (pa, pb, pc) = (region(a)?, region(rb)?, region(c)?);
-                    let mut b = stream.launch_builder(&self.pointwise);
+                    let mut b = stream.launch_builder(&self.k.pointwise);
                     b.arg(&pa).arg(&pb).arg(&pc).arg(&log_n);
                     // SAFETY: each region holds 2^log_n elements; a is distinct from b and c.
                     unsafe { b.launch(elementwise_config(self.dev, 1 << log_n)) }?;

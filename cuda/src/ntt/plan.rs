@@ -10,12 +10,22 @@ use crate::error::{Error, Result};
 /// Largest supported transform: 2^27 points (the power tables cover exponents below 2^27; the
 /// field's two-adicity is 32).
 pub const MAX_LOG_N: u32 = 27;
-/// Most radix-2 stages one pass runs in shared memory.
-pub const MAX_PASS_STAGES: u32 = 8;
+/// Most radix-2 stages one pass runs in shared memory (the default plan: 2^27 in three passes).
+pub const MAX_PASS_STAGES: u32 = 9;
+/// The first version's limit (2^27 in four passes), kept to compare plans on the GPU.
+pub const LEGACY_PASS_STAGES: u32 = 8;
 /// A pass's thread block holds 2^10 elements: 32 KiB of shared memory.
 pub const BLOCK_LOG_ELEMS: u32 = 10;
-/// Threads per block of the pass kernel.
+/// Threads per block of the legacy pass kernel (`ntt_pass_kernel`).
 pub const PASS_THREADS: u32 = 256;
+/// log2 of the elements a thread of the radix pass kernel keeps in registers (ntt.cuh:
+/// NTTR_MAX_LOG_RADIX).
+pub const RADIX_LOG: u32 = 3;
+/// Bits of a bit-reversal tile side (ntt.cuh: NTT_BR_TILE_BITS): transforms of 2^(2 * this)
+/// points or more use the tiled bit reversal.
+pub const BITREV_TILE_BITS: u32 = 4;
+/// Threads per block of the tiled bit reversal.
+pub const BITREV_TILE_THREADS: u32 = 1 << (2 * BITREV_TILE_BITS);
 
 /// The kernel's `ntt_pass` argument (ntt.cuh); field order and types must match.
 #[repr(C)]
@@ -63,8 +73,19 @@ impl PassParams {
         self.subproblems().div_ceil(1 << self.log_subs)
     }
 
-    /// Dynamic shared memory of the launch in bytes: 8 limb planes of the block's elements plus
-    /// the bank padding between sub-problems (ntt.cuh: ntt_plane).
+    /// Threads per block of the radix pass kernel (ntt.cuh: nttr_threads).
+    pub fn radix_threads(&self) -> u32 {
+        let r = self.k.min(RADIX_LOG);
+        1 << (self.log_subs + self.k - r)
+    }
+
+    /// Dynamic shared memory of the radix pass kernel: 32 bytes per element of the block.
+    pub fn radix_shared_bytes(&self) -> u32 {
+        32 << (self.log_subs + self.k)
+    }
+
+    /// Dynamic shared memory of the legacy pass kernel in bytes: 8 limb planes of the block's
+    /// elements plus the bank padding between sub-problems (ntt.cuh: ntt_plane).
     pub fn shared_bytes(&self) -> u32 {
         let pad = if self.k >= 5 {
             (32 >> self.log_subs) << self.log_subs
@@ -158,10 +179,16 @@ pub enum Step {
 /// Splits `log_n` stages into passes of at most [`MAX_PASS_STAGES`], as even as possible
 /// (larger first).
 pub fn split_stages(log_n: u32) -> Vec<u32> {
+    split_stages_max(log_n, MAX_PASS_STAGES)
+}
+
+/// Splits `log_n` stages into passes of at most `max_stages` (1..=10), as even as possible.
+pub fn split_stages_max(log_n: u32, max_stages: u32) -> Vec<u32> {
     if log_n == 0 {
         return Vec::new();
     }
-    let passes = log_n.div_ceil(MAX_PASS_STAGES);
+    let max_stages = max_stages.clamp(1, BLOCK_LOG_ELEMS);
+    let passes = log_n.div_ceil(max_stages);
     let (q, r) = (log_n / passes, log_n % passes);
     (0..passes).map(|i| q + u32::from(i < r)).collect()
 }
@@ -173,10 +200,21 @@ fn ceil_log2(x: u64) -> u32 {
 /// The passes of one transform of `batch` polynomials of 2^log_n points stored back to back.
 /// DIF takes natural order to bit-reversed; DIT bit-reversed to natural.
 pub fn passes(log_n: u32, batch: u64, inverse: bool, dit: bool) -> Vec<PassParams> {
+    passes_max(log_n, batch, inverse, dit, MAX_PASS_STAGES)
+}
+
+/// [`passes`] with passes of at most `max_stages` stages.
+pub fn passes_max(
+    log_n: u32,
+    batch: u64,
+    inverse: bool,
+    dit: bool,
+    max_stages: u32,
+) -> Vec<PassParams> {
     let total = batch << log_n;
     let mut out = Vec::new();
     let mut remaining = log_n;
-    for k in split_stages(log_n) {
+    for k in split_stages_max(log_n, max_stages) {
         // DIF: the first pass takes the stages with the largest half-sizes.
         remaining -= k;
         let subs = total >> k;
@@ -241,8 +279,9 @@ fn pass_steps(
     inverse: bool,
     dit: bool,
     scaling: Option<Scaling>,
+    max_stages: u32,
 ) -> Vec<Step> {
-    let mut params = passes(log_n, batch, inverse, dit);
+    let mut params = passes_max(log_n, batch, inverse, dit, max_stages);
     let mut scale = vec![None; params.len()];
     if let Some(sc) = scaling {
         let i = if sc.on_load { 0 } else { params.len() - 1 };
@@ -269,6 +308,11 @@ fn pass_steps(
 /// DIF passes, then a bit-reversal. The coset shift g^i is folded into the first pass's loads;
 /// 1/n (and g^-i) into the last pass's stores, where the data is bit-reversed.
 pub fn ntt_steps(kind: NttKind, log_n: u32, batch: u64) -> Vec<Step> {
+    ntt_steps_max(kind, log_n, batch, MAX_PASS_STAGES)
+}
+
+/// [`ntt_steps`] with passes of at most `max_stages` stages.
+pub fn ntt_steps_max(kind: NttKind, log_n: u32, batch: u64, max_stages: u32) -> Vec<Step> {
     let total = batch << log_n;
     let (inverse, scaling) = match kind {
         NttKind::Forward => (false, None),
@@ -304,7 +348,7 @@ pub fn ntt_steps(kind: NttKind, log_n: u32, batch: u64) -> Vec<Step> {
             )
         }
     };
-    let mut steps = pass_steps(0, log_n, batch, inverse, false, scaling);
+    let mut steps = pass_steps(0, log_n, batch, inverse, false, scaling, max_stages);
     steps.push(Step::Bitrev {
         region: 0,
         total,
@@ -318,6 +362,11 @@ pub fn ntt_steps(kind: NttKind, log_n: u32, batch: u64) -> Vec<Step> {
 /// evaluations on the coset (DIT, natural order). Inputs are independent, so each runs as soon
 /// as its upload lands.
 pub fn h_input_steps(log_n: u32, region: usize) -> Vec<Step> {
+    h_input_steps_max(log_n, region, MAX_PASS_STAGES)
+}
+
+/// [`h_input_steps`] with passes of at most `max_stages` stages.
+pub fn h_input_steps_max(log_n: u32, region: usize, max_stages: u32) -> Vec<Step> {
     let scaling = Scaling {
         table: TableKey::Powers {
             log_n,
@@ -327,8 +376,8 @@ pub fn h_input_steps(log_n: u32, region: usize) -> Vec<Step> {
         on_load: false,
         bitrev: true,
     };
-    let mut steps = pass_steps(region, log_n, 1, true, false, Some(scaling));
-    steps.extend(pass_steps(region, log_n, 1, false, true, None));
+    let mut steps = pass_steps(region, log_n, 1, true, false, Some(scaling), max_stages);
+    steps.extend(pass_steps(region, log_n, 1, false, true, None, max_stages));
     steps
 }
 
@@ -336,6 +385,11 @@ pub fn h_input_steps(log_n: u32, region: usize) -> Vec<Step> {
 /// coefficients (DIT inverse, natural order) with g^-i / (n Z(g)) applied as the last pass
 /// stores (the division by Z). The result is in a.
 pub fn h_tail_steps(log_n: u32, a: usize, b: usize, c: usize) -> Vec<Step> {
+    h_tail_steps_max(log_n, a, b, c, MAX_PASS_STAGES)
+}
+
+/// [`h_tail_steps`] with passes of at most `max_stages` stages.
+pub fn h_tail_steps_max(log_n: u32, a: usize, b: usize, c: usize, max_stages: u32) -> Vec<Step> {
     let scaling = Scaling {
         table: TableKey::Powers {
             log_n,
@@ -346,7 +400,15 @@ pub fn h_tail_steps(log_n: u32, a: usize, b: usize, c: usize) -> Vec<Step> {
         bitrev: false,
     };
     let mut steps = vec![Step::Pointwise { a, b, c, log_n }];
-    steps.extend(pass_steps(a, log_n, 1, true, true, Some(scaling)));
+    steps.extend(pass_steps(
+        a,
+        log_n,
+        1,
+        true,
+        true,
+        Some(scaling),
+        max_stages,
+    ));
     steps
 }
 
@@ -373,16 +435,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stages_split_evenly_into_passes_of_at_most_eight() {
+    fn stages_split_evenly_into_passes_of_at_most_the_limit() {
         assert_eq!(split_stages(1), vec![1]);
-        assert_eq!(split_stages(8), vec![8]);
-        assert_eq!(split_stages(9), vec![5, 4]);
+        assert_eq!(split_stages(9), vec![9]);
+        assert_eq!(split_stages(10), vec![5, 5]);
         assert_eq!(split_stages(24), vec![8, 8, 8]);
-        assert_eq!(split_stages(27), vec![7, 7, 7, 6]);
-        for l in 1..=MAX_LOG_N {
-            let s = split_stages(l);
-            assert_eq!(s.iter().sum::<u32>(), l);
-            assert!(s.iter().all(|&k| (1..=MAX_PASS_STAGES).contains(&k)));
+        assert_eq!(split_stages(27), vec![9, 9, 9]);
+        assert_eq!(split_stages_max(9, LEGACY_PASS_STAGES), vec![5, 4]);
+        assert_eq!(split_stages_max(27, LEGACY_PASS_STAGES), vec![7, 7, 7, 6]);
+        for max in [LEGACY_PASS_STAGES, MAX_PASS_STAGES] {
+            for l in 1..=MAX_LOG_N {
+                let s = split_stages_max(l, max);
+                assert_eq!(s.iter().sum::<u32>(), l);
+                assert!(s.iter().all(|&k| (1..=max).contains(&k)));
+                assert_eq!(s.len() as u32, l.div_ceil(max));
+            }
+        }
+    }
+
+    #[test]
+    fn radix_launch_shapes_fit_the_kernel() {
+        for max in [LEGACY_PASS_STAGES, MAX_PASS_STAGES] {
+            for l in 1..=MAX_LOG_N {
+                for batch in [1, 3] {
+                    for p in passes_max(l, batch, false, false, max) {
+                        assert!(p.radix_threads() <= 128, "{p:?}");
+                        assert!(p.radix_threads() >= 1);
+                        assert!(p.radix_shared_bytes() <= 32 << BLOCK_LOG_ELEMS);
+                        assert!(p.shared_bytes() <= 48 << 10);
+                    }
+                }
+            }
         }
     }
 

@@ -92,6 +92,11 @@ pub fn powers_for(key: TableKey) -> Option<Vec<Scalar>> {
     }
 }
 
+/// Entries of the twiddle table of 2^log_n points: omega^e for e < n/2.
+pub fn twiddle_count(log_n: u32) -> u64 {
+    1u64 << (log_n - 1)
+}
+
 /// The power table a twiddle table is expanded from (omega_n^e).
 pub fn twiddle_source(log_n: u32) -> TableKey {
     TableKey::Powers {

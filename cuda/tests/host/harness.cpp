@@ -53,7 +53,7 @@ static void field_ops() {
     }
 }
 
-enum { OP_TWIDDLES = 1, OP_PASS = 2, OP_BITREV = 3, OP_POINTWISE = 5 };
+enum { OP_TWIDDLES = 1, OP_PASS = 2, OP_BITREV = 3, OP_POINTWISE = 5, OP_RADIX_PASS = 6, OP_BITREV_TILED = 7 };
 
 static void run_pass(const ntt_pass &p, fr_t *data, const fr_t *tw, const fr_t *scale) {
     const fr_u32 E = ntt_block_elems(p);
@@ -72,17 +72,42 @@ static void run_pass(const ntt_pass &p, fr_t *data, const fr_t *tw, const fr_t *
     }
 }
 
+// The radix pass kernel (ntt_radix_kernel): rounds separated by barriers; within a round the
+// block's threads run one after another. Shared memory is sized exactly as the launch's.
+static void run_radix_pass(const ntt_pass &p, fr_t *data, const fr_t *tw, const fr_t *scale) {
+    const fr_u64 subs = ntt_subproblems(p);
+    const fr_u64 blocks = (subs + (1u << p.log_subs) - 1) >> p.log_subs;
+    const fr_u32 threads = nttr_threads(p), rounds = nttr_rounds(p);
+    std::vector<fr_u32> sm((size_t)ntt_block_elems(p) * FR_LIMBS);
+    for (fr_u64 block = 0; block < blocks; block++) {
+        for (fr_u32 j = 0; j < rounds; j++) {
+            for (fr_u32 t = 0; t < threads; t++) nttr_round(p, data, tw, scale, block, sm.data(), t, j);
+        }
+    }
+}
+
+// The tiled bit reversal (ntt_bitrev_tiled_kernel): load phase, barrier, store phase.
+static void run_bitrev_tiled(fr_t *data, fr_u64 total, fr_u32 log_n) {
+    std::vector<fr_u32> sm(NTT_BR_SMEM_WORDS);
+    const fr_u64 blocks = ntt_bitrev_tiled_blocks(total);
+    for (fr_u64 b = 0; b < blocks; b++) {
+        for (fr_u32 t = 0; t < NTT_BR_THREADS; t++) ntt_bitrev_tile_load(data, b, log_n, sm.data(), t);
+        for (fr_u32 t = 0; t < NTT_BR_THREADS; t++) ntt_bitrev_tile_store(data, b, log_n, sm.data(), t);
+    }
+}
+
 // Step fields: op, off, total, log_n, then per op:
 //   TWIDDLES: [9] power table, [11] destination table
-//   PASS: [4] log_stride, [5] k, [6] log_subs, [7] inverse, [8] dit, [9] twiddle table,
-//         [10] scale table, [11] scale mode, [12] scale by bit-reversed index
-//   BITREV: -
+//   PASS, RADIX_PASS: [4] log_stride, [5] k, [6] log_subs, [7] inverse, [8] dit,
+//         [9] twiddle table, [10] scale table, [11] scale mode, [12] scale by bit-reversed index
+//   BITREV, BITREV_TILED: -
 //   POINTWISE: [11] offset of b, [12] offset of c (a at off)
 static void run_step(const fr_u64 *s, poly &data, std::vector<poly> &tables) {
     const fr_u64 op = s[0], off = s[1], total = s[2];
     const fr_u32 log_n = (fr_u32)s[3];
     const fr_u64 table = s[9];
-    if (table >= tables.size() || off + total > data.size() || (op == OP_PASS && s[10] >= tables.size())) {
+    const bool pass = op == OP_PASS || op == OP_RADIX_PASS;
+    if (table >= tables.size() || off + total > data.size() || (pass && s[10] >= tables.size())) {
         fprintf(stderr, "harness: step out of range\n");
         exit(2);
     }
@@ -96,7 +121,8 @@ static void run_step(const fr_u64 *s, poly &data, std::vector<poly> &tables) {
         tables[s[11]] = tw;
         break;
     }
-    case OP_PASS: {
+    case OP_PASS:
+    case OP_RADIX_PASS: {
         ntt_pass p;
         p.log_n = log_n;
         p.log_stride = (fr_u32)s[4];
@@ -107,11 +133,19 @@ static void run_step(const fr_u64 *s, poly &data, std::vector<poly> &tables) {
         p.dit = (fr_u32)s[8];
         p.scale = (fr_u32)s[11];
         p.scale_bitrev = (fr_u32)s[12];
-        run_pass(p, d, tables[table].data(), tables[s[10]].data());
+        if (op == OP_PASS) run_pass(p, d, tables[table].data(), tables[s[10]].data());
+        else run_radix_pass(p, d, tables[table].data(), tables[s[10]].data());
         break;
     }
     case OP_BITREV:
         for (fr_u64 g = 0; g < total; g++) ntt_bitrev_one(d, g, log_n);
+        break;
+    case OP_BITREV_TILED:
+        if (log_n < 2 * NTT_BR_TILE_BITS) {
+            fprintf(stderr, "harness: tiled bit reversal below 2^8\n");
+            exit(2);
+        }
+        run_bitrev_tiled(d, total, log_n);
         break;
     case OP_POINTWISE:
         for (fr_u64 i = 0; i < (1ull << log_n); i++)
