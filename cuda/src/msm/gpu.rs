@@ -1,10 +1,13 @@
 //! The launcher: queues the MSM kernels of msm.cu on a device's main stream in the order of an
 //! [`MsmPlan`], with every temporary charged to the device's lease.
 
+use std::sync::{Arc, Mutex};
+
 use blstrs::{G1Affine, G1Projective, Scalar};
 use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
-use cudarc::driver::{CudaEvent, CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use group::Group;
+use rayon::prelude::*;
 
 use super::MsmError;
 use super::combine::{JacobianLimbs, combine_windows};
@@ -14,11 +17,19 @@ use crate::arena::Arena;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::kernels::{KernelModule, MSM, MSM_NOCAP, MSM_NOINLINE};
+use crate::pinned::{PinnedBuffer, is_pinned};
 
 /// Threads per block of the point-arithmetic kernels (their `__launch_bounds__`).
 const HEAVY_THREADS: u32 = 128;
 /// Threads per block of the scalar and scan kernels.
 const LIGHT_THREADS: u32 = 256;
+
+/// Scalars per chunk of a pipelined upload (16 MiB): host scalars go to the device in chunks,
+/// each converted and counted (the prepare kernel) while the next is copied.
+const UPLOAD_CHUNK: usize = 1 << 19;
+/// Page-locked staging buffers of a pipelined upload from ordinary (pageable) memory: the host
+/// fills one while the copy engine drains the others.
+const STAGING_BUFFERS: usize = 3;
 
 /// Which build of the kernels to run (see `kernels/msm*.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +137,12 @@ pub struct MsmEngine<'d> {
     variant: MsmVariant,
     window_bits: Option<u32>,
     poison: bool,
+    pipelined_upload: bool,
+    /// Copy stream of the pipelined upload.
+    copy: Arc<CudaStream>,
+    /// Page-locked staging buffers of the pipelined upload (allocated on first use; host
+    /// memory, not charged to the lease).
+    staging: Mutex<Vec<PinnedBuffer<Scalar>>>,
 }
 
 impl std::fmt::Debug for MsmEngine<'_> {
@@ -173,13 +190,25 @@ impl<'d> MsmEngine<'d> {
             group_sum: f("msm_group_sum_kernel")?,
             to_jacobian: f("msm_to_jacobian_kernel")?,
         };
+        let copy = dev.context().new_stream()?;
         Ok(Self {
             dev,
             k,
             variant,
             window_bits: None,
             poison: false,
+            pipelined_upload: true,
+            copy,
+            staging: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Whether [`MsmEngine::msm`] pipelines the scalar upload with the scalars' conversion
+    /// (chunks through page-locked staging buffers, each converted on the GPU while the next is
+    /// copied; the default) or copies all scalars first, as the first version did (kept to
+    /// time the difference).
+    pub fn set_pipelined_upload(&mut self, on: bool) {
+        self.pipelined_upload = on;
     }
 
     /// Forces the window size (else the cost model picks it per size).
@@ -220,8 +249,12 @@ impl<'d> MsmEngine<'d> {
             return Ok(G1Projective::identity());
         }
         let mut dev_scalars = self.dev.alloc::<Scalar>(scalars.len())?;
+        let plan = self.plan(scalars.len())?;
+        if self.pipelined_upload && scalars.len() > UPLOAD_CHUNK {
+            return self.run_inner(bases, &dev_scalars, &plan, None, Some(scalars));
+        }
         dev_scalars.copy_from_host_at(0, scalars)?;
-        self.msm_device(bases, &dev_scalars)
+        self.run(bases, &dev_scalars, &plan, None)
     }
 
     /// sum_i scalars[i] * bases[i] with the scalars already on the device (e.g. an NTT's
@@ -299,6 +332,125 @@ impl<'d> MsmEngine<'d> {
         plan: &MsmPlan,
         phases: Option<&mut MsmPhases>,
     ) -> Result<G1Projective, MsmError> {
+        self.run_inner(bases, scalars, plan, phases, None)
+    }
+
+    /// Step 1 over scalars `start..start + count`: canonical form, digits counted.
+    fn launch_prepare(
+        &self,
+        plan: &MsmPlan,
+        scalars: &DeviceBuffer<'_, Scalar>,
+        prepared: &DeviceBuffer<'_, u32>,
+        counts: &DeviceBuffer<'_, u32>,
+        start: usize,
+        count: usize,
+    ) -> Result<(), MsmError> {
+        let (c, windows) = (plan.window_bits, plan.windows);
+        let count32 = count as u32;
+        let (mont, pre, cnt) = (
+            scalars.device_ptr_at(start)?,
+            prepared.device_ptr_at(start * 8)?,
+            counts.device_ptr(),
+        );
+        let mut b = self.dev.stream().launch_builder(&self.k.prepare);
+        b.arg(&count32)
+            .arg(&c)
+            .arg(&windows)
+            .arg(&mont)
+            .arg(&pre)
+            .arg(&cnt);
+        // SAFETY: `mont` holds >= count scalars (8 words each) from `start`, `pre` count * 8
+        // words from `start * 8`, `cnt` keys + 1 zeroed words; digits index keys < W * B.
+        // Threads past `count` only take part in warp votes. All buffers live on this device,
+        // ordered on its main stream.
+        unsafe { b.launch(grid(count as u64, LIGHT_THREADS)?) }?;
+        Ok(())
+    }
+
+    /// Copies `host` into `scalars` in chunks on the copy stream and queues step 1 of each
+    /// chunk on the main stream as soon as it lands. From pageable memory each chunk goes
+    /// through a page-locked staging buffer, filled on the CPU's cores while the copy engine
+    /// drains the previous ones; from page-locked memory chunks are copied directly. Returns
+    /// once every copy has been issued; the copy stream is synchronized before returning.
+    fn upload_and_prepare(
+        &self,
+        plan: &MsmPlan,
+        host: &[Scalar],
+        scalars: &DeviceBuffer<'_, Scalar>,
+        prepared: &DeviceBuffer<'_, u32>,
+        counts: &DeviceBuffer<'_, u32>,
+    ) -> Result<(), MsmError> {
+        let result = (|| -> Result<(), MsmError> {
+            // The copy stream may write `scalars` only after the main stream allocated it.
+            self.copy.join(self.dev.stream())?;
+            let direct = is_pinned(host);
+            let mut staging = self.staging.lock().map_err(|_| {
+                crate::error::Error::InvalidArgument("staging lock poisoned".into())
+            })?;
+            if !direct && staging.len() < STAGING_BUFFERS {
+                while staging.len() < STAGING_BUFFERS {
+                    staging.push(PinnedBuffer::zeroed(self.dev.device(), UPLOAD_CHUNK)?);
+                }
+            }
+            let events: Vec<CudaEvent> = (0..STAGING_BUFFERS)
+                .map(|_| {
+                    self.dev
+                        .context()
+                        .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                })
+                .collect::<Result<_, _>>()?;
+            let mut used = [false; STAGING_BUFFERS];
+            for (ci, chunk) in host.chunks(UPLOAD_CHUNK).enumerate() {
+                let slot = ci % STAGING_BUFFERS;
+                let start = ci * UPLOAD_CHUNK;
+                let dst = scalars.device_ptr_at(start)?;
+                self.dev.bind()?;
+                if direct {
+                    // SAFETY: `chunk` is page-locked host memory that outlives the copy (the
+                    // copy stream is synchronized before this function returns); `dst` holds
+                    // chunk.len() scalars and the copy stream waited for its allocation.
+                    unsafe {
+                        cudarc::driver::result::memcpy_htod_async(dst, chunk, self.copy.cu_stream())
+                    }?;
+                } else {
+                    if used[slot] {
+                        // The copy that last read this staging buffer must be done.
+                        events[slot].synchronize()?;
+                    }
+                    let buf = &mut staging[slot][..chunk.len()];
+                    buf.par_chunks_mut(1 << 14)
+                        .zip(chunk.par_chunks(1 << 14))
+                        .for_each(|(d, s)| d.copy_from_slice(s));
+                    let src: &[Scalar] = &staging[slot][..chunk.len()];
+                    // SAFETY: the staging buffer is page-locked, owned by the engine and not
+                    // written again before this copy's event completes (checked above); `dst`
+                    // holds chunk.len() scalars and the copy stream waited for its allocation.
+                    unsafe {
+                        cudarc::driver::result::memcpy_htod_async(dst, src, self.copy.cu_stream())
+                    }?;
+                }
+                events[slot].record(&self.copy)?;
+                used[slot] = true;
+                self.dev.stream().wait(&events[slot])?;
+                self.launch_prepare(plan, scalars, prepared, counts, start, chunk.len())?;
+            }
+            Ok(())
+        })();
+        // Whatever happened, no copy may still read the caller's slice or a staging buffer.
+        let synced = self.copy.synchronize();
+        result?;
+        synced?;
+        Ok(())
+    }
+
+    fn run_inner(
+        &self,
+        bases: &G1Bases<'_>,
+        scalars: &DeviceBuffer<'_, Scalar>,
+        plan: &MsmPlan,
+        phases: Option<&mut MsmPhases>,
+        host: Option<&[Scalar]>,
+    ) -> Result<G1Projective, MsmError> {
         let n = plan.n;
         // Bases may live in another arena (a resident lease) but must be on this device.
         for on in [bases.device().info(), scalars.device().info()] {
@@ -331,23 +483,9 @@ impl<'d> MsmEngine<'d> {
         let (c, windows) = (plan.window_bits, plan.windows);
         let offsets = self.zeroed(keys as usize + 1)?;
         let prepared = self.alloc::<u32>(n * 8)?;
-        {
-            let (mont, pre, cnt) = (
-                scalars.device_ptr(),
-                prepared.device_ptr(),
-                offsets.device_ptr(),
-            );
-            let mut b = stream.launch_builder(&self.k.prepare);
-            b.arg(&n32)
-                .arg(&c)
-                .arg(&windows)
-                .arg(&mont)
-                .arg(&pre)
-                .arg(&cnt);
-            // SAFETY: `mont` holds >= n scalars (8 words each), `pre` n * 8 words, `cnt`
-            // keys + 1 zeroed words; digits index keys < W * B. Threads past n only take part
-            // in warp votes. All buffers live on this device, ordered on its main stream.
-            unsafe { b.launch(grid(n as u64, LIGHT_THREADS)?) }?;
+        match host {
+            Some(h) => self.upload_and_prepare(plan, &h[..n], scalars, &prepared, &offsets)?,
+            None => self.launch_prepare(plan, scalars, &prepared, &offsets, 0, n)?,
         }
         let levels = plan.scan_levels();
         let scan_tmp: Vec<DeviceBuffer<'d, u32>> = levels
