@@ -44,6 +44,17 @@ section() {
 } >"$OUT/env.log" 2>&1
 cat "$OUT/env.log"
 
+# --- quick: every kernel variant at the key sizes, NTT/H and MSM, about 3 minutes together ---
+#   bash gpu/run-suite.sh cuda-quick msm-quick
+# cuda-quick: the NTT variants checked (CPU at small sizes, each other at 2^20, 2^24, 2^27) and
+# timed at NTT 2^20/2^24/2^27 and H 2^22/2^24, with both Fr products' rates. msm-quick: a small
+# check (poisoned temporaries, every build), then 2^20/2^22/2^24 random and witness, end to end
+# (pipelined and plain upload), on the device with phases, and every build at 2^24.
+section cuda-quick 300 "$G/bin/gpud-cuda-bench" --quick --json "$OUT/cuda-quick.json"
+[ -f "$OUT/cuda-quick.log" ] && grep -A 7 "== NTT variants" "$OUT/cuda-quick.log"
+section msm-quick 300 "$G/bin/gpud-msm-bench" --check --bench --quick --json "$OUT/msm-quick.json"
+[ -f "$OUT/msm-quick.log" ] && grep -A 9 "== MSM key sizes (ms" "$OUT/msm-quick.log"
+
 # --- gpud-cuda: device layer, NTT, H polynomial ----------------------------------------------
 # About 5 minutes together; if a call must stay under 600 s with the MSM sections, split:
 #   bash gpu/run-suite.sh cuda-tests cuda-memcheck cuda-check   and   ... cuda-bench

@@ -1,7 +1,12 @@
 //! GPU check and benchmark of gpud-cuda's NTT and H polynomial, in one run on the GPU machine.
 //!
-//! `gpud-cuda-bench [--check] [--bench] [--max-log N] [--json PATH]`
+//! `gpud-cuda-bench [--check] [--bench] [--quick] [--max-log N] [--json PATH]`
 //!
+//! --quick (alone, about a minute): every NTT kernel variant (`NttVariant`: the first measured
+//!   version, its passes with the current multiplication, the register-radix passes with 8- and
+//!   9-stage plans) checked against the CPU at a few sizes and against each other at 2^20, 2^24
+//!   and 2^27, then timed there and on H 2^22 and 2^24, with the Fr product rate of both
+//!   multiplications; one table of every variant's times at the end.
 //! --check: every transform kind at 2^1..2^max-log (and odd batches at small sizes), and the H
 //!   polynomial at sizes up to 2^min(max-log, 26), against the rayon CPU reference, bit for bit,
 //!   on fresh random inputs; the reservation overflow check.
@@ -18,8 +23,8 @@ use cudarc::driver::{CudaEvent, LaunchConfig, PushKernelArg, result};
 use ff::Field;
 use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_cuda::hpoly::HPoly;
-use gpud_cuda::ntt::NttEngine;
 use gpud_cuda::ntt::plan::{self, NttKind, Step};
+use gpud_cuda::ntt::{NttEngine, NttVariant};
 use gpud_cuda::{Arena, Device, Error, PinnedBuffer, cpu, driver};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -31,6 +36,7 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 struct Args {
     check: bool,
     bench: bool,
+    quick: bool,
     max_log: u32,
     json: Option<String>,
 }
@@ -39,6 +45,7 @@ fn parse_args() -> Res<Args> {
     let mut a = Args {
         check: false,
         bench: false,
+        quick: false,
         max_log: plan::MAX_LOG_N,
         json: None,
     };
@@ -47,16 +54,19 @@ fn parse_args() -> Res<Args> {
         match arg.as_str() {
             "--check" => a.check = true,
             "--bench" => a.bench = true,
+            "--quick" => a.quick = true,
             "--max-log" => a.max_log = it.next().ok_or("--max-log needs a value")?.parse()?,
             "--json" => a.json = Some(it.next().ok_or("--json needs a path")?),
             "-h" | "--help" => {
-                println!("usage: gpud-cuda-bench [--check] [--bench] [--max-log N] [--json PATH]");
+                println!(
+                    "usage: gpud-cuda-bench [--check] [--bench] [--quick] [--max-log N] [--json PATH]"
+                );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
-    if !a.check && !a.bench {
+    if !a.check && !a.bench && !a.quick {
         a.check = true;
         a.bench = true;
     }
@@ -227,7 +237,16 @@ fn copy_bandwidth(dev: &Arena) -> Res<f64> {
 
 /// Field multiplications per second (Montgomery products, fr_mul), all SMs busy.
 fn mul_rate(dev: &Arena, seed: &mut ChaCha20Rng) -> Res<f64> {
-    let f = dev.function(&gpud_cuda::kernels::FR_BENCH, "fr_mul_throughput")?;
+    mul_rate_of(dev, &gpud_cuda::kernels::FR_BENCH, seed)
+}
+
+/// [`mul_rate`] of the multiplication built into `module` (FR_BENCH or FR_BENCH_V0).
+fn mul_rate_of(
+    dev: &Arena,
+    module: &'static gpud_cuda::kernels::KernelModule,
+    seed: &mut ChaCha20Rng,
+) -> Res<f64> {
+    let f = dev.function(module, "fr_mul_throughput")?;
     let threads = 256u32;
     let blocks = dev.info().multiprocessors * 8;
     let n = (blocks * threads) as usize;
@@ -424,6 +443,263 @@ fn bench(dev: &Arena, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Val
     Ok(())
 }
 
+/// Device-to-device copy of `bytes` on the main stream.
+fn d2d(dev: &Arena, dst: u64, src: u64, bytes: usize) -> Res<()> {
+    dev.bind()?;
+    // SAFETY: callers pass two distinct buffers of this arena holding at least `bytes` bytes,
+    // ordered on the device's main stream.
+    unsafe { result::memcpy_dtod_async(dst, src, bytes, dev.stream().cu_stream()) }?;
+    Ok(())
+}
+
+/// Median device time of `reps` runs of `f` (after one warm-up run), in milliseconds.
+fn time_ms(dev: &Arena, reps: usize, mut f: impl FnMut() -> Res<()>) -> Res<f64> {
+    f()?;
+    let mut times = Vec::new();
+    for _ in 0..reps {
+        let (e0, e1) = (event(dev)?, event(dev)?);
+        e0.record(dev.stream())?;
+        f()?;
+        e1.record(dev.stream())?;
+        e1.synchronize()?;
+        times.push(e0.elapsed_ms(&e1)? as f64);
+    }
+    Ok(median(times))
+}
+
+fn variant_name(v: NttVariant) -> &'static str {
+    match v {
+        NttVariant::Baseline => "baseline (first version)",
+        NttVariant::LegacyPasses => "legacy passes, new mul",
+        NttVariant::Radix8 => "radix, passes <= 8",
+        NttVariant::Radix => "radix, passes <= 9 (default)",
+    }
+}
+
+/// The quick suite: every NTT variant checked and timed at the key sizes, one table at the end.
+fn quick(dev: &Arena, seed: &mut ChaCha20Rng, report: &mut Vec<Value>) -> Res<bool> {
+    let mut ok = true;
+    let copy_bw = copy_bandwidth(dev)?;
+    let muls_v0 = mul_rate_of(dev, &gpud_cuda::kernels::FR_BENCH_V0, seed)?;
+    let muls = mul_rate(dev, seed)?;
+    println!(
+        "\n== copy {:.0} GB/s; Fr products: first version {:.1} G/s, current {:.1} G/s ({:+.1} %)",
+        copy_bw / 1e9,
+        muls_v0 / 1e9,
+        muls / 1e9,
+        100.0 * (muls / muls_v0 - 1.0)
+    );
+    report.push(json!({"bench": "copy", "bytes_per_s": copy_bw}));
+    report.push(json!({"bench": "fr_mul", "variant": "first version", "per_s": muls_v0}));
+    report.push(json!({"bench": "fr_mul", "variant": "current", "per_s": muls}));
+
+    // Correctness of every variant against the CPU at small sizes (every kind, odd batches).
+    println!("\n== quick check: every variant = CPU reference (fresh random inputs)");
+    let mut ntt = NttEngine::new(dev)?;
+    for v in NttVariant::ALL {
+        ntt.set_variant(v)?;
+        let mut all = true;
+        for (log_n, batch) in [
+            (1u32, 3u64),
+            (5, 1),
+            (8, 3),
+            (9, 1),
+            (12, 3),
+            (17, 1),
+            (20, 1),
+        ] {
+            for kind in [
+                NttKind::Forward,
+                NttKind::Inverse,
+                NttKind::CosetForward,
+                NttKind::CosetInverse,
+            ] {
+                let x = random(seed.next_u64(), (batch as usize) << log_n);
+                let mut buf = dev.alloc::<Scalar>(x.len())?;
+                buf.copy_from_host(&x)?;
+                ntt.run(&mut buf, kind, log_n)?;
+                let got = buf.to_vec()?;
+                let mut want = x;
+                cpu::ntt(&mut want, kind, log_n)?;
+                if got != want {
+                    println!(
+                        "  {}: {kind:?} 2^{log_n} x {batch} MISMATCH",
+                        variant_name(v)
+                    );
+                    all = false;
+                }
+            }
+        }
+        println!(
+            "  {:<30} {}",
+            variant_name(v),
+            if all { "ok" } else { "MISMATCH" }
+        );
+        report.push(json!({"check": "ntt_quick", "variant": variant_name(v), "ok": all}));
+        ok &= all;
+    }
+    ntt.release_tables();
+
+    // Forward NTT at the key sizes: every variant on the same input, outputs compared with
+    // each other (and with the CPU at 2^20), then timed.
+    let sizes = [20u32, 24, 27];
+    let mut ntt_ms = vec![vec![f64::NAN; sizes.len()]; NttVariant::ALL.len()];
+    println!("\n== forward NTT, natural order in and out (median ms)");
+    for (si, &log_n) in sizes.iter().enumerate() {
+        let n = 1usize << log_n;
+        let x = random(seed.next_u64(), n);
+        let mut pristine = dev.alloc::<Scalar>(n)?;
+        pristine.copy_from_host(&x)?;
+        let mut buf = dev.alloc::<Scalar>(n)?;
+        let bytes = n * 32;
+        let mut first: Option<Vec<Scalar>> = None;
+        if log_n <= 20 {
+            let mut want = x.clone();
+            cpu::ntt(&mut want, NttKind::Forward, log_n)?;
+            first = Some(want);
+        }
+        drop(x);
+        for (vi, v) in NttVariant::ALL.into_iter().enumerate() {
+            ntt.set_variant(v)?;
+            d2d(dev, buf.device_ptr(), pristine.device_ptr(), bytes)?;
+            ntt.run(&mut buf, NttKind::Forward, log_n)?;
+            let got = buf.to_vec()?;
+            let same = match &first {
+                Some(w) => got == *w,
+                None => {
+                    first = Some(got);
+                    true
+                }
+            };
+            if !same {
+                println!("  {} 2^{log_n}: MISMATCH", variant_name(v));
+            }
+            ok &= same;
+            let reps = if log_n >= 27 { 5 } else { 9 };
+            let ms = time_ms(dev, reps, || {
+                ntt.run(&mut buf, NttKind::Forward, log_n)?;
+                Ok(())
+            })?;
+            ntt_ms[vi][si] = ms;
+            // Each launch alone at 2^24: passes and bit reversal.
+            let mut launches = Vec::new();
+            if log_n == 24 {
+                let steps = plan::ntt_steps_max(NttKind::Forward, log_n, 1, v.max_stages());
+                for step in &steps {
+                    let t = time_ms(dev, 5, || ntt_step(&mut ntt, step, buf.device_ptr()))?;
+                    launches.push(format!("{} {t:.3}", step_name(step)));
+                }
+            }
+            println!(
+                "  2^{log_n} {:<30} {ms:>8.3} ms  {} {}",
+                variant_name(v),
+                if same { "" } else { "MISMATCH" },
+                launches.join(" | ")
+            );
+            report.push(json!({"bench": "ntt_quick", "variant": variant_name(v), "log_n": log_n, "ms": ms, "same_result": same, "launches": launches}));
+        }
+        drop((buf, pristine));
+        ntt.release_tables();
+    }
+    drop(ntt);
+
+    // H on the device at 2^22 and 2^24 (inputs copied from pristine device buffers; every
+    // variant's result compared with the first's, and with the CPU at 2^22).
+    let h_sizes = [22u32, 24];
+    let mut h_ms = vec![vec![f64::NAN; h_sizes.len()]; NttVariant::ALL.len()];
+    println!("\n== Groth16 H on the device (median ms)");
+    let mut hp = HPoly::new(dev)?;
+    for (si, &log_n) in h_sizes.iter().enumerate() {
+        let n = 1usize << log_n;
+        let inputs: Vec<Vec<Scalar>> = (0..3).map(|_| random(seed.next_u64(), n)).collect();
+        let mut pristine = Vec::new();
+        for x in &inputs {
+            let mut b = dev.alloc::<Scalar>(n)?;
+            b.copy_from_host(x)?;
+            pristine.push(b);
+        }
+        let mut first: Option<Vec<Scalar>> = None;
+        if log_n <= 22 {
+            first = Some(cpu::h_poly(&inputs[0], &inputs[1], &inputs[2])?);
+        }
+        drop(inputs);
+        let fresh = || -> Res<[gpud_cuda::DeviceBuffer<'_, Scalar>; 3]> {
+            let mut out = Vec::new();
+            for p in &pristine {
+                let b = dev.alloc::<Scalar>(n)?;
+                d2d(dev, b.device_ptr(), p.device_ptr(), n * 32)?;
+                out.push(b);
+            }
+            let c = out.pop().ok_or("c")?;
+            let b = out.pop().ok_or("b")?;
+            let a = out.pop().ok_or("a")?;
+            Ok([a, b, c])
+        };
+        for (vi, v) in NttVariant::ALL.into_iter().enumerate() {
+            hp.engine().set_variant(v)?;
+            let [a, b, c] = fresh()?;
+            let out = hp.compute_on_device(a, b, c)?;
+            let got = out.buffer().to_vec()?;
+            drop(out);
+            let same = match &first {
+                Some(w) => got == *w,
+                None => {
+                    first = Some(got);
+                    true
+                }
+            };
+            ok &= same;
+            let mut times = Vec::new();
+            for _ in 0..5 {
+                let [a, b, c] = fresh()?;
+                let (e0, e1) = (event(dev)?, event(dev)?);
+                e0.record(dev.stream())?;
+                let out = hp.compute_on_device(a, b, c)?;
+                e1.record(dev.stream())?;
+                e1.synchronize()?;
+                times.push(e0.elapsed_ms(&e1)? as f64);
+                drop(out);
+            }
+            let ms = median(times);
+            h_ms[vi][si] = ms;
+            println!(
+                "  H 2^{log_n} {:<30} {ms:>8.3} ms  {}",
+                variant_name(v),
+                if same { "" } else { "MISMATCH" }
+            );
+            report.push(json!({"bench": "h_quick", "variant": variant_name(v), "log_n": log_n, "ms": ms, "same_result": same}));
+        }
+        drop(pristine);
+        hp.engine().release_tables();
+    }
+    drop(hp);
+
+    println!("\n== NTT variants (ms; targets: NTT 2^24 <= 3, NTT 2^27 <= 40, H 2^24 <= 30)");
+    println!(
+        "{:<30} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "variant", "ntt 2^20", "ntt 2^24", "ntt 2^27", "H 2^22", "H 2^24"
+    );
+    for (vi, v) in NttVariant::ALL.into_iter().enumerate() {
+        println!(
+            "{:<30} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+            variant_name(v),
+            ntt_ms[vi][0],
+            ntt_ms[vi][1],
+            ntt_ms[vi][2],
+            h_ms[vi][0],
+            h_ms[vi][1]
+        );
+    }
+    println!(
+        "Fr products: first version {:.1} G/s, current {:.1} G/s; copy {:.0} GB/s; checks {}",
+        muls_v0 / 1e9,
+        muls / 1e9,
+        copy_bw / 1e9,
+        if ok { "ok" } else { "FAILED" }
+    );
+    Ok(ok)
+}
+
 fn step_name(s: &Step) -> String {
     match s {
         Step::Pass { params, .. } => format!("pass k={} S=2^{}", params.k, params.log_stride),
@@ -494,6 +770,9 @@ fn run() -> Res<bool> {
     }
     if args.bench {
         bench(&dev, args.max_log, &mut rng, &mut report)?;
+    }
+    if args.quick {
+        ok &= quick(&dev, &mut rng, &mut report)?;
     }
     let token = lease.compute_token().ok_or("no compute token")?;
     let closed = dev.close(&token)?;

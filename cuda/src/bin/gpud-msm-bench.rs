@@ -16,6 +16,10 @@
 //!   checked against the CPU one (above the CPU limit: against the sum of the two halves'
 //!   MSMs, on the GPU). Then, at 2^sweep-log (default 24), every window size 15..=20 with both
 //!   kernel builds.
+//! --bench --quick: the key sizes only, about a minute: 2^20, 2^22, 2^24, random and witness
+//!   scalars, end to end with the pipelined upload (the default) and with the first version's
+//!   upload-then-convert, scalars on the device with phases, every kernel build at 2^24; results
+//!   compared with each other and with blstrs at 2^20 and 2^22 (random); one table at the end.
 //! Prints tables; writes everything as JSON to --json.
 
 use std::time::Instant;
@@ -564,6 +568,152 @@ fn run_bench(
     }
 }
 
+/// The key sizes (`--bench --quick`): end to end (pipelined and plain upload), device-resident
+/// with phases, every build at 2^24; all results compared.
+fn run_quick_bench(ctx: &mut Ctx<'_>, report: &mut Value) -> Res<()> {
+    println!("== MSM key sizes (median of timed runs after a warm-up)");
+    let mut table = Vec::new();
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for log in [20u32, 22, 24] {
+        let n = 1usize << log;
+        if n > ctx.bases_host.len() {
+            break;
+        }
+        for kind in [Kind::Random, Kind::Witness] {
+            let s = scalars(kind, n);
+            let plan = ctx.engine.plan(n)?;
+            let reps = if log <= 22 { 5 } else { 3 };
+            let mut piped = G1Projective::identity();
+            ctx.engine.set_pipelined_upload(true);
+            let e2e = time_runs(reps, || {
+                piped = ctx.engine.msm(&ctx.bases, &s)?;
+                Ok(())
+            })?;
+            ctx.engine.set_pipelined_upload(false);
+            let mut plain = G1Projective::identity();
+            let e2e_plain = time_runs(reps, || {
+                plain = ctx.engine.msm(&ctx.bases, &s)?;
+                Ok(())
+            })?;
+            ctx.engine.set_pipelined_upload(true);
+            let mut dev_s = ctx.dev.alloc::<Scalar>(n)?;
+            dev_s.copy_from_host(&s)?;
+            let mut phases = Vec::new();
+            let mut resident = G1Projective::identity();
+            let dev_ms = time_runs(reps, || {
+                let (p, ph) = ctx.engine.msm_device_profiled(&ctx.bases, &dev_s, &plan)?;
+                resident = p;
+                phases.push(ph);
+                Ok(())
+            })?;
+            let ph = phases[phases.len() / 2];
+            let mut check = if piped == plain && plain == resident {
+                "paths agree"
+            } else {
+                "MISMATCH between paths"
+            };
+            if log <= 22 && kind == Kind::Random && check == "paths agree" {
+                let want = cpu_msm(&ctx.bases_host[..n], &s);
+                check = if want == piped {
+                    "= blstrs"
+                } else {
+                    "MISMATCH blstrs"
+                };
+            }
+            // Every build at 2^24, random scalars, on the device.
+            let mut builds = Vec::new();
+            if log == 24 && kind == Kind::Random {
+                for engine in ctx.others.iter() {
+                    let mut got = G1Projective::identity();
+                    let t = time_runs(reps, || {
+                        got = engine.msm_device(&ctx.bases, &dev_s)?;
+                        Ok(())
+                    })?;
+                    if got != resident {
+                        check = "MISMATCH between builds";
+                    }
+                    builds.push(format!("{:?} {t:.2}", engine.variant()));
+                    rows.push(json!({"log_n": log, "kind": kind.name(), "build": format!("{:?}", engine.variant()), "gpu_device_ms": t}));
+                }
+            }
+            drop(dev_s);
+            if check.starts_with("MISMATCH") {
+                failures.push(format!("2^{log} {}", kind.name()));
+            }
+            table.push(format!(
+                "2^{:<3} {:<8} c={:<3} {:>9.2} {:>9.2} {:>9.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2}  {} {}",
+                log,
+                kind.name(),
+                plan.window_bits,
+                e2e,
+                e2e_plain,
+                dev_ms,
+                ph.sort_ms,
+                ph.accumulate_ms,
+                ph.combine_ms,
+                ph.reduce_ms,
+                check,
+                builds.join(", ")
+            ));
+            println!("{}", table.last().map(String::as_str).unwrap_or(""));
+            rows.push(json!({
+                "log_n": log, "kind": kind.name(), "window_bits": plan.window_bits,
+                "gpu_e2e_ms": e2e, "gpu_e2e_plain_upload_ms": e2e_plain, "gpu_device_ms": dev_ms,
+                "phases_ms": { "sort": ph.sort_ms, "accumulate": ph.accumulate_ms,
+                               "combine": ph.combine_ms, "reduce": ph.reduce_ms },
+                "check": check,
+            }));
+        }
+    }
+    // The pipelined upload with a partial last chunk, from pageable and from page-locked memory.
+    let n = 3 * (1usize << 19) + 12_345;
+    if n <= ctx.bases_host.len() {
+        let s = scalars(Kind::Random, n);
+        let want = cpu_msm(&ctx.bases_host[..n], &s);
+        let pageable = ctx.engine.msm(&ctx.bases, &s)?;
+        let mut pinned = gpud_cuda::PinnedBuffer::<Scalar>::zeroed(ctx.dev.device(), n)?;
+        pinned.copy_from_slice(&s);
+        let locked = ctx.engine.msm(&ctx.bases, &pinned)?;
+        let ok = pageable == want && locked == want;
+        println!(
+            "pipelined upload, n = {n}: from pageable memory {}, from page-locked memory {}",
+            if pageable == want {
+                "= blstrs"
+            } else {
+                "MISMATCH"
+            },
+            if locked == want {
+                "= blstrs"
+            } else {
+                "MISMATCH"
+            }
+        );
+        if !ok {
+            failures.push(format!("pipelined upload n = {n}"));
+        }
+        rows.push(json!({"check": "pipelined_upload", "n": n, "ok": ok}));
+    }
+    println!(
+        "\n== MSM key sizes (ms; e2e = host scalars in, point out, pipelined upload; plain = the \
+         first version's upload then convert; dev = scalars already on the GPU; targets 2^24 dev \
+         <= 150 then <= 100)"
+    );
+    println!(
+        "{:<5} {:<8} {:<5} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7}  check, other builds (dev ms)",
+        "n", "scalars", "c", "e2e", "plain", "dev", "sort", "accum", "combine", "reduce"
+    );
+    for l in &table {
+        println!("{l}");
+    }
+    report["quick_bench"] = json!({ "rows": rows });
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("quick bench results wrong: {failures:?}").into())
+    }
+}
+
 fn main() -> Res<()> {
     let args = parse_args()?;
     let info = driver::list_devices()?
@@ -581,8 +731,11 @@ fn main() -> Res<()> {
         .max_log
         .unwrap_or(if args.bench { 26 } else { 24 })
         .min(26);
+    let quick_bench = args.quick && args.bench;
     let max_log = if args.quick { max_log.min(12) } else { max_log };
-    let need_log = if args.bench {
+    let need_log = if quick_bench {
+        24
+    } else if args.bench {
         max_log.max(args.sweep_log)
     } else {
         max_log
@@ -629,7 +782,9 @@ fn main() -> Res<()> {
         ctx.engine.set_poison(false);
         ctx.others.iter_mut().for_each(|e| e.set_poison(false));
     }
-    if args.bench && result.is_ok() {
+    if quick_bench && result.is_ok() {
+        result = run_quick_bench(&mut ctx, &mut report);
+    } else if args.bench && result.is_ok() {
         result = run_bench(
             &ctx,
             args.min_log,
