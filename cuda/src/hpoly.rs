@@ -77,7 +77,43 @@ pub fn domain_log_n(len: usize) -> Result<u32> {
     Ok(log_n)
 }
 
+/// What [`HPoly::compute`] charges a lease at its peak for inputs of `len` evaluations: the
+/// three padded buffers and every table the launch plan reads (each allocation rounded up as
+/// the allocator charges it, [`crate::ledger::charge_for`]). After `compute` returns, b and c are
+/// freed; [`HPoly::release_tables`] frees the tables.
+pub fn charged_bytes(len: usize) -> Result<u64> {
+    use crate::ledger::charge_for;
+    use crate::ntt::plan::TableKey;
+    let log_n = domain_log_n(len)?;
+    let n = 1u64 << log_n;
+    let mut steps: Vec<Step> = (0..3).flat_map(|r| plan::h_input_steps(log_n, r)).collect();
+    steps.extend(plan::h_tail_steps(log_n, 0, 1, 2));
+    let mut tables = plan::tables_used(&steps);
+    // A twiddle table is expanded on the device from a power table, which stays cached.
+    for key in tables.clone() {
+        if let TableKey::Twiddles { log_n } = key {
+            let source = crate::ntt::tables::twiddle_source(log_n);
+            if !tables.contains(&source) {
+                tables.push(source);
+            }
+        }
+    }
+    let table_bytes: u64 = tables
+        .iter()
+        .map(|key| match *key {
+            TableKey::Twiddles { log_n } => charge_for(32 << (log_n - 1)),
+            TableKey::Powers { .. } => charge_for(32 * crate::ntt::tables::POW_TABLE_LEN as u64),
+        })
+        .sum();
+    Ok(3 * charge_for(32 * n) + table_bytes)
+}
+
 impl<'d> HPoly<'d> {
+    /// Frees the NTT tables (twiddles, power tables); they are rebuilt on the next call.
+    pub fn release_tables(&mut self) {
+        self.engine.release_tables();
+    }
+
     /// Loads the kernels and creates the copy stream; every buffer is charged to `dev`.
     pub fn new(dev: &'d Arena<'d>) -> Result<Self> {
         let engine = NttEngine::new(dev)?;

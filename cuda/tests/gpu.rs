@@ -243,3 +243,29 @@ fn arenas_of_one_device_have_separate_budgets_and_close_under_any_compute_token_
     let token = phase_lease.compute_token().unwrap();
     assert_eq!(resident.close(&token).unwrap().reserved, 0);
 }
+
+#[test]
+#[ignore = "needs a GPU"]
+fn h_fits_in_exactly_its_charged_bytes() {
+    let info = driver::list_devices().unwrap().remove(0);
+    let device = Device::open(&info.uuid).unwrap();
+    let mut rng = fresh_rng();
+    for len in [2usize, 5, 1000, (1 << 16) - 3, 1 << 18] {
+        let need = gpud_cuda::hpoly::charged_bytes(len).unwrap();
+        let lease = ExclusiveDevice::claim(info.uuid.clone(), info.ordinal as u32, need);
+        let arena = device.reserve(&lease).unwrap();
+        let mut h = HPoly::new(&arena).unwrap();
+        let (a, b, c) = (
+            random(&mut rng, len),
+            random(&mut rng, len),
+            random(&mut rng, len),
+        );
+        let out = h.compute(&a, &b, &c).unwrap();
+        let mut got = vec![Scalar::ZERO; len.next_power_of_two()];
+        out.download_into(&mut got).unwrap();
+        assert!(got == cpu::h_poly(&a, &b, &c).unwrap(), "len {len}");
+        assert!(arena.ledger().peak <= need, "len {len}");
+        drop((out, h));
+        arena.close(&lease.compute_token().unwrap()).unwrap();
+    }
+}

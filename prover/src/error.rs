@@ -97,6 +97,13 @@ pub enum ProverError {
         /// What failed.
         message: String,
     },
+    /// The CUDA layer failed (no driver, a device not found, an allocation past the lease,
+    /// a driver call).
+    #[error("CUDA: {0}")]
+    Cuda(#[from] gpud_cuda::Error),
+    /// A GPU multi-scalar multiplication failed.
+    #[error("GPU MSM: {0}")]
+    Msm(#[from] gpud_cuda::msm::MsmError),
     /// A freshly made proof did not pass bellperson's verifier.
     #[error("proof did not verify")]
     VerificationFailed,

@@ -9,13 +9,15 @@ use serde::Serialize;
 
 use crate::error::{ProverError, Result};
 
-/// What the GPU phase of one partition asks for.
+/// What the GPU phase of one partition (or a prover's resident bases) asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LeaseRequest {
     /// Device memory, from [`crate::vram::estimate`].
     pub vram_bytes: u64,
-    /// Whether the compute slot is needed (always, for a GPU phase).
+    /// Whether the compute slot is needed (always, for a GPU phase; never for resident data).
     pub compute: bool,
+    /// The device (UUID) the lease must be on, e.g. where the resident bases are; `None`: any.
+    pub device: Option<String>,
     /// Priority class name (`critical`, `high`, `normal`, `background`).
     pub class: String,
     /// A label for `gpudctl leases`.
@@ -36,17 +38,40 @@ pub trait Leaser {
 
 /// An in-process stand-in for gpud: one compute slot shared by this process's pipelines, and
 /// no VRAM accounting. For runs without a daemon; it cannot coordinate processes.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct LocalLeaser {
     slot: Arc<(Mutex<bool>, Condvar)>,
     next_id: Arc<AtomicUsize>,
+    device_uuid: String,
+    device_index: u32,
 }
 
-/// A lease from [`LocalLeaser`]; frees the slot when dropped.
+impl Default for LocalLeaser {
+    /// Leases on a device named `local` (the CPU engine ignores the device).
+    fn default() -> Self {
+        Self::on_device("local", 0)
+    }
+}
+
+impl LocalLeaser {
+    /// Leases on the device with this UUID (as the CUDA engine needs: it opens the device a
+    /// lease names).
+    pub fn on_device(uuid: impl Into<String>, index: u32) -> Self {
+        Self {
+            slot: Arc::default(),
+            next_id: Arc::default(),
+            device_uuid: uuid.into(),
+            device_index: index,
+        }
+    }
+}
+
+/// A lease from [`LocalLeaser`]; frees the compute slot (if it holds it) when dropped.
 #[derive(Debug)]
 pub struct LocalLease {
     device: ExclusiveDevice,
     id: LeaseId,
+    compute: bool,
     slot: Arc<(Mutex<bool>, Condvar)>,
 }
 
@@ -54,15 +79,22 @@ impl Leaser for LocalLeaser {
     type Lease = LocalLease;
 
     fn acquire(&self, request: &LeaseRequest) -> Result<LocalLease> {
-        let (lock, cv) = &*self.slot;
-        let mut busy = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while *busy {
-            busy = cv.wait(busy).unwrap_or_else(|e| e.into_inner());
+        if request.compute {
+            let (lock, cv) = &*self.slot;
+            let mut busy = lock.lock().unwrap_or_else(|e| e.into_inner());
+            while *busy {
+                busy = cv.wait(busy).unwrap_or_else(|e| e.into_inner());
+            }
+            *busy = true;
         }
-        *busy = true;
         Ok(LocalLease {
-            device: ExclusiveDevice::claim("local", 0, request.vram_bytes),
+            device: ExclusiveDevice::claim(
+                self.device_uuid.clone(),
+                self.device_index,
+                request.vram_bytes,
+            ),
             id: self.next_id.fetch_add(1, Ordering::Relaxed) as LeaseId + 1,
+            compute: request.compute,
             slot: self.slot.clone(),
         })
     }
@@ -70,9 +102,11 @@ impl Leaser for LocalLeaser {
 
 impl Drop for LocalLease {
     fn drop(&mut self) {
-        let (lock, cv) = &*self.slot;
-        *lock.lock().unwrap_or_else(|e| e.into_inner()) = false;
-        cv.notify_one();
+        if self.compute {
+            let (lock, cv) = &*self.slot;
+            *lock.lock().unwrap_or_else(|e| e.into_inner()) = false;
+            cv.notify_one();
+        }
     }
 }
 
@@ -90,7 +124,11 @@ impl Reservation for LocalLease {
         self.device.vram_bytes()
     }
     fn compute_token(&self) -> Option<ComputeToken<'_>> {
-        self.device.compute_token()
+        if self.compute {
+            self.device.compute_token()
+        } else {
+            None
+        }
     }
 }
 
@@ -130,11 +168,14 @@ impl Leaser for GpudLeaser {
             .class
             .parse::<gpud_client::Class>()
             .map_err(|e| ProverError::Lease(e.to_string()))?;
-        let req = gpud_client::LeaseRequest::new()
+        let mut req = gpud_client::LeaseRequest::new()
             .vram(request.vram_bytes)
             .with_compute(request.compute)
             .class(class)
             .label(request.label.clone());
+        if let Some(uuid) = &request.device {
+            req = req.device(gpud_client::Placement::Uuid(uuid.clone()));
+        }
         self.client
             .acquire(&req)
             .map_err(|e| ProverError::Lease(e.to_string()))

@@ -14,6 +14,12 @@
 //! (G2 MSM, assembly, verification) runs while partition `i+1` holds the device: the "single
 //! lock" design that kept a SupraSeal C2 GPU 85–91 % busy. Leases come through the
 //! [`Leaser`] seam (see [`crate::lease`]).
+//!
+//! An engine that keeps the proving key's bases on the device ([`Engine::resident_bytes`] > 0)
+//! gets one more, long-lived lease: VRAM only, acquired before the first partition and held
+//! for the whole run; every partition lease then asks for that device and only the working
+//! memory ([`crate::vram`]). At the end the resident memory is trimmed and checked under a
+//! short compute lease of that device, and the resident lease is released.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,7 +34,7 @@ use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 
 use crate::circuits::CircuitSpec;
-use crate::engine::Engine;
+use crate::engine::{Engine, PhaseTimings};
 use crate::error::{ProverError, Result};
 use crate::lease::{LeaseRequest, Leaser};
 use crate::params::ProvingKey;
@@ -93,6 +99,8 @@ pub struct PartitionRecord {
     pub device_uuid: String,
     /// Whether bellperson's verifier accepted the proof.
     pub verified: bool,
+    /// The engine's split of the GPU phase.
+    pub stages: PhaseTimings,
 }
 
 impl PartitionRecord {
@@ -154,8 +162,10 @@ pub struct PipelineReport {
     pub partitions: usize,
     /// Engine that ran the GPU phase.
     pub engine: String,
-    /// VRAM each lease reserved.
+    /// VRAM each partition's lease reserved.
     pub vram_bytes: u64,
+    /// VRAM of the long-lived lease holding the resident bases (0: none).
+    pub resident_vram_bytes: u64,
     /// Wall-clock seconds of the run.
     pub wall: f64,
     /// Synthesis per partition.
@@ -258,7 +268,7 @@ pub fn run<E: Engine, L: Leaser>(
         first_error: Mutex::new(None),
     };
     let mut records = Vec::with_capacity(jobs);
-    let mut vram = 0u64;
+    let mut vram = (0u64, 0u64);
 
     std::thread::scope(|scope| {
         // Bounded queues: at most `workers` synthesized partitions wait for the GPU, and one
@@ -293,7 +303,7 @@ pub fn run<E: Engine, L: Leaser>(
     {
         return Err(e);
     }
-    Ok(report(engine, cfg, vram, wall, records))
+    Ok(report(engine, cfg, vram.0, vram.1, wall, records))
 }
 
 fn synthesis_worker(run: &Run<'_>, tx: &SyncSender<SynthDone>) {
@@ -325,10 +335,69 @@ fn synthesis_worker(run: &Run<'_>, tx: &SyncSender<SynthDone>) {
     }
 }
 
+/// The GPU-phase thread. Returns the VRAM of the partition leases and of the resident lease.
 fn gpu_worker<E: Engine, L: Leaser>(
     run: &Run<'_>,
     engine: &E,
     leaser: &L,
+    rx: Receiver<SynthDone>,
+    tx: SyncSender<GpuDone>,
+) -> (u64, u64) {
+    let (key, cfg) = (run.key, run.cfg);
+    // Resident bases: one VRAM-only lease for the whole run, on the device that every partition
+    // lease then asks for.
+    let resident_bytes = engine.resident_bytes(key);
+    let resident = if resident_bytes > 0 {
+        let request = LeaseRequest {
+            vram_bytes: resident_bytes,
+            compute: false,
+            device: None,
+            class: cfg.class.clone(),
+            label: format!("{} {} resident bases", cfg.label, cfg.spec),
+        };
+        let loaded = leaser.acquire(&request).and_then(|lease| {
+            engine.load_resident(key, &lease)?;
+            Ok(lease)
+        });
+        match loaded {
+            Ok(lease) => Some(lease),
+            Err(e) => {
+                run.fail(e);
+                return (0, 0);
+            }
+        }
+    } else {
+        None
+    };
+    let vram = phases(run, engine, leaser, resident.as_ref(), rx, tx);
+    if let Some(lease) = resident {
+        // The resident arena is trimmed and checked under a compute lease of its device, then
+        // its lease is released.
+        let request = LeaseRequest {
+            vram_bytes: 0,
+            compute: true,
+            device: Some(lease.device_uuid().to_owned()),
+            class: cfg.class.clone(),
+            label: format!("{} {} releasing resident bases", cfg.label, cfg.spec),
+        };
+        let unloaded = match leaser.acquire(&request) {
+            Ok(closer) => engine.unload_resident(key, Some(&closer)),
+            Err(e) => engine.unload_resident(key, None).and(Err(e)),
+        };
+        drop(lease);
+        if let Err(e) = unloaded {
+            run.fail(e);
+        }
+    }
+    (vram, resident_bytes)
+}
+
+/// The partitions' GPU phases, each under its own {VRAM + compute} lease.
+fn phases<E: Engine, L: Leaser>(
+    run: &Run<'_>,
+    engine: &E,
+    leaser: &L,
+    resident: Option<&L::Lease>,
     rx: Receiver<SynthDone>,
     tx: SyncSender<GpuDone>,
 ) -> u64 {
@@ -342,6 +411,7 @@ fn gpu_worker<E: Engine, L: Leaser>(
         let request = LeaseRequest {
             vram_bytes: engine.vram_bytes(key, item.syn.log_domain()),
             compute: true,
+            device: resident.map(|l| l.device_uuid().to_owned()),
             class: cfg.class.clone(),
             label: format!(
                 "{} {} proof {} partition {}",
@@ -368,6 +438,10 @@ fn gpu_worker<E: Engine, L: Leaser>(
                 Err(ProverError::Lease(format!(
                     "lease {lease_id} was revoked during the GPU phase"
                 )))
+            } else if resident.is_some_and(|r| leaser.lost(r)) {
+                Err(ProverError::Lease(
+                    "the resident bases' lease was revoked".into(),
+                ))
             } else {
                 Ok(out)
             }
@@ -416,6 +490,7 @@ fn tail_worker(
         let mut rng = ChaCha20Rng::seed_from_u64(cfg.seed ^ (done.job as u64).rotate_left(32));
         let (r, s) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
         let inputs = done.out.public_inputs().to_vec();
+        let stages = done.out.timings;
         let verified = prove::cpu_tail(key, done.out, r, s).and_then(|p| key.verify(&p, &inputs));
         let verified = match verified {
             Ok(v) => v,
@@ -444,6 +519,7 @@ fn tail_worker(
             lease_id: done.lease_id,
             device_uuid: done.device_uuid,
             verified,
+            stages,
         };
         progress(&record);
         records.push(record);
@@ -455,6 +531,7 @@ fn report<E: Engine>(
     engine: &E,
     cfg: &PipelineConfig,
     vram: u64,
+    resident_vram: u64,
     wall: f64,
     records: Vec<PartitionRecord>,
 ) -> PipelineReport {
@@ -466,6 +543,7 @@ fn report<E: Engine>(
         partitions: cfg.partitions,
         engine: engine.name().to_owned(),
         vram_bytes: vram,
+        resident_vram_bytes: resident_vram,
         wall,
         synthesis: StageStats::of(records.iter().map(PartitionRecord::synthesis)),
         lease_wait: StageStats::of(records.iter().map(PartitionRecord::lease_wait)),

@@ -16,7 +16,7 @@ use gpud_client::Reservation;
 use group::Curve;
 use group::prime::PrimeCurveAffine;
 
-use crate::engine::{Engine, G1Scalars, G1Sums};
+use crate::engine::{Engine, G1Scalars, G1Sums, PhaseInput, PhaseTimings};
 use crate::error::Result;
 use crate::fft::Domain;
 use crate::msm;
@@ -66,8 +66,10 @@ pub struct GpuPhaseOutput {
     pub g1: G1Sums,
     /// Seconds computing H.
     pub h_secs: f64,
-    /// Seconds in the G1 MSMs.
+    /// Seconds in the G1 MSMs (with bases uploads and the final synchronize and trim).
     pub msm_secs: f64,
+    /// The engine's own split of the phase.
+    pub timings: PhaseTimings,
     input: Vec<Scalar>,
     aux: Vec<Scalar>,
     b_input_density: Density,
@@ -82,7 +84,7 @@ impl GpuPhaseOutput {
     }
 }
 
-/// The work that runs under the lease: H (seven FFTs) and the G1 MSMs.
+/// The work that runs under the lease: H (seven FFTs) and the G1 MSMs, in one engine call.
 pub fn gpu_phase<E: Engine + ?Sized>(
     engine: &E,
     lease: &dyn Reservation,
@@ -102,25 +104,29 @@ pub fn gpu_phase<E: Engine + ?Sized>(
         ..
     } = cs;
     let start = Instant::now();
-    let h = engine.compute_h(lease, key, &domain, a, b, c)?;
-    let h_secs = start.elapsed().as_secs_f64();
-    let g1 = engine.g1_msms(
+    let out = engine.gpu_phase(
         lease,
         key,
-        h,
-        G1Scalars {
-            input: &input,
-            aux: &aux,
-            a_aux_density: &a_aux_density,
-            b_input_density: &b_input_density,
-            b_aux_density: &b_aux_density,
+        PhaseInput {
+            domain: &domain,
+            a,
+            b,
+            c,
+            scalars: G1Scalars {
+                input: &input,
+                aux: &aux,
+                a_aux_density: &a_aux_density,
+                b_input_density: &b_input_density,
+                b_aux_density: &b_aux_density,
+            },
         },
     )?;
-    let msm_secs = start.elapsed().as_secs_f64() - h_secs;
+    let total = start.elapsed().as_secs_f64();
     Ok(GpuPhaseOutput {
-        g1,
-        h_secs,
-        msm_secs,
+        g1: out.sums,
+        h_secs: out.timings.h,
+        msm_secs: total - out.timings.h,
+        timings: out.timings,
         public_inputs: input[1..].to_vec(),
         input,
         aux,

@@ -1,22 +1,40 @@
-//! How much device memory a proof needs: the VRAM a lease asks gpud for.
+//! How much device memory a proof needs: the VRAM the leases ask gpud for.
 //!
-//! The formula counts the buffers a GPU engine allocates for one proof over a domain of
-//! `m = 2^k` points (Fr elements are 32 bytes, affine G1 points 96, projective G1 buckets 144):
+//! The numbers are what the CUDA engine's allocations *charge* (each allocation rounded up to
+//! the allocator's 2 MiB pages, [`gpud_cuda::ledger::charge_for`]), computed from the same plans
+//! the engine runs ([`gpud_cuda::hpoly::charged_bytes`], [`MsmPlan::temp_bytes`]), so a lease
+//! of the estimate always holds the phase. They split in two:
 //!
-//! | buffer | bytes |
+//! **Resident** (one VRAM-only lease per prover process and key, held across partitions):
+//!
+//! | buffer | charge |
 //! |---|---|
-//! | `a`, `b`, `c` for the NTTs (h overwrites `a`) | `3 · 32 · m` |
-//! | twiddle table (`ω^j`, `j < m/2`) | `32 · m/2` |
-//! | resident G1 bases: H, L, A, B_G1 queries | `96 · (|H| + |L| + |A| + |B_G1|)` |
-//! | MSM scalars (largest MSM: H or L) | `32 · max(|H|, |L|)` |
-//! | MSM digits and sort keys (`w` windows, 8 bytes per point and window) | `8 · w · max(|H|, |L|)` |
-//! | MSM buckets (`w` windows of `2^(c−1)` signed-digit buckets) | `144 · w · 2^(c−1)` |
+//! | G1 bases of the H, L, A and B_G1 queries (96 B per affine point), one allocation each | `Σ_Q ⌈96·|Q|⌉₂ₘ` |
 //!
-//! with the window `c = clamp(log2(max(|H|, |L|)) − 3, 8, 16)` and `w = ⌈255 / c⌉`. The G2
-//! query for B stays on the host (it is the CPU tail). The peak is the sum: the NTT buffers are
-//! still allocated while the first MSM runs, as in the measured SupraSeal C2 profile.
+//! **Working** (each partition's {VRAM + compute} lease; steps run one after the other, so
+//! the lease is the largest step):
+//!
+//! | step | charge |
+//! |---|---|
+//! | H polynomial: `a`, `b`, `c` padded to `m = 2^k`, twiddles (`ω^j`, `j < m/2`) and the power tables of the coset and scaling factors | `3·⌈32·m⌉₂ₘ + ⌈16·m⌉₂ₘ + tables` |
+//! | H MSM: `h` stays on the device (`m` scalars) + the MSM's temporaries for `m − 1` points | `⌈32·m⌉₂ₘ + T(m − 1)` |
+//! | L, A, B_G1 MSMs: the query's scalars + temporaries | `max_Q ⌈32·|Q|⌉₂ₘ + T(|Q|)` |
+//!
+//! where `T(n)` is [`MsmPlan::temp_bytes`] (sorted entries `8·W·n` bytes dominate, `W` windows
+//! of the plan's `c` bits; buckets `192·W·2^(c−1)`), and `⌈x⌉₂ₘ` rounds up to 2 MiB. Without
+//! resident bases (`--resident-bases false`) each MSM step also holds its query's bases
+//! (uploaded for that MSM and freed after it), and there is no resident lease.
+//!
+//! The G2 query for B stays on the host (it is the CPU tail). The MSM temporaries depend a
+//! little on the GPU's multiprocessor count (thread counts of the passes);
+//! [`estimate`] assumes an H200's 132, [`estimate_for`] takes the device's.
 
+use gpud_cuda::ledger::charge_for;
+use gpud_cuda::msm::plan::MsmPlan;
 use serde::Serialize;
+
+/// Multiprocessors assumed when the device is not known (an H200).
+pub const DEFAULT_MULTIPROCESSORS: u32 = 132;
 
 /// Sizes of the proving key's queries (number of points in each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -33,86 +51,154 @@ pub struct KeyShape {
     pub b_g2: usize,
 }
 
-/// The device buffers of one proof, in bytes.
+/// The device memory of one proof, in bytes charged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct VramEstimate {
-    /// `a`, `b`, `c` and the twiddle table.
-    pub ntt: u64,
-    /// The G1 bases a GPU engine keeps on the device.
-    pub bases: u64,
-    /// MSM scalars, digits, sort keys and buckets.
-    pub msm: u64,
+    /// The G1 bases (H, L, A, B_G1), kept resident under their own lease.
+    pub resident: u64,
+    /// Peak of the H polynomial step.
+    pub h_step: u64,
+    /// Peak of the MSM steps with the bases resident elsewhere.
+    pub msm_step: u64,
+    /// Peak of the MSM steps when each query's bases are uploaded for its MSM.
+    pub msm_step_with_bases: u64,
 }
 
 impl VramEstimate {
-    /// Everything a proof's GPU phase holds at its peak.
+    /// What a partition's phase lease needs when the bases are resident (`resident = true`)
+    /// or uploaded during the phase (`false`).
+    pub fn phase_lease(&self, resident: bool) -> u64 {
+        let msm = if resident {
+            self.msm_step
+        } else {
+            self.msm_step_with_bases
+        };
+        self.h_step.max(msm)
+    }
+
+    /// The working memory of a phase with resident bases.
+    pub fn working(&self) -> u64 {
+        self.phase_lease(true)
+    }
+
+    /// Both leases together (resident bases and one phase).
     pub fn total(&self) -> u64 {
-        self.ntt + self.bases + self.msm
+        self.resident + self.working()
     }
 }
 
 const FR: u64 = 32;
 const G1_AFFINE: u64 = 96;
-const G1_BUCKET: u64 = 144;
 
-/// The window size (bits) the formula assumes for an MSM over `n` points.
-pub fn msm_window(n: usize) -> u32 {
-    let log = usize::BITS - n.max(1).leading_zeros();
-    log.saturating_sub(3).clamp(8, 16)
+/// What an MSM's temporaries charge over `n` points (nothing for an empty MSM).
+fn msm_temps(n: usize, multiprocessors: u32) -> u64 {
+    if n == 0 {
+        return 0;
+    }
+    MsmPlan::new(n, multiprocessors).map_or(u64::MAX, |p| p.temp_bytes())
 }
 
-/// The VRAM a GPU engine needs for one proof with key `shape` over a domain of `2^log_domain`.
+/// What the bases of a query of `n` points charge (at least one element is allocated).
+pub fn bases_charge(n: usize) -> u64 {
+    charge_for(G1_AFFINE * n.max(1) as u64)
+}
+
+/// [`estimate_for`] on a GPU with [`DEFAULT_MULTIPROCESSORS`].
 pub fn estimate(shape: &KeyShape, log_domain: u32) -> VramEstimate {
-    let m = 1u64 << log_domain;
-    let ntt = 3 * FR * m + FR * (m / 2);
-    let bases = G1_AFFINE * (shape.h + shape.l + shape.a + shape.b_g1) as u64;
-    let n = shape.h.max(shape.l);
-    let c = msm_window(n);
-    let windows = u64::from(255_u32.div_ceil(c));
-    let msm = FR * n as u64 + 8 * windows * n as u64 + G1_BUCKET * windows * (1u64 << (c - 1));
-    VramEstimate { ntt, bases, msm }
+    estimate_for(shape, log_domain, DEFAULT_MULTIPROCESSORS)
+}
+
+/// The VRAM of one proof with key `shape` over a domain of `2^log_domain` on a GPU with
+/// `multiprocessors` SMs.
+pub fn estimate_for(shape: &KeyShape, log_domain: u32, multiprocessors: u32) -> VramEstimate {
+    let m = 1usize << log_domain;
+    let resident = [shape.h, shape.l, shape.a, shape.b_g1]
+        .into_iter()
+        .map(bases_charge)
+        .sum();
+    let h_step = gpud_cuda::hpoly::charged_bytes(m.max(2)).unwrap_or(u64::MAX);
+    let h_msm = charge_for(FR * m as u64).saturating_add(msm_temps(shape.h, multiprocessors));
+    let others = [shape.l, shape.a, shape.b_g1].map(|n| {
+        if n == 0 {
+            0
+        } else {
+            charge_for(FR * n as u64).saturating_add(msm_temps(n, multiprocessors))
+        }
+    });
+    let msm_step = others.into_iter().fold(h_msm, u64::max);
+    let with_bases = [shape.h, shape.l, shape.a, shape.b_g1]
+        .into_iter()
+        .zip([h_msm, others[0], others[1], others[2]])
+        .map(|(n, step)| {
+            if n == 0 {
+                step
+            } else {
+                step.saturating_add(bases_charge(n))
+            }
+        })
+        .fold(0, u64::max);
+    VramEstimate {
+        resident,
+        h_step,
+        msm_step,
+        msm_step_with_bases: with_bases,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn formula_at_2_20_matches_hand_computation() {
-        let m = 1usize << 20;
-        let shape = KeyShape {
+    const MIB: u64 = 1 << 20;
+
+    fn shape(m: usize) -> KeyShape {
+        KeyShape {
             h: m - 1,
             l: m,
             a: m,
             b_g1: m / 2,
             b_g2: m / 2,
-        };
-        let e = estimate(&shape, 20);
-        assert_eq!(e.ntt, 3 * 32 * (1 << 20) + 32 * (1 << 19));
-        assert_eq!(e.bases, 96 * (4 * (1u64 << 20) - 1 - (1 << 19)));
-        // n = 2^20 → c = 21 − 3 = 18, clamped to 16; w = 16.
-        assert_eq!(msm_window(m), 16);
-        assert_eq!(
-            e.msm,
-            32 * (1 << 20) + 8 * 16 * (1 << 20) + 144 * 16 * (1 << 15)
-        );
-        assert_eq!(e.total(), e.ntt + e.bases + e.msm);
-        // Four times the domain needs about four times the memory.
-        let big = KeyShape {
-            h: 4 * m - 1,
-            l: 4 * m,
-            a: 4 * m,
-            b_g1: 2 * m,
-            b_g2: 2 * m,
-        };
-        let ratio = estimate(&big, 22).total() as f64 / e.total() as f64;
-        assert!((3.5..4.2).contains(&ratio), "{ratio}");
+        }
     }
 
     #[test]
-    fn small_sizes_use_the_smallest_window() {
-        assert_eq!(msm_window(0), 8);
-        assert_eq!(msm_window(255), 8);
-        assert_eq!(msm_window(1 << 12), 10);
+    fn formula_at_2_20_matches_hand_computation() {
+        let m = 1usize << 20;
+        let e = estimate(&shape(m), 20);
+        // Bases: 96 B per point, each query one allocation in whole 2 MiB pages.
+        let page = |b: u64| b.div_ceil(2 * MIB) * 2 * MIB;
+        assert_eq!(
+            e.resident,
+            page(96 * (m as u64 - 1)) + 2 * page(96 * m as u64) + page(96 * m as u64 / 2)
+        );
+        // The H step: three 32 MiB buffers, a 16 MiB twiddle table and some power tables.
+        assert!(e.h_step >= 3 * 32 * MIB + 16 * MIB, "{}", e.h_step);
+        assert!(
+            e.h_step <= 3 * 32 * MIB + 16 * MIB + 16 * MIB,
+            "{}",
+            e.h_step
+        );
+        // The MSM step: scalars plus the plan's temporaries, the largest over the queries.
+        let l_plan = MsmPlan::new(m, DEFAULT_MULTIPROCESSORS).unwrap();
+        assert_eq!(e.msm_step, 32 * MIB + l_plan.temp_bytes());
+        assert_eq!(e.msm_step_with_bases, e.msm_step + 96 * MIB);
+        assert_eq!(e.phase_lease(true), e.h_step.max(e.msm_step));
+        assert_eq!(e.total(), e.resident + e.working());
+        // Four times the domain needs about four times the memory.
+        let ratio = estimate(&shape(4 * m), 22).total() as f64 / e.total() as f64;
+        assert!((3.0..4.3).contains(&ratio), "{ratio}");
+    }
+
+    #[test]
+    fn small_keys_still_count_whole_pages_per_allocation() {
+        let e = estimate(&shape(1 << 4), 4);
+        // Four queries of a few points each still take a page each.
+        assert_eq!(e.resident, 4 * 2 * MIB);
+        assert!(e.h_step >= 3 * 2 * MIB);
+        assert!(e.msm_step % (2 * MIB) == 0 && e.msm_step > 2 * MIB);
+        // More multiprocessors, more first-pass threads and slots: never less memory.
+        let big = estimate_for(&shape(1 << 16), 16, 264);
+        let small = estimate_for(&shape(1 << 16), 16, 66);
+        assert!(big.msm_step >= small.msm_step);
     }
 }

@@ -28,6 +28,7 @@ fn start_daemon(devices: &str) -> Daemon {
         config_path: None,
         socket: socket.clone(),
         backend: Box::new(backend),
+        state_dir: None,
     };
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -107,52 +107,29 @@ fn a_failing_partition_stops_the_pipeline_with_an_error() {
 /// An engine that checks it only ever runs under a lease holding the compute slot, and
 /// otherwise delegates to the CPU engine: what a GPU engine relies on.
 struct LeaseCheckingEngine {
-    calls: Mutex<Vec<(&'static str, u64, u64)>>,
+    calls: Mutex<Vec<(u64, u64)>>,
 }
 
 impl gpud_prover::Engine for LeaseCheckingEngine {
-    type H = Vec<blstrs::Scalar>;
-
     fn name(&self) -> &'static str {
         "checking"
     }
 
-    fn compute_h(
+    fn gpu_phase(
         &self,
         lease: &dyn gpud_client::Reservation,
         key: &gpud_prover::ProvingKey,
-        domain: &gpud_prover::fft::Domain,
-        a: Vec<blstrs::Scalar>,
-        b: Vec<blstrs::Scalar>,
-        c: Vec<blstrs::Scalar>,
-    ) -> gpud_prover::Result<Self::H> {
+        input: gpud_prover::engine::PhaseInput<'_>,
+    ) -> gpud_prover::Result<gpud_prover::engine::PhaseOutput> {
         assert!(
             lease.compute_token().is_some(),
-            "H computed without the compute slot"
+            "GPU phase without the compute slot"
         );
         self.calls
             .lock()
             .unwrap()
-            .push(("h", lease.lease_id(), lease.vram_bytes()));
-        CpuEngine.compute_h(lease, key, domain, a, b, c)
-    }
-
-    fn g1_msms(
-        &self,
-        lease: &dyn gpud_client::Reservation,
-        key: &gpud_prover::ProvingKey,
-        h: Self::H,
-        scalars: gpud_prover::engine::G1Scalars<'_>,
-    ) -> gpud_prover::Result<gpud_prover::engine::G1Sums> {
-        assert!(
-            lease.compute_token().is_some(),
-            "MSMs without the compute slot"
-        );
-        self.calls
-            .lock()
-            .unwrap()
-            .push(("msm", lease.lease_id(), lease.vram_bytes()));
-        CpuEngine.g1_msms(lease, key, h, scalars)
+            .push((lease.lease_id(), lease.vram_bytes()));
+        CpuEngine.gpu_phase(lease, key, input)
     }
 }
 
@@ -166,22 +143,111 @@ fn engines_run_only_under_the_partition_lease_with_the_formula_vram() {
     let report = pipeline::run(&engine, &LocalLeaser::default(), &key, &cfg, &|_| {}).unwrap();
     assert!(report.all_verified);
     assert_eq!(report.engine, "checking");
+    assert_eq!(report.resident_vram_bytes, 0);
     let calls = engine.calls.into_inner().unwrap();
-    assert_eq!(calls.len(), 6);
-    let expected_vram = gpud_prover::vram::estimate(&key.shape(), spec.log_size()).total();
+    assert_eq!(calls.len(), 3);
+    // Without resident bases, the phase lease is the formula's working memory with the bases.
+    let expected_vram =
+        gpud_prover::vram::estimate(&key.shape(), spec.log_size()).phase_lease(false);
     assert_eq!(report.vram_bytes, expected_vram);
-    // H then MSMs, each pair under one lease of the formula's size; a new lease per partition.
-    for pair in calls.chunks(2) {
-        assert_eq!(pair[0].0, "h");
-        assert_eq!(pair[1].0, "msm");
-        assert_eq!(pair[0].1, pair[1].1);
-        assert_eq!(pair[0].2, expected_vram);
+    // One lease of the formula's size per partition.
+    for call in &calls {
+        assert_eq!(call.1, expected_vram);
     }
-    let mut ids: Vec<u64> = calls.iter().map(|c| c.1).collect();
+    let mut ids: Vec<u64> = calls.iter().map(|c| c.0).collect();
     ids.dedup();
     assert_eq!(ids.len(), 3);
     // The default `vram_bytes` is the formula.
     assert_eq!(engine_vram(&CpuEngine, &key, 10), expected_vram);
+}
+
+/// An engine that keeps "resident" data under the long-lived lease and checks the pipeline's
+/// protocol: loaded once under a VRAM-only lease before any phase, every phase lease on that
+/// device with the working memory only, unloaded after under a compute lease of that device.
+#[derive(Default)]
+struct ResidentCheckingEngine {
+    events: Mutex<Vec<String>>,
+}
+
+impl gpud_prover::Engine for ResidentCheckingEngine {
+    fn name(&self) -> &'static str {
+        "resident-checking"
+    }
+
+    fn gpu_phase(
+        &self,
+        lease: &dyn gpud_client::Reservation,
+        key: &gpud_prover::ProvingKey,
+        input: gpud_prover::engine::PhaseInput<'_>,
+    ) -> gpud_prover::Result<gpud_prover::engine::PhaseOutput> {
+        assert!(lease.compute_token().is_some());
+        self.events.lock().unwrap().push(format!(
+            "phase {} {}",
+            lease.device_uuid(),
+            lease.vram_bytes()
+        ));
+        CpuEngine.gpu_phase(lease, key, input)
+    }
+
+    fn vram_bytes(&self, key: &gpud_prover::ProvingKey, log_domain: u32) -> u64 {
+        self.vram(key, log_domain).phase_lease(true)
+    }
+
+    fn resident_bytes(&self, key: &gpud_prover::ProvingKey) -> u64 {
+        self.vram(key, 10).resident
+    }
+
+    fn load_resident(
+        &self,
+        _key: &gpud_prover::ProvingKey,
+        lease: &dyn gpud_client::Reservation,
+    ) -> gpud_prover::Result<()> {
+        assert!(
+            lease.compute_token().is_none(),
+            "resident lease holds compute"
+        );
+        self.events.lock().unwrap().push(format!(
+            "load {} {}",
+            lease.device_uuid(),
+            lease.vram_bytes()
+        ));
+        Ok(())
+    }
+
+    fn unload_resident(
+        &self,
+        _key: &gpud_prover::ProvingKey,
+        compute: Option<&dyn gpud_client::Reservation>,
+    ) -> gpud_prover::Result<()> {
+        let c = compute.expect("a compute lease to trim under");
+        assert!(c.compute_token().is_some());
+        self.events
+            .lock()
+            .unwrap()
+            .push(format!("unload {}", c.device_uuid()));
+        Ok(())
+    }
+}
+
+#[test]
+fn resident_bases_get_one_vram_only_lease_for_the_whole_run() {
+    let (spec, key) = common::key("synthetic", 10);
+    let engine = ResidentCheckingEngine::default();
+    let cfg = config("synthetic", 10, 2, 2, "resident");
+    let leaser = LocalLeaser::on_device("GPU-test", 3);
+    let report = pipeline::run(&engine, &leaser, &key, &cfg, &|_| {}).unwrap();
+    assert!(report.all_verified);
+    let e = gpud_prover::vram::estimate(&key.shape(), spec.log_size());
+    assert_eq!(report.resident_vram_bytes, e.resident);
+    assert_eq!(report.vram_bytes, e.working());
+    assert!(e.working() < e.phase_lease(false));
+    let events = engine.events.into_inner().unwrap();
+    assert_eq!(events.len(), 6, "{events:?}");
+    assert_eq!(events[0], format!("load GPU-test {}", e.resident));
+    for p in &events[1..5] {
+        assert_eq!(p, &format!("phase GPU-test {}", e.working()));
+    }
+    assert_eq!(events[5], "unload GPU-test");
 }
 
 fn engine_vram(e: &impl gpud_prover::Engine, key: &gpud_prover::ProvingKey, k: u32) -> u64 {

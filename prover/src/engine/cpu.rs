@@ -1,11 +1,12 @@
 //! The host engine: rayon FFTs and blst's multi-threaded Pippenger.
 
-use blstrs::Scalar;
+use std::time::Instant;
+
 use gpud_client::Reservation;
 
-use super::{Engine, G1Scalars, G1Sums};
+use super::{Engine, G1Sums, PhaseInput, PhaseOutput, PhaseTimings};
 use crate::error::Result;
-use crate::fft::{self, Domain};
+use crate::fft;
 use crate::msm;
 use crate::params::ProvingKey;
 
@@ -14,46 +15,55 @@ use crate::params::ProvingKey;
 pub struct CpuEngine;
 
 impl Engine for CpuEngine {
-    type H = Vec<Scalar>;
-
     fn name(&self) -> &'static str {
         "cpu"
     }
 
-    fn compute_h(
-        &self,
-        _lease: &dyn Reservation,
-        _key: &ProvingKey,
-        domain: &Domain,
-        a: Vec<Scalar>,
-        b: Vec<Scalar>,
-        c: Vec<Scalar>,
-    ) -> Result<Self::H> {
-        Ok(fft::compute_h(domain, a, b, c))
-    }
-
-    fn g1_msms(
+    fn gpu_phase(
         &self,
         _lease: &dyn Reservation,
         key: &ProvingKey,
-        h: Self::H,
-        s: G1Scalars<'_>,
-    ) -> Result<G1Sums> {
+        input: PhaseInput<'_>,
+    ) -> Result<PhaseOutput> {
+        let PhaseInput {
+            domain,
+            a,
+            b,
+            c,
+            scalars: s,
+        } = input;
         let p = key.params();
-        let n_in = s.input.len();
-        let b_in = s.b_input_density.count();
+        let start = Instant::now();
+        let mut t = PhaseTimings::default();
+        let mut lap = {
+            let mut last = start;
+            move || {
+                let now = Instant::now();
+                let d = (now - last).as_secs_f64();
+                last = now;
+                d
+            }
+        };
+        let h = fft::compute_h(domain, a, b, c);
+        t.h = lap();
         let h_sum = msm::g1(&p.h, &h);
         drop(h);
+        t.msm_h = lap();
         let l = msm::g1(&p.l, s.aux);
-        let a =
-            msm::g1(&p.a[..n_in], s.input) + msm::g1(&p.a[n_in..], &s.a_aux_density.select(s.aux));
-        let b_g1 = msm::g1(&p.b_g1[..b_in], &s.b_input_density.select(s.input))
-            + msm::g1(&p.b_g1[b_in..], &s.b_aux_density.select(s.aux));
-        Ok(G1Sums {
-            h: h_sum,
-            l,
-            a,
-            b_g1,
+        t.msm_l = lap();
+        let a = msm::g1(&p.a, &s.a_query());
+        t.msm_a = lap();
+        let b_g1 = msm::g1(&p.b_g1, &s.b_query());
+        t.msm_b = lap();
+        t.total = start.elapsed().as_secs_f64();
+        Ok(PhaseOutput {
+            sums: G1Sums {
+                h: h_sum,
+                l,
+                a,
+                b_g1,
+            },
+            timings: t,
         })
     }
 }

@@ -1,30 +1,38 @@
-//! Where the GPU phase of a proof runs: the H polynomial (seven FFTs) and the G1 MSMs.
+//! Where the GPU phase of a proof runs: the H polynomial (seven FFTs) and the four G1 MSMs.
 //!
 //! A proof splits into a *GPU phase*, which a GPU engine runs under a gpud lease, and a *CPU
 //! tail* (the G2 MSM for B and the assembly), which always runs on the host after the lease is
 //! released. [`Engine`] is the seam between the two: [`CpuEngine`] runs the GPU phase on the
-//! host (rayon FFTs, blst Pippenger); a CUDA engine implements the same trait.
+//! host (rayon FFTs, blst Pippenger); [`CudaEngine`] runs it on a GPU.
 //!
-//! The trait is shaped so that a GPU engine makes no extra copies:
-//! - [`Engine::compute_h`] takes `a`, `b`, `c` by value and returns the engine's own handle to
-//!   `h` ([`Engine::H`]): a device buffer may stay on the device until the H MSM consumes it.
-//! - [`Engine::g1_msms`] names bases by query of a [`ProvingKey`], never by slice, so a GPU
-//!   engine can keep a key's bases resident across proofs (keyed by [`ProvingKey::id`]) and
-//!   upload only the scalars; densities come along so it can select the same scalars.
+//! The trait is shaped so that a GPU engine makes no extra copies and keeps what it can on the
+//! device:
+//! - [`Engine::gpu_phase`] is one call: it takes `a`, `b`, `c` by value and the G1 scalars, and
+//!   returns the four G1 sums, so `h` never leaves the device between the H polynomial and the
+//!   H MSM.
+//! - Bases are named by query of a [`ProvingKey`], never by slice, so a GPU engine can keep a
+//!   key's bases resident across proofs ([`Engine::load_resident`], under a separate,
+//!   long-lived VRAM-only lease) and upload only scalars.
 //! - Every call carries the lease ([`Reservation`]): the byte budget, and the compute token
-//!   that device-global operations require.
+//!   that device-global operations (synchronize, pool trim, mem-info) require. The engine must
+//!   have synchronized and trimmed when `gpu_phase` returns: the pipeline releases the lease
+//!   right after.
 
 mod cpu;
+mod cuda;
 
 pub use cpu::CpuEngine;
+pub use cuda::{CudaEngine, CudaOptions};
 
 use blstrs::{G1Projective, Scalar};
 use gpud_client::Reservation;
+use serde::Serialize;
 
 use crate::error::Result;
 use crate::fft::Domain;
 use crate::params::ProvingKey;
 use crate::synthesis::Density;
+use crate::vram::VramEstimate;
 
 /// The assignment the G1 MSMs need, borrowed from the synthesized witness.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +49,25 @@ pub struct G1Scalars<'a> {
     pub b_aux_density: &'a Density,
 }
 
+impl G1Scalars<'_> {
+    /// The scalars of the A query, in base order: every input, then the aux variables present
+    /// in A (the query's bases are exactly these, back to back).
+    pub fn a_query(&self) -> Vec<Scalar> {
+        let mut out = Vec::with_capacity(self.input.len() + self.a_aux_density.count());
+        out.extend_from_slice(self.input);
+        out.extend(self.a_aux_density.select(self.aux));
+        out
+    }
+
+    /// The scalars of the B query in G1 (and G2), in base order: the inputs present in B, then
+    /// the aux variables present in B.
+    pub fn b_query(&self) -> Vec<Scalar> {
+        let mut out = self.b_input_density.select(self.input);
+        out.extend(self.b_aux_density.select(self.aux));
+        out
+    }
+}
+
 /// The four G1 sums of a proof.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct G1Sums {
@@ -54,42 +81,108 @@ pub struct G1Sums {
     pub b_g1: G1Projective,
 }
 
+/// Seconds of each stage of one GPU phase, measured on the host (each stage waits for its
+/// result, so device work is inside its stage).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PhaseTimings {
+    /// H polynomial: uploads of a, b, c and the seven transforms.
+    pub h: f64,
+    /// The H MSM (`m − 1` points).
+    pub msm_h: f64,
+    /// The L MSM (aux variables).
+    pub msm_l: f64,
+    /// The A MSM (inputs and the aux variables present in A).
+    pub msm_a: f64,
+    /// The B MSM over G1.
+    pub msm_b: f64,
+    /// Bases uploaded during the phase (an engine without resident bases); 0 otherwise.
+    pub bases_upload: f64,
+    /// Synchronize, trim and check that the lease's memory went back.
+    pub finish: f64,
+    /// The whole phase.
+    pub total: f64,
+}
+
+impl PhaseTimings {
+    /// The four MSMs together.
+    pub fn msms(&self) -> f64 {
+        self.msm_h + self.msm_l + self.msm_a + self.msm_b
+    }
+}
+
+/// What a GPU phase returns.
+#[derive(Debug, Clone, Copy)]
+pub struct PhaseOutput {
+    /// The G1 sums.
+    pub sums: G1Sums,
+    /// Where the time went.
+    pub timings: PhaseTimings,
+}
+
+/// The inputs of one GPU phase: the constraint evaluations (consumed) and the G1 scalars.
+#[derive(Debug)]
+pub struct PhaseInput<'a> {
+    /// The evaluation domain (`m = 2^k` points).
+    pub domain: &'a Domain,
+    /// Evaluations of the A combinations (one per constraint; fewer than `m`: pad with zeros).
+    pub a: Vec<Scalar>,
+    /// Evaluations of the B combinations.
+    pub b: Vec<Scalar>,
+    /// Evaluations of the C combinations.
+    pub c: Vec<Scalar>,
+    /// The assignment and densities for the G1 MSMs.
+    pub scalars: G1Scalars<'a>,
+}
+
 /// Runs the GPU phase of a proof: the H polynomial and the G1 MSMs.
 ///
 /// Engines may rely on the lengths fitting the key: [`crate::prove::gpu_phase`] only takes a
 /// [`crate::prove::Synthesized`], which [`crate::prove::synthesize`] makes after
 /// [`ProvingKey::check_fits`].
 pub trait Engine: Send + Sync {
-    /// The engine's handle to the coefficients of h (host vector, device buffer, …).
-    type H: Send;
-
     /// Short name for logs and reports ("cpu", "cuda").
     fn name(&self) -> &'static str;
 
-    /// Computes the `domain.size() − 1` coefficients of `h = (a·b − c)/Z` from the constraint
-    /// evaluations (shorter than the domain; the engine pads them with zeros).
-    fn compute_h(
+    /// The H polynomial `h = (a·b − c)/Z` (its `m − 1` coefficients, with bellperson's coset)
+    /// and the G1 MSMs over the key's H, L, A and B_G1 queries, under `lease`: allocate within
+    /// its VRAM, and synchronize, trim and check before returning (the lease is released right
+    /// after).
+    fn gpu_phase(
         &self,
         lease: &dyn Reservation,
         key: &ProvingKey,
-        domain: &Domain,
-        a: Vec<Scalar>,
-        b: Vec<Scalar>,
-        c: Vec<Scalar>,
-    ) -> Result<Self::H>;
+        input: PhaseInput<'_>,
+    ) -> Result<PhaseOutput>;
 
-    /// The G1 MSMs over the key's H, L, A and B_G1 queries, consuming `h`.
-    fn g1_msms(
-        &self,
-        lease: &dyn Reservation,
-        key: &ProvingKey,
-        h: Self::H,
-        scalars: G1Scalars<'_>,
-    ) -> Result<G1Sums>;
+    /// The device memory of a proof over `2^log_domain` with this key: what stays resident
+    /// and what each phase needs. See [`crate::vram`].
+    fn vram(&self, key: &ProvingKey, log_domain: u32) -> VramEstimate {
+        crate::vram::estimate(&key.shape(), log_domain)
+    }
 
-    /// Bytes of device memory this engine allocates for a proof over a domain of
-    /// `2^log_domain` (what the lease must reserve). See [`crate::vram`].
+    /// The VRAM each partition's {VRAM + compute} lease asks for: the working memory, plus the
+    /// bases when they are not resident on the device right now.
     fn vram_bytes(&self, key: &ProvingKey, log_domain: u32) -> u64 {
-        crate::vram::estimate(&key.shape(), log_domain).total()
+        self.vram(key, log_domain).phase_lease(false)
+    }
+
+    /// Bytes of the VRAM-only lease under which this engine would keep `key`'s bases
+    /// resident; 0 when it keeps nothing resident (the default).
+    fn resident_bytes(&self, _key: &ProvingKey) -> u64 {
+        0
+    }
+
+    /// Uploads `key`'s bases under `lease` (VRAM-only, [`Engine::resident_bytes`] bytes, on
+    /// the device where the phases will run); they stay until [`Engine::unload_resident`].
+    /// The caller keeps the lease until then.
+    fn load_resident(&self, _key: &ProvingKey, _lease: &dyn Reservation) -> Result<()> {
+        Ok(())
+    }
+
+    /// Frees `key`'s resident bases. `compute` is a lease holding the compute slot of their
+    /// device, under which the memory is trimmed and checked; without one (an error path) the
+    /// memory is freed unchecked. The resident lease may be released afterwards.
+    fn unload_resident(&self, _key: &ProvingKey, _compute: Option<&dyn Reservation>) -> Result<()> {
+        Ok(())
     }
 }

@@ -309,6 +309,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
         };
         let mut child = Command::new(&me)
             .args(["prove", "--json", "--circuit", spec.kind().name()])
+            // Simulated devices have no CUDA device behind their UUIDs.
+            .args(["--engine", if simulated { "cpu" } else { "auto" }])
             .args(["--log-size", &a.log_size.to_string()])
             .args(["--proofs", &a.proofs.to_string()])
             .args(["--partitions", &a.partitions.to_string()])

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use gpud_prover::bench::{self, BenchRow};
+use gpud_prover::engine::{CudaEngine, CudaOptions};
 use gpud_prover::lease::{GpudLeaser, LocalLeaser};
 use gpud_prover::pipeline::{self, PipelineConfig, PipelineReport};
 use gpud_prover::{CircuitKind, CircuitSpec, CpuEngine, ParamsCache, ProverError, ProvingKey};
@@ -60,10 +61,56 @@ impl CircuitArgs {
     }
 }
 
+/// Which engine runs the GPU phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum EngineArg {
+    /// `cuda` when a CUDA driver and a GPU are present, else `cpu`.
+    Auto,
+    /// H polynomial and G1 MSMs on the GPU.
+    Cuda,
+    /// Everything on the CPU.
+    Cpu,
+}
+
+impl EngineArg {
+    /// `Auto` resolved on this machine.
+    fn resolve(self) -> EngineArg {
+        match self {
+            EngineArg::Auto => {
+                let gpu = gpud_cuda::driver::list_devices().is_ok_and(|d| !d.is_empty());
+                if gpu { EngineArg::Cuda } else { EngineArg::Cpu }
+            }
+            e => e,
+        }
+    }
+}
+
+#[derive(Args, Clone, Copy)]
+struct EngineArgs {
+    /// Engine of the GPU phase: auto (cuda when a driver and a GPU are present), cuda or cpu.
+    #[arg(long, value_enum, default_value = "auto")]
+    engine: EngineArg,
+    /// CUDA engine: keep the proving key's G1 bases on the device under a long-lived VRAM-only
+    /// lease (else every GPU phase uploads them under its own lease).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    resident_bases: bool,
+}
+
+impl EngineArgs {
+    fn cuda(&self) -> Result<CudaEngine> {
+        CudaEngine::new(CudaOptions {
+            resident_bases: self.resident_bases,
+        })
+        .context("starting the CUDA engine (use --engine cpu on machines without a GPU)")
+    }
+}
+
 #[derive(Args)]
 struct ProveArgs {
     #[command(flatten)]
     common: CircuitArgs,
+    #[command(flatten)]
+    engine: EngineArgs,
     /// log2 of the constraint count (the evaluation domain).
     #[arg(long, short = 'k')]
     log_size: u32,
@@ -262,10 +309,19 @@ fn prove(a: ProveArgs) -> Result<()> {
     };
     pb.set_message(format!("proving {spec}"));
     let progress = |_: &pipeline::PartitionRecord| pb.inc(1);
-    let report = if let Some(leaser) = leaser {
-        pipeline::run(&CpuEngine, &leaser, &key, &cfg, &progress)?
-    } else {
-        pipeline::run(&CpuEngine, &LocalLeaser::default(), &key, &cfg, &progress)?
+    let engine = a.engine.engine.resolve();
+    let report = match engine {
+        EngineArg::Cuda => {
+            let cuda = a.engine.cuda()?;
+            match leaser {
+                Some(l) => pipeline::run(&cuda, &l, &key, &cfg, &progress)?,
+                None => pipeline::run(&cuda, &local_cuda_leaser()?, &key, &cfg, &progress)?,
+            }
+        }
+        _ => match leaser {
+            Some(l) => pipeline::run(&CpuEngine, &l, &key, &cfg, &progress)?,
+            None => pipeline::run(&CpuEngine, &LocalLeaser::default(), &key, &cfg, &progress)?,
+        },
     };
     pb.finish_and_clear();
     print_report(&report, json)?;
@@ -273,6 +329,15 @@ fn prove(a: ProveArgs) -> Result<()> {
         bail!("some proofs did not verify");
     }
     Ok(())
+}
+
+/// Without gpud, leases name the first visible GPU (the CUDA engine opens what a lease names).
+fn local_cuda_leaser() -> Result<LocalLeaser> {
+    let first = gpud_cuda::driver::list_devices()?
+        .into_iter()
+        .next()
+        .context("no CUDA device is visible")?;
+    Ok(LocalLeaser::on_device(first.uuid, first.ordinal as u32))
 }
 
 fn print_report(r: &PipelineReport, json: bool) -> Result<()> {

@@ -1,0 +1,349 @@
+//! The CUDA engine: the H polynomial and the four G1 MSMs on a GPU, under the partition's lease.
+//!
+//! - The CUDA context lives for the process: devices are opened once ([`gpud_cuda::Device`],
+//!   kept in a process-wide registry) and every lease becomes an [`Arena`] borrowed from its
+//!   device, charged against that lease's VRAM.
+//! - A GPU phase: `a`, `b`, `c` are uploaded and turned into `h` on the device
+//!   ([`HPoly`]); `h` stays there for the H MSM; the L, A and B_G1 scalars are uploaded for
+//!   their MSMs; then the arena is closed under the lease's compute token (synchronize, trim
+//!   the pool, check the memory went back) before the lease is released.
+//! - Resident bases ([`CudaOptions::resident_bases`], on by default): the proving key's G1
+//!   queries live in an arena of a separate VRAM-only lease ([`Engine::load_resident`]), so a
+//!   phase uploads only scalars. Without residency each MSM uploads its query's bases into the
+//!   phase's own arena (the phase lease then includes them; see [`crate::vram`]).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use blstrs::{G1Affine, G1Projective};
+use gpud_client::Reservation;
+use gpud_cuda::driver::{self, normalize_uuid};
+use gpud_cuda::hpoly::HPoly;
+use gpud_cuda::msm::{G1Bases, MsmEngine, MsmError};
+use gpud_cuda::{Arena, Device, kernels, nvrtc};
+use group::Group;
+
+use super::{Engine, G1Sums, PhaseInput, PhaseOutput, PhaseTimings};
+use crate::error::{ProverError, Result};
+use crate::params::ProvingKey;
+use crate::vram::{self, VramEstimate};
+
+/// How the CUDA engine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CudaOptions {
+    /// Keep each proving key's G1 bases on the device under a long-lived VRAM-only lease
+    /// (default). Off, every phase uploads them under its own lease: for cards too small to
+    /// hold every prover's resident copy.
+    pub resident_bases: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        Self {
+            resident_bases: true,
+        }
+    }
+}
+
+/// The device with this UUID, opened once per process and kept for its lifetime (the CUDA
+/// context must outlive every lease, and resident data outlives single phases).
+pub fn process_device(uuid: &str) -> Result<&'static Device> {
+    static DEVICES: OnceLock<Mutex<Vec<&'static Device>>> = OnceLock::new();
+    let mut devices = DEVICES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let want = normalize_uuid(uuid);
+    if let Some(d) = devices
+        .iter()
+        .find(|d| normalize_uuid(&d.info().uuid) == want)
+    {
+        return Ok(d);
+    }
+    let dev: &'static Device = Box::leak(Box::new(Device::open(uuid)?));
+    devices.push(dev);
+    Ok(dev)
+}
+
+/// A key's four G1 queries on the device.
+struct KeyBases<'a> {
+    h: G1Bases<'a>,
+    l: G1Bases<'a>,
+    a: G1Bases<'a>,
+    b_g1: G1Bases<'a>,
+}
+
+impl<'a> KeyBases<'a> {
+    fn upload(arena: &'a Arena<'a>, key: &ProvingKey) -> std::result::Result<Self, MsmError> {
+        let p = key.params();
+        Ok(Self {
+            h: G1Bases::upload(arena, &p.h)?,
+            l: G1Bases::upload(arena, &p.l)?,
+            a: G1Bases::upload(arena, &p.a)?,
+            b_g1: G1Bases::upload(arena, &p.b_g1)?,
+        })
+    }
+}
+
+self_cell::self_cell!(
+    /// Resident bases: the arena of the VRAM-only lease and the bases allocated in it.
+    struct Resident {
+        owner: Arena<'static>,
+        #[covariant]
+        dependent: KeyBases,
+    }
+);
+
+/// Runs the GPU phase on NVIDIA GPUs through `gpud-cuda`.
+pub struct CudaEngine {
+    opts: CudaOptions,
+    multiprocessors: u32,
+    /// Resident bases by (key id, device UUID).
+    resident: Mutex<HashMap<(u64, String), Resident>>,
+}
+
+impl std::fmt::Debug for CudaEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaEngine")
+            .field("opts", &self.opts)
+            .field("multiprocessors", &self.multiprocessors)
+            .field("resident_keys", &self.lock_resident().len())
+            .finish()
+    }
+}
+
+fn engine_error(message: impl Into<String>) -> ProverError {
+    ProverError::Engine {
+        engine: "cuda",
+        message: message.into(),
+    }
+}
+
+impl CudaEngine {
+    /// An engine for this machine's GPUs. Fails without a CUDA driver or NVRTC; compiles the
+    /// kernels for every visible architecture now (or reads them from the disk cache), so no
+    /// lease is held while NVRTC runs.
+    pub fn new(opts: CudaOptions) -> Result<Self> {
+        let devices = driver::list_devices()?;
+        if devices.is_empty() {
+            return Err(engine_error("no CUDA device is visible"));
+        }
+        let mut archs: Vec<String> = devices.iter().map(|d| d.arch()).collect();
+        archs.dedup();
+        for arch in &archs {
+            for module in [&kernels::NTT, &kernels::MSM] {
+                nvrtc::load_or_compile(module, arch)?;
+            }
+        }
+        Ok(Self {
+            opts,
+            multiprocessors: devices
+                .iter()
+                .map(|d| d.multiprocessors)
+                .max()
+                .unwrap_or(vram::DEFAULT_MULTIPROCESSORS),
+            resident: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The options in effect.
+    pub fn options(&self) -> CudaOptions {
+        self.opts
+    }
+
+    fn lock_resident(&self) -> MutexGuard<'_, HashMap<(u64, String), Resident>> {
+        self.resident.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `key`'s bases are resident on some device.
+    pub fn is_resident(&self, key: &ProvingKey) -> bool {
+        self.lock_resident().keys().any(|(id, _)| *id == key.id())
+    }
+
+    fn run_phase(
+        &self,
+        arena: &Arena<'_>,
+        key: &ProvingKey,
+        input: PhaseInput<'_>,
+        t: &mut PhaseTimings,
+    ) -> Result<G1Sums> {
+        let PhaseInput {
+            domain,
+            a,
+            b,
+            c,
+            scalars: s,
+        } = input;
+        let m = domain.size();
+        let p = key.params();
+
+        let start = Instant::now();
+        let mut hpoly = HPoly::new(arena)?;
+        let h = hpoly.compute(&a, &b, &c)?;
+        drop((a, b, c));
+        drop(hpoly); // frees the NTT tables before the MSMs
+        arena
+            .stream()
+            .synchronize()
+            .map_err(gpud_cuda::Error::from)?;
+        t.h = start.elapsed().as_secs_f64();
+
+        let engine = MsmEngine::new(arena)?;
+        let resident_map = self.lock_resident();
+        let resident = resident_map
+            .get(&(key.id(), normalize_uuid(&arena.info().uuid)))
+            .map(|r| r.borrow_dependent());
+        // Each MSM over its query's bases: resident ones, or uploaded into the phase's arena.
+        let mut run = |res: Option<&G1Bases<'_>>,
+                       host: &[G1Affine],
+                       n: usize,
+                       f: &dyn Fn(&G1Bases<'_>) -> std::result::Result<G1Projective, MsmError>|
+         -> Result<(G1Projective, f64)> {
+            if n == 0 {
+                return Ok((G1Projective::identity(), 0.0));
+            }
+            let uploaded;
+            let bases = match res {
+                Some(b) => b,
+                None => {
+                    let t0 = Instant::now();
+                    uploaded = G1Bases::upload(arena, &host[..n])?;
+                    t.bases_upload += t0.elapsed().as_secs_f64();
+                    &uploaded
+                }
+            };
+            let t0 = Instant::now();
+            let sum = f(bases)?;
+            Ok((sum, t0.elapsed().as_secs_f64()))
+        };
+        let (h_sum, secs) = run(resident.map(|r| &r.h), &p.h, m - 1, &|b| {
+            engine.msm_device_prefix(b, h.buffer(), m - 1)
+        })?;
+        t.msm_h = secs;
+        drop(h);
+        let (l, secs) = run(resident.map(|r| &r.l), &p.l, s.aux.len(), &|b| {
+            engine.msm(b, s.aux)
+        })?;
+        t.msm_l = secs;
+        let a_scalars = s.a_query();
+        let (a, secs) = run(resident.map(|r| &r.a), &p.a, a_scalars.len(), &|b| {
+            engine.msm(b, &a_scalars)
+        })?;
+        t.msm_a = secs;
+        let b_scalars = s.b_query();
+        let (b_g1, secs) = run(resident.map(|r| &r.b_g1), &p.b_g1, b_scalars.len(), &|b| {
+            engine.msm(b, &b_scalars)
+        })?;
+        t.msm_b = secs;
+        Ok(G1Sums {
+            h: h_sum,
+            l,
+            a,
+            b_g1,
+        })
+    }
+}
+
+impl Engine for CudaEngine {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn gpu_phase(
+        &self,
+        lease: &dyn Reservation,
+        key: &ProvingKey,
+        input: PhaseInput<'_>,
+    ) -> Result<PhaseOutput> {
+        let start = Instant::now();
+        let token = lease
+            .compute_token()
+            .ok_or_else(|| engine_error("the GPU phase needs a lease holding the compute slot"))?;
+        let dev = process_device(lease.device_uuid())?;
+        let arena = dev.reserve(lease)?;
+        let mut t = PhaseTimings::default();
+        let sums = self.run_phase(&arena, key, input, &mut t);
+        // Success or not, nothing of this phase may outlive its lease: synchronize, trim and
+        // check, under the lease's compute token.
+        let t0 = Instant::now();
+        let closed = arena.close(&token);
+        t.finish = t0.elapsed().as_secs_f64();
+        let sums = sums?;
+        closed?;
+        t.total = start.elapsed().as_secs_f64();
+        Ok(PhaseOutput { sums, timings: t })
+    }
+
+    fn vram(&self, key: &ProvingKey, log_domain: u32) -> VramEstimate {
+        vram::estimate_for(&key.shape(), log_domain, self.multiprocessors)
+    }
+
+    fn vram_bytes(&self, key: &ProvingKey, log_domain: u32) -> u64 {
+        self.vram(key, log_domain)
+            .phase_lease(self.is_resident(key))
+    }
+
+    fn resident_bytes(&self, key: &ProvingKey) -> u64 {
+        if !self.opts.resident_bases {
+            return 0;
+        }
+        let s = key.shape();
+        [s.h, s.l, s.a, s.b_g1]
+            .into_iter()
+            .map(vram::bases_charge)
+            .sum()
+    }
+
+    fn load_resident(&self, key: &ProvingKey, lease: &dyn Reservation) -> Result<()> {
+        if !self.opts.resident_bases {
+            return Ok(());
+        }
+        let dev = process_device(lease.device_uuid())?;
+        let slot = (key.id(), normalize_uuid(&dev.info().uuid));
+        if self.lock_resident().contains_key(&slot) {
+            return Err(engine_error(format!(
+                "the bases of {} are already resident on {}",
+                key.name(),
+                dev.info().uuid
+            )));
+        }
+        let arena = dev.reserve(lease)?;
+        let resident = Resident::try_new(arena, |arena| KeyBases::upload(arena, key))?;
+        self.lock_resident().insert(slot, resident);
+        Ok(())
+    }
+
+    fn unload_resident(&self, key: &ProvingKey, compute: Option<&dyn Reservation>) -> Result<()> {
+        let taken: Vec<((u64, String), Resident)> = {
+            let mut map = self.lock_resident();
+            let slots: Vec<_> = map
+                .keys()
+                .filter(|(id, _)| *id == key.id())
+                .cloned()
+                .collect();
+            slots
+                .into_iter()
+                .filter_map(|s| map.remove(&s).map(|r| (s, r)))
+                .collect()
+        };
+        let mut first_error = None;
+        for ((_, uuid), resident) in taken {
+            let arena = resident.into_owner();
+            let token = compute
+                .filter(|c| normalize_uuid(c.device_uuid()) == uuid)
+                .and_then(|c| c.compute_token());
+            match token {
+                Some(token) => {
+                    if let Err(e) = arena.close(&token) {
+                        first_error.get_or_insert(e.into());
+                    }
+                }
+                // No compute slot on that device: freed unchecked (the arena waits for the
+                // main stream and destroys its pool).
+                None => drop(arena),
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
