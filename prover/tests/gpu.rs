@@ -1,0 +1,209 @@
+//! The CUDA engine on a GPU: run with `--ignored` on a machine with an NVIDIA GPU
+//! (`gpu/run-suite.sh prover-tests` does). Without a GPU they are skipped visibly (ignored, with
+//! the reason). Parameters are generated in-process with bellperson's generator (seconds at
+//! these sizes on 16 cores).
+
+mod common;
+
+use bellperson::groth16;
+use blstrs::Scalar;
+use ff::Field;
+use gpud_client::ExclusiveDevice;
+use gpud_prover::engine::{CudaEngine, CudaOptions, Engine};
+use gpud_prover::lease::LocalLeaser;
+use gpud_prover::pipeline::{self, PipelineConfig};
+use gpud_prover::synthesis::SynthesisOptions;
+use gpud_prover::{CpuEngine, ProverError, prove};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+fn first_gpu() -> gpud_cuda::driver::DeviceInfo {
+    gpud_cuda::driver::list_devices()
+        .expect("CUDA driver")
+        .into_iter()
+        .next()
+        .expect("a GPU")
+}
+
+fn claim(vram: u64) -> ExclusiveDevice {
+    let info = first_gpu();
+    ExclusiveDevice::claim(info.uuid, info.ordinal as u32, vram)
+}
+
+fn engine(resident: bool) -> CudaEngine {
+    CudaEngine::new(CudaOptions {
+        resident_bases: resident,
+    })
+    .expect("CUDA engine")
+}
+
+const CASES: [(&str, u32); 5] = [
+    ("synthetic", 10),
+    ("synthetic", 14),
+    ("poseidon", 12),
+    ("sha256", 15),
+    ("synthetic", 9),
+];
+
+#[test]
+#[ignore = "needs a GPU"]
+fn cuda_proofs_equal_bellpersons_create_proof_bit_for_bit_and_verify() {
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    for resident in [false, true] {
+        let cuda = engine(resident);
+        for (circuit, k) in CASES {
+            let (spec, key) = common::key(circuit, k);
+            let log = gpud_prover::fft::Domain::for_constraints(
+                prove::synthesize(&key, spec.with_witness(3), SynthesisOptions::default())
+                    .unwrap()
+                    .num_constraints(),
+            )
+            .unwrap()
+            .log_size();
+            // Resident: the bases live under their own VRAM-only lease; the phase lease holds
+            // only the working memory.
+            let resident_lease = claim(cuda.resident_bytes(&key));
+            if resident {
+                cuda.load_resident(&key, &resident_lease).unwrap();
+            }
+            let lease = claim(cuda.vram_bytes(&key, log));
+            for (seed, r, s) in [
+                (3u64, Scalar::random(&mut rng), Scalar::random(&mut rng)),
+                (4, Scalar::ZERO, Scalar::ZERO),
+            ] {
+                let (ours, inputs) =
+                    prove::prove(&cuda, &lease, &key, spec.with_witness(seed), r, s).unwrap();
+                let theirs =
+                    groth16::create_proof(spec.with_witness(seed), key.params(), r, s).unwrap();
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                ours.write(&mut a).unwrap();
+                theirs.write(&mut b).unwrap();
+                assert_eq!(a, b, "{spec} seed {seed} resident {resident}");
+                assert!(key.verify(&ours, &inputs).unwrap(), "{spec} seed {seed}");
+            }
+            if resident {
+                cuda.unload_resident(&key, Some(&lease)).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn cuda_and_cpu_engines_give_the_same_g1_sums_on_a_wrong_witness() {
+    // With the constraint check off, an unsatisfied witness still runs through both engines:
+    // the GPU must compute the same (non-vanishing) h and sums as the CPU.
+    let cuda = engine(false);
+    for (circuit, k) in [("synthetic", 11), ("poseidon", 10)] {
+        let (spec, key) = common::key(circuit, k);
+        let opts = SynthesisOptions {
+            check_constraints: false,
+        };
+        let syn = prove::synthesize(&key, spec.with_wrong_witness(2), opts).unwrap();
+        let lease = claim(cuda.vram_bytes(&key, syn.log_domain()));
+        let gpu = prove::gpu_phase(&cuda, &lease, &key, syn).unwrap();
+        let syn = prove::synthesize(&key, spec.with_wrong_witness(2), opts).unwrap();
+        let cpu = prove::gpu_phase(&CpuEngine, &lease, &key, syn).unwrap();
+        assert_eq!(gpu.g1, cpu.g1, "{spec}");
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_phase_lease_smaller_than_the_formula_fails_typed_and_leaks_nothing() {
+    let cuda = engine(false);
+    let (spec, key) = common::key("synthetic", 12);
+    let need = cuda.vram_bytes(&key, 12);
+    let small = claim(need - (2 << 20));
+    let err = prove::prove(
+        &cuda,
+        &small,
+        &key,
+        spec.with_witness(1),
+        Scalar::ONE,
+        Scalar::ONE,
+    )
+    .unwrap_err();
+    let over = matches!(
+        &err,
+        ProverError::Cuda(gpud_cuda::Error::OverReservation { .. })
+            | ProverError::Msm(gpud_cuda::msm::MsmError::Cuda(
+                gpud_cuda::Error::OverReservation { .. }
+            ))
+    );
+    assert!(over, "{err}");
+    // The failed phase closed its arena; the exact lease then works.
+    let lease = claim(need);
+    let (proof, inputs) = prove::prove(
+        &cuda,
+        &lease,
+        &key,
+        spec.with_witness(1),
+        Scalar::ONE,
+        Scalar::ONE,
+    )
+    .unwrap();
+    assert!(key.verify(&proof, &inputs).unwrap());
+    // A lease without the compute slot cannot run a phase.
+    let info = first_gpu();
+    let vram_only = LocalLeaser::on_device(info.uuid, info.ordinal as u32);
+    let vram_only = gpud_prover::lease::Leaser::acquire(
+        &vram_only,
+        &gpud_prover::lease::LeaseRequest {
+            vram_bytes: need,
+            compute: false,
+            device: None,
+            class: "normal".into(),
+            label: "test".into(),
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        prove::prove(
+            &cuda,
+            &vram_only,
+            &key,
+            spec.with_witness(1),
+            Scalar::ONE,
+            Scalar::ONE
+        ),
+        Err(ProverError::Engine { .. })
+    ));
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn the_pipeline_on_the_cuda_engine_verifies_every_partition_with_and_without_residency() {
+    let info = first_gpu();
+    for resident in [true, false] {
+        let cuda = engine(resident);
+        let (spec, key) = common::key("poseidon", 12);
+        let cfg = PipelineConfig {
+            spec,
+            partitions: 3,
+            proofs: 2,
+            synthesis_workers: 2,
+            class: "normal".into(),
+            seed: 5,
+            label: "gpu test".into(),
+        };
+        let leaser = LocalLeaser::on_device(info.uuid.clone(), info.ordinal as u32);
+        let report = pipeline::run(&cuda, &leaser, &key, &cfg, &|_| {}).unwrap();
+        assert!(report.all_verified, "resident {resident}");
+        assert_eq!(report.engine, "cuda");
+        let e = cuda.vram(&key, spec.log_size());
+        if resident {
+            assert_eq!(report.resident_vram_bytes, cuda.resident_bytes(&key));
+            assert_eq!(report.vram_bytes, e.phase_lease(true));
+        } else {
+            assert_eq!(report.resident_vram_bytes, 0);
+            assert_eq!(report.vram_bytes, e.phase_lease(false));
+        }
+        // Unloaded at the end.
+        assert!(!cuda.is_resident(&key));
+        for p in &report.partitions_detail {
+            assert!(p.stages.msm_h > 0.0 && p.stages.total >= p.stages.h);
+            assert_eq!(p.stages.bases_upload > 0.0, !resident);
+        }
+    }
+}
