@@ -22,6 +22,10 @@ fn two_ten_gib_requests_on_a_16_gib_device_are_serialized() {
         lease
     });
     // While the first holds, the second must not be granted, and the books show 10 GiB.
+    let probe = daemon.client();
+    assert!(wait_until(Duration::from_secs(5), || {
+        probe.status().unwrap().devices[0].queued.normal == 1
+    }));
     for _ in 0..20 {
         assert!(
             rx.try_recv().is_err(),

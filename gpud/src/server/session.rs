@@ -187,6 +187,9 @@ fn io_closed(e: io::Error) -> ErrorBody {
     ErrorBody::new(ErrorCode::BadFrame, format!("write failed: {e}"))
 }
 
+/// The shortest pause of a session over its request rate.
+const MIN_PAUSE: Duration = Duration::from_millis(10);
+
 /// Requests per second with a burst of as many: a token per request, refilled continuously.
 struct TokenBucket {
     rate: f64,
@@ -210,7 +213,10 @@ impl TokenBucket {
         self.last = now;
         self.tokens = (self.tokens + elapsed * self.rate).min(self.rate);
         self.tokens -= 1.0;
-        (self.tokens < 0.0).then(|| Duration::from_secs_f64(-self.tokens / self.rate))
+        // Pause at least 10 ms at a time: a flooding session then wakes the daemon a hundred
+        // times a second, with the requests it earned meanwhile, not once per request.
+        (self.tokens < 0.0)
+            .then(|| Duration::from_secs_f64(-self.tokens / self.rate).max(MIN_PAUSE))
     }
 }
 
