@@ -31,4 +31,6 @@ cargo clippy --workspace --all-targets -- -D warnings
 # System tests run the real binaries: build them first, in the same profile as the tests.
 cargo build --workspace --bins
 cargo test --workspace -- --show-output 2>&1 | tee target/test-output.log
+# The README's main command, small: gpud and four provers sharing a simulated GPU.
+target/debug/gpud-prover demo --log-size 10
 echo "all tests passed"
