@@ -241,3 +241,38 @@ fn the_plans_estimate_holds_every_msm_size() {
         arena.close(&lease.compute_token().unwrap()).unwrap();
     }
 }
+
+#[test]
+#[ignore = "needs a GPU"]
+fn pipelined_upload_matches_the_plain_upload_and_blstrs() {
+    // Above one upload chunk (2^19 scalars) msm() copies and converts in chunks; a partial last
+    // chunk, pageable and page-locked sources, random and witness scalars.
+    let n = 2 * (1usize << 19) + 777;
+    let lease = claim(16 << 30);
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
+    let mut rng = fresh_rng();
+    let host = bases(&mut rng, n);
+    let b = G1Bases::upload(&dev, &host).unwrap();
+    let mut engine = MsmEngine::new(&dev).unwrap();
+    engine.set_poison(true);
+    let random: Vec<Scalar> = (0..n).map(|_| Scalar::random(&mut rng)).collect();
+    for s in [random, witness(&mut rng, n)] {
+        let want = cpu(&host, &s);
+        engine.set_pipelined_upload(true);
+        assert_eq!(engine.msm(&b, &s).unwrap(), want, "pipelined, pageable");
+        let mut pinned = gpud_cuda::PinnedBuffer::<Scalar>::zeroed(&device, n).unwrap();
+        pinned.copy_from_slice(&s);
+        assert_eq!(
+            engine.msm(&b, &pinned).unwrap(),
+            want,
+            "pipelined, page-locked"
+        );
+        engine.set_pipelined_upload(false);
+        assert_eq!(engine.msm(&b, &s).unwrap(), want, "plain upload");
+    }
+    drop((b, engine));
+    if let Some(t) = lease.compute_token() {
+        dev.close(&t).unwrap();
+    }
+}
