@@ -36,6 +36,14 @@ fn t(session: u64, request: u64) -> Ticket {
     Ticket { session, request }
 }
 
+/// Acquires and expects the grant at once.
+fn granted(l: &mut Ledger, now: Instant, ticket: Ticket, spec: AcquireSpec) -> LeaseId {
+    match l.acquire(now, ticket, spec) {
+        Ok(Some(id)) => id,
+        other => panic!("{ticket:?} not granted at once: {other:?}"),
+    }
+}
+
 fn drain_decisions(l: &mut Ledger) -> Vec<Decision> {
     std::iter::from_fn(|| l.poll_decision()).collect()
 }
@@ -98,14 +106,12 @@ fn never_fitting_requests_are_refused_at_once() {
     let e = l.acquire(now, t(1, 4), spec(Placement::Any, 0, false, Class::Normal));
     assert!(matches!(e, Err(LedgerError::Invalid(_))));
     // 20 GiB on "any" can only go to the 24 GiB device.
-    let id = l
-        .acquire(
-            now,
-            t(1, 5),
-            spec(Placement::Any, 20 * GIB, false, Class::Normal),
-        )
-        .unwrap()
-        .unwrap();
+    let id = granted(
+        &mut l,
+        now,
+        t(1, 5),
+        spec(Placement::Any, 20 * GIB, false, Class::Normal),
+    );
     assert_eq!(l.lease(id).unwrap().device, 1);
 }
 
@@ -116,14 +122,12 @@ fn any_placement_takes_the_best_fit() {
         LedgerConfig::default(),
         vec![device("GPU-a", 24), device("GPU-b", 16)],
     );
-    let id = l
-        .acquire(
-            now,
-            t(1, 1),
-            spec(Placement::Any, 12 * GIB, false, Class::Normal),
-        )
-        .unwrap()
-        .unwrap();
+    let id = granted(
+        &mut l,
+        now,
+        t(1, 1),
+        spec(Placement::Any, 12 * GIB, false, Class::Normal),
+    );
     assert_eq!(
         l.lease(id).unwrap().device,
         1,
@@ -148,10 +152,12 @@ fn any_placement_takes_the_best_fit() {
 fn critical_overtakes_normal_and_asks_the_holder_to_yield() {
     let now = Instant::now();
     let mut l = Ledger::new(LedgerConfig::default(), vec![device("GPU-a", 16)]);
-    let holder = l
-        .acquire(now, t(1, 1), spec(Placement::Any, GIB, true, Class::Normal))
-        .unwrap()
-        .unwrap();
+    let holder = granted(
+        &mut l,
+        now,
+        t(1, 1),
+        spec(Placement::Any, GIB, true, Class::Normal),
+    );
     for s in 2..5 {
         assert_eq!(
             l.acquire(now, t(s, 1), spec(Placement::Any, GIB, true, Class::Normal)),
@@ -271,22 +277,18 @@ fn the_oldest_waiter_pins_the_device_after_max_overtakes() {
 fn grow_waits_and_times_out_without_losing_the_lease() {
     let start = Instant::now();
     let mut l = Ledger::new(LedgerConfig::default(), vec![device("GPU-a", 16)]);
-    let a = l
-        .acquire(
-            start,
-            t(1, 1),
-            spec(Placement::Any, 4 * GIB, false, Class::Normal),
-        )
-        .unwrap()
-        .unwrap();
-    let b = l
-        .acquire(
-            start,
-            t(2, 1),
-            spec(Placement::Any, 10 * GIB, false, Class::Normal),
-        )
-        .unwrap()
-        .unwrap();
+    let a = granted(
+        &mut l,
+        start,
+        t(1, 1),
+        spec(Placement::Any, 4 * GIB, false, Class::Normal),
+    );
+    let b = granted(
+        &mut l,
+        start,
+        t(2, 1),
+        spec(Placement::Any, 10 * GIB, false, Class::Normal),
+    );
     // Shrink is immediate.
     assert_eq!(
         l.resize(start, t(1, 2), a, 2 * GIB, None),
@@ -335,22 +337,18 @@ fn grow_waits_and_times_out_without_losing_the_lease() {
 fn releasing_a_lease_abandons_its_pending_grow() {
     let now = Instant::now();
     let mut l = Ledger::new(LedgerConfig::default(), vec![device("GPU-a", 16)]);
-    let a = l
-        .acquire(
-            now,
-            t(1, 1),
-            spec(Placement::Any, 8 * GIB, false, Class::Normal),
-        )
-        .unwrap()
-        .unwrap();
-    let _b = l
-        .acquire(
-            now,
-            t(2, 1),
-            spec(Placement::Any, 8 * GIB, false, Class::Normal),
-        )
-        .unwrap()
-        .unwrap();
+    let a = granted(
+        &mut l,
+        now,
+        t(1, 1),
+        spec(Placement::Any, 8 * GIB, false, Class::Normal),
+    );
+    let _b = granted(
+        &mut l,
+        now,
+        t(2, 1),
+        spec(Placement::Any, 8 * GIB, false, Class::Normal),
+    );
     assert_eq!(
         l.resize(now, t(1, 2), a, 12 * GIB, None),
         Ok(ResizeOutcome::Waiting)
@@ -373,20 +371,18 @@ fn disconnect_frees_everything_in_one_step() {
         LedgerConfig::default(),
         vec![device("GPU-a", 16), device("GPU-b", 16)],
     );
-    l.acquire(
+    granted(
+        &mut l,
         now,
         t(1, 1),
         spec(Placement::Index(0), 8 * GIB, true, Class::Normal),
-    )
-    .unwrap()
-    .unwrap();
-    l.acquire(
+    );
+    granted(
+        &mut l,
         now,
         t(1, 2),
         spec(Placement::Index(1), 8 * GIB, false, Class::Normal),
-    )
-    .unwrap()
-    .unwrap();
+    );
     assert_eq!(
         l.acquire(
             now,
@@ -422,14 +418,12 @@ fn drained_devices_grant_nothing_until_undrained() {
         LedgerConfig::default(),
         vec![device("GPU-a", 16), device("GPU-b", 16)],
     );
-    let held = l
-        .acquire(
-            now,
-            t(1, 1),
-            spec(Placement::Index(0), GIB, false, Class::Normal),
-        )
-        .unwrap()
-        .unwrap();
+    let held = granted(
+        &mut l,
+        now,
+        t(1, 1),
+        spec(Placement::Index(0), GIB, false, Class::Normal),
+    );
     l.drain(now, &Placement::Index(0)).unwrap();
     assert_eq!(
         l.acquire(
@@ -439,14 +433,12 @@ fn drained_devices_grant_nothing_until_undrained() {
         ),
         Ok(None)
     );
-    let other = l
-        .acquire(
-            now,
-            t(2, 2),
-            spec(Placement::Any, GIB, false, Class::Normal),
-        )
-        .unwrap()
-        .unwrap();
+    let other = granted(
+        &mut l,
+        now,
+        t(2, 2),
+        spec(Placement::Any, GIB, false, Class::Normal),
+    );
     assert_eq!(
         l.lease(other).unwrap().device,
         1,
@@ -472,14 +464,12 @@ fn max_hold_asks_to_yield_then_revokes_after_grace() {
         ..LedgerConfig::default()
     };
     let mut l = Ledger::new(config, vec![device("GPU-a", 16)]);
-    let a = l
-        .acquire(
-            start,
-            t(1, 1),
-            spec(Placement::Any, GIB, true, Class::Normal),
-        )
-        .unwrap()
-        .unwrap();
+    let a = granted(
+        &mut l,
+        start,
+        t(1, 1),
+        spec(Placement::Any, GIB, true, Class::Normal),
+    );
     let bg = l
         .acquire(
             start,
@@ -530,14 +520,12 @@ fn a_released_lease_disarms_its_timers() {
         ..LedgerConfig::default()
     };
     let mut l = Ledger::new(config, vec![device("GPU-a", 16)]);
-    let a = l
-        .acquire(
-            start,
-            t(1, 1),
-            spec(Placement::Any, GIB, true, Class::Normal),
-        )
-        .unwrap()
-        .unwrap();
+    let a = granted(
+        &mut l,
+        start,
+        t(1, 1),
+        spec(Placement::Any, GIB, true, Class::Normal),
+    );
     assert!(l.poll_timeout().is_some());
     l.release(start, 1, a).unwrap();
     assert_eq!(l.poll_timeout(), None);
@@ -557,14 +545,12 @@ fn unmanaged_usage_lowers_capacity_and_waiters_wait() {
         ),
         Err(LedgerError::NeverFits { .. })
     ));
-    let a = l
-        .acquire(
-            now,
-            t(1, 2),
-            spec(Placement::Any, 4 * GIB, false, Class::Normal),
-        )
-        .unwrap()
-        .unwrap();
+    let a = granted(
+        &mut l,
+        now,
+        t(1, 2),
+        spec(Placement::Any, 4 * GIB, false, Class::Normal),
+    );
     assert_eq!(
         l.acquire(
             now,
@@ -586,14 +572,12 @@ fn unmanaged_usage_lowers_capacity_and_waiters_wait() {
 fn requests_are_checked_for_ownership_and_duplicates() {
     let now = Instant::now();
     let mut l = Ledger::new(LedgerConfig::default(), vec![device("GPU-a", 16)]);
-    let a = l
-        .acquire(
-            now,
-            t(1, 1),
-            spec(Placement::Any, 12 * GIB, false, Class::Normal),
-        )
-        .unwrap()
-        .unwrap();
+    let a = granted(
+        &mut l,
+        now,
+        t(1, 1),
+        spec(Placement::Any, 12 * GIB, false, Class::Normal),
+    );
     assert_eq!(l.release(now, 2, a), Err(LedgerError::UnknownLease(a)));
     assert_eq!(
         l.resize(now, t(2, 1), a, GIB, None),
