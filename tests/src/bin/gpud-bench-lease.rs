@@ -219,42 +219,24 @@ impl Handoff {
     }
 }
 
-fn gpud_handoff(
-    daemon: &Daemon,
+/// Runs `waiters` threads of `body` (each given its number and the shared clock) and
+/// summarizes the handoffs they saw.
+fn handoff_run(
     waiters: usize,
     target: u64,
     forced: bool,
+    body: impl Fn(u64, Arc<Handoff>) -> Result<()> + Send + Sync + Clone + 'static,
 ) -> Result<(Summary, f64)> {
     let h = Handoff::new(target, forced);
-    let threads: Vec<_> = (0..waiters)
+    let threads: Vec<_> = (0..waiters as u64)
         .map(|me| {
-            let me = me as u64;
-            let h = h.clone();
-            let socket = daemon.socket.clone();
-            std::thread::spawn(move || -> Result<()> {
-                runtime()?.block_on(async {
-                    let client = Client::connect(&socket).await?;
-                    let request = LeaseRequest::new().compute();
-                    let mut local = Vec::new();
-                    loop {
-                        let lease = client.acquire(&request).await?;
-                        let go_on = h.granted(me, &mut local);
-                        let at = h.released(me);
-                        lease.release().await?;
-                        if !go_on {
-                            break;
-                        }
-                        h.pause(at);
-                    }
-                    h.finish(local);
-                    Ok(())
-                })
-            })
+            let (h, body) = (h.clone(), body.clone());
+            std::thread::spawn(move || body(me, h))
         })
         .collect();
     for t in threads {
         t.join()
-            .map_err(|_| anyhow::anyhow!("client thread panicked"))??;
+            .map_err(|_| anyhow::anyhow!("a waiter thread panicked"))??;
     }
     let mut samples = std::mem::take(&mut *h.samples.lock().unwrap_or_else(|p| p.into_inner()));
     if samples.is_empty() {
@@ -263,45 +245,59 @@ fn gpud_handoff(
     Ok((summarize(&mut samples), h.fairness()))
 }
 
+/// Waiters each with their own gpud session, taking the compute slot in turn.
+fn gpud_handoff(
+    daemon: &Daemon,
+    waiters: usize,
+    target: u64,
+    forced: bool,
+) -> Result<(Summary, f64)> {
+    let socket = daemon.socket.clone();
+    handoff_run(waiters, target, forced, move |me, h| {
+        runtime()?.block_on(async {
+            let client = Client::connect(&socket).await?;
+            let request = LeaseRequest::new().compute();
+            let mut local = Vec::new();
+            loop {
+                let lease = client.acquire(&request).await?;
+                let go_on = h.granted(me, &mut local);
+                let at = h.released(me);
+                lease.release().await?;
+                if !go_on {
+                    break;
+                }
+                h.pause(at);
+            }
+            h.finish(local);
+            Ok(())
+        })
+    })
+}
+
+/// Waiters each opening the lock file and blocking in flock, as bellperson's GPU lock does.
 fn flock_handoff(
     path: &std::path::Path,
     waiters: usize,
     target: u64,
     forced: bool,
 ) -> Result<(Summary, f64)> {
-    let h = Handoff::new(target, forced);
-    let threads: Vec<_> = (0..waiters)
-        .map(|me| {
-            let me = me as u64;
-            let h = h.clone();
-            let path = path.to_path_buf();
-            std::thread::spawn(move || -> Result<()> {
-                let mut local = Vec::new();
-                loop {
-                    let file = File::create(&path)?;
-                    let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e)?;
-                    let go_on = h.granted(me, &mut local);
-                    let at = h.released(me);
-                    drop(lock);
-                    if !go_on {
-                        break;
-                    }
-                    h.pause(at);
-                }
-                h.finish(local);
-                Ok(())
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join()
-            .map_err(|_| anyhow::anyhow!("flock thread panicked"))??;
-    }
-    let mut samples = std::mem::take(&mut *h.samples.lock().unwrap_or_else(|p| p.into_inner()));
-    if samples.is_empty() {
-        samples.push(Duration::ZERO);
-    }
-    Ok((summarize(&mut samples), h.fairness()))
+    let path = path.to_path_buf();
+    handoff_run(waiters, target, forced, move |me, h| {
+        let mut local = Vec::new();
+        loop {
+            let file = File::create(&path)?;
+            let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e)?;
+            let go_on = h.granted(me, &mut local);
+            let at = h.released(me);
+            drop(lock);
+            if !go_on {
+                break;
+            }
+            h.pause(at);
+        }
+        h.finish(local);
+        Ok(())
+    })
 }
 
 fn main() -> Result<()> {
