@@ -20,7 +20,11 @@ struct Options {
 }
 
 fn options() -> Result<Options> {
-    let mut o = Options { clients: 1000, requests: 10_000, json: false };
+    let mut o = Options {
+        clients: 1000,
+        requests: 10_000,
+        json: false,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -73,7 +77,9 @@ fn main() -> Result<()> {
     let daemon = Daemon::start_logging("64GiB", &config, "warn");
     let pid = daemon.pid();
     let (rss_idle, _) = rss_kib(pid)?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let report = runtime.block_on(async {
         let blocker = Client::connect(&daemon.socket).await?;
         let mut held = Vec::new();
@@ -92,7 +98,9 @@ fn main() -> Result<()> {
                 let c = c.clone();
                 tasks.spawn(async move {
                     // Granted, then dropped at once: the release is pipelined.
-                    c.acquire(&LeaseRequest::new().vram(1 << 30)).await.map(drop)
+                    c.acquire(&LeaseRequest::new().vram(1 << 30))
+                        .await
+                        .map(drop)
                 });
             }
         }
@@ -130,8 +138,14 @@ fn main() -> Result<()> {
         );
         return Ok(());
     }
-    println!("{} clients connected, {total} requests queued behind a full device", o.clients);
-    println!("drained in {:.3} s: {grants_per_s:.0} grants/s (each grant followed by its release)", elapsed.as_secs_f64());
+    println!(
+        "{} clients connected, {total} requests queued behind a full device",
+        o.clients
+    );
+    println!(
+        "drained in {:.3} s: {grants_per_s:.0} grants/s (each grant followed by its release)",
+        elapsed.as_secs_f64()
+    );
     println!(
         "daemon: CPU {:.3} s ({:.0} % of one core), RSS idle {:.1} MiB, with the queue {:.1} MiB, peak {:.1} MiB",
         cpu.as_secs_f64(),
@@ -142,8 +156,16 @@ fn main() -> Result<()> {
     );
     println!(
         "targets: RSS <= 64 MiB: {}; >= 20,000 grants/s: {}",
-        if rss_peak <= 64 * 1024 { "met" } else { "MISSED" },
-        if grants_per_s >= 20_000.0 { "met" } else { "MISSED" }
+        if rss_peak <= 64 * 1024 {
+            "met"
+        } else {
+            "MISSED"
+        },
+        if grants_per_s >= 20_000.0 {
+            "met"
+        } else {
+            "MISSED"
+        }
     );
     Ok(())
 }
