@@ -156,6 +156,20 @@ pub static MSM_NOCAP: KernelModule = KernelModule {
     kernels: MSM_KERNELS,
 };
 
+/// Fixed-base G1 multiplication (host and device), for the parameter generator.
+pub const FIXED_BASE_CUH: Header = Header {
+    name: "fixed_base.cuh",
+    source: include_str!("../kernels/fixed_base.cuh"),
+};
+
+/// `k * G` for many scalars and one G1 point, from a window table (the parameter generator).
+pub static FIXED_BASE: KernelModule = KernelModule {
+    name: "fixed_base",
+    source: include_str!("../kernels/fixed_base.cu"),
+    headers: &[FQ_CUH, G1_CUH, FIXED_BASE_CUH],
+    kernels: &["g1_fixed_base_kernel"],
+};
+
 /// Every module, for the compile test and for warming the cache.
 pub static ALL_MODULES: &[&KernelModule] = &[
     &NTT,
@@ -165,4 +179,5 @@ pub static ALL_MODULES: &[&KernelModule] = &[
     &MSM,
     &MSM_NOINLINE,
     &MSM_NOCAP,
+    &FIXED_BASE,
 ];

@@ -36,6 +36,7 @@ pub mod cpu;
 pub mod device;
 pub mod driver;
 pub mod error;
+pub mod fixed_base;
 pub mod fr;
 pub mod hpoly;
 pub mod kernels;

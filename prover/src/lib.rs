@@ -32,6 +32,7 @@ pub mod error;
 pub mod fft;
 pub mod lease;
 pub mod msm;
+pub mod paramgen;
 pub mod params;
 pub mod pipeline;
 pub mod prove;

@@ -6,8 +6,9 @@ use blstrs::G1Affine;
 use crate::buffer::DeviceCopy;
 
 // SAFETY: `G1Affine` is `repr(transparent)` over `blst_p1_affine { x: blst_fp, y: blst_fp }`,
-// two `[u64; 6]` arrays: 96 bytes, no padding, no pointers, no drop glue. The kernels only read
-// bases; nothing on the device writes a `G1Affine`.
+// two `[u64; 6]` arrays: 96 bytes, no padding, no pointers, no drop glue. The MSM kernels only
+// read bases; the fixed-base kernel writes valid points (fully reduced Montgomery coordinates on
+// the curve, or (0, 0) for infinity), as blst would.
 unsafe impl DeviceCopy for G1Affine {}
 
 const _: () = assert!(std::mem::size_of::<G1Affine>() == 96);
