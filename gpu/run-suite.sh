@@ -61,6 +61,12 @@ section msm-quick 300 "$G/bin/gpud-msm-bench" --check --bench --quick --json "$O
 section cuda-tests 120 "$G/tests/gpu" --ignored --test-threads=1
 section cuda-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$G/bin/gpud-cuda-bench" --check --max-log 10
+# Shared-memory races (a missing barrier between the radix kernel's rounds, the tiled bit
+# reversal's two phases): only when named, e.g. bash gpu/run-suite.sh cuda-racecheck.
+if printf '%s\n' "${wanted[@]}" | grep -qx cuda-racecheck; then
+    section cuda-racecheck 180 compute-sanitizer --tool racecheck --racecheck-report hazard \
+        --error-exitcode 1 "$G/bin/gpud-cuda-bench" --check --max-log 10
+fi
 section cuda-check 300 "$G/bin/gpud-cuda-bench" --check --json "$OUT/cuda-check.json"
 section cuda-bench 240 "$G/bin/gpud-cuda-bench" --bench --json "$OUT/cuda-bench.json"
 # The benchmark's tables, whole, for the reply.

@@ -33,17 +33,28 @@ extern "C" __global__ void __launch_bounds__(256) ntt_pass_kernel(fr_t *data, co
     for (fr_u32 i = threadIdx.x; i < E; i += blockDim.x) ntt_pass_store(p, data, scale, block, sm, i);
 }
 
-// A pass by register radix rounds (ntt.cuh: nttr_*): nttr_threads(p) threads per block, one block
+// A pass by register radix rounds (ntt.cuh: nttr_*): nttr_threads(p, 3) threads per block, one block
 // per SUBS sub-problems; dynamic shared memory: 32 bytes per element of the block.
-extern "C" __global__ void __launch_bounds__(128) ntt_radix_kernel(fr_t *data, const fr_t *twiddles,
-                                                                  const fr_t *scale, ntt_pass p) {
+template <fr_u32 LR>
+__device__ __forceinline__ void ntt_radix_body(fr_t *data, const fr_t *twiddles, const fr_t *scale, const ntt_pass &p) {
     extern __shared__ __align__(16) fr_u32 smr[];
     const u64 block = blockIdx.x;
-    const fr_u32 rounds = nttr_rounds(p);
+    const fr_u32 rounds = nttr_rounds(p, LR);
     for (fr_u32 j = 0; j < rounds; j++) {
         if (j > 0) __syncthreads();
-        nttr_round(p, data, twiddles, scale, block, smr, threadIdx.x, j);
+        nttr_round(p, LR, data, twiddles, scale, block, smr, threadIdx.x, j);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(128) ntt_radix_kernel(fr_t *data, const fr_t *twiddles,
+                                                                  const fr_t *scale, ntt_pass p) {
+    ntt_radix_body<NTTR_MAX_LOG_RADIX>(data, twiddles, scale, p);
+}
+
+// The same with 4 elements per thread (rounds of at most 2 stages): nttr_threads(p, 2) threads.
+extern "C" __global__ void __launch_bounds__(256) ntt_radix4_kernel(fr_t *data, const fr_t *twiddles,
+                                                                   const fr_t *scale, ntt_pass p) {
+    ntt_radix_body<2>(data, twiddles, scale, p);
 }
 
 // Tiled in-place bit reversal (ntt.cuh: ntt_bitrev_tile_*), polynomials of 2^8 points or more:

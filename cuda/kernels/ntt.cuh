@@ -245,21 +245,25 @@ FR_FN void h_pointwise_one(fr_t *a, const fr_t *b, const fr_t *c, fr_u64 i, fr_u
 // per group). The inverse twiddle omega^-e = -omega^(n/2-e) is applied by swapping the
 // subtraction's operands instead of negating it.
 // =============================================================================================
+//
+// `lr` (log2 of the elements per thread at most) is 3 in ntt_radix_kernel and 2 in
+// ntt_radix4_kernel (4 elements per thread, twice the threads, fewer registers), a compile-time
+// constant in each.
 #define NTTR_MAX_LOG_RADIX 3u
 
-FR_FN fr_u32 nttr_log_radix(const ntt_pass &p) { return p.k < NTTR_MAX_LOG_RADIX ? p.k : NTTR_MAX_LOG_RADIX; }
+FR_FN fr_u32 nttr_log_radix(const ntt_pass &p, fr_u32 lr) { return p.k < lr ? p.k : lr; }
 
 // Threads per block.
-FR_FN fr_u32 nttr_threads(const ntt_pass &p) { return 1u << (p.log_subs + p.k - nttr_log_radix(p)); }
+FR_FN fr_u32 nttr_threads(const ntt_pass &p, fr_u32 lr) { return 1u << (p.log_subs + p.k - nttr_log_radix(p, lr)); }
 
-FR_FN fr_u32 nttr_rounds(const ntt_pass &p) {
-    const fr_u32 R = nttr_log_radix(p);
+FR_FN fr_u32 nttr_rounds(const ntt_pass &p, fr_u32 lr) {
+    const fr_u32 R = nttr_log_radix(p, lr);
     return (p.k + R - 1) / R;
 }
 
 // Round j (in execution order) covers local half-sizes 2^s .. 2^(s+r-1).
-FR_FN void nttr_round_shape(const ntt_pass &p, fr_u32 j, fr_u32 &s, fr_u32 &r) {
-    const fr_u32 R = nttr_log_radix(p), rounds = nttr_rounds(p);
+FR_FN void nttr_round_shape(const ntt_pass &p, fr_u32 lr, fr_u32 j, fr_u32 &s, fr_u32 &r) {
+    const fr_u32 R = nttr_log_radix(p, lr), rounds = nttr_rounds(p, lr);
     const fr_u32 short_r = p.k - R * (rounds - 1);
     if (p.dit) {
         r = (j + 1 == rounds) ? short_r : R;
@@ -425,10 +429,10 @@ FR_FN void nttr_stages(const ntt_pass &p, const fr_t *table, fr_t *v, fr_u32 s, 
 // round, from shared memory after), run the round's stages, write them (to global memory in
 // the last round, to shared memory before). A barrier must separate rounds.
 template <int r>
-FR_FN void nttr_round_r(const ntt_pass &p, fr_t *data, const fr_t *table, const fr_t *scale, fr_u64 block,
-                        fr_u32 *sm, fr_u32 tid, fr_u32 j, fr_u32 s) {
-    const fr_u32 R = nttr_log_radix(p), E = ntt_block_elems(p);
-    const bool first = j == 0, last = j + 1 == nttr_rounds(p);
+FR_FN void nttr_round_r(const ntt_pass &p, fr_u32 lr, fr_t *data, const fr_t *table, const fr_t *scale,
+                        fr_u64 block, fr_u32 *sm, fr_u32 tid, fr_u32 j, fr_u32 s) {
+    const fr_u32 R = nttr_log_radix(p, lr), E = ntt_block_elems(p);
+    const bool first = j == 0, last = j + 1 == nttr_rounds(p, lr);
     const fr_u32 groups = 1u << (R - (fr_u32)r);
     for (fr_u32 gi = 0; gi < groups; gi++) {
         fr_u32 u, hi, lo;
@@ -466,13 +470,13 @@ FR_FN void nttr_round_r(const ntt_pass &p, fr_t *data, const fr_t *table, const 
     }
 }
 
-FR_FN void nttr_round(const ntt_pass &p, fr_t *data, const fr_t *table, const fr_t *scale, fr_u64 block,
-                      fr_u32 *sm, fr_u32 tid, fr_u32 j) {
+FR_FN void nttr_round(const ntt_pass &p, fr_u32 lr, fr_t *data, const fr_t *table, const fr_t *scale,
+                      fr_u64 block, fr_u32 *sm, fr_u32 tid, fr_u32 j) {
     fr_u32 s, r;
-    nttr_round_shape(p, j, s, r);
-    if (r == 3) nttr_round_r<3>(p, data, table, scale, block, sm, tid, j, s);
-    else if (r == 2) nttr_round_r<2>(p, data, table, scale, block, sm, tid, j, s);
-    else nttr_round_r<1>(p, data, table, scale, block, sm, tid, j, s);
+    nttr_round_shape(p, lr, j, s, r);
+    if (r == 3 && lr >= 3) nttr_round_r<3>(p, lr, data, table, scale, block, sm, tid, j, s);
+    else if (r == 2) nttr_round_r<2>(p, lr, data, table, scale, block, sm, tid, j, s);
+    else nttr_round_r<1>(p, lr, data, table, scale, block, sm, tid, j, s);
 }
 
 // =============================================================================================

@@ -51,6 +51,7 @@ pub const NTT_KERNELS: &[&str] = &[
     "ntt_twiddles",
     "ntt_pass_kernel",
     "ntt_radix_kernel",
+    "ntt_radix4_kernel",
     "ntt_bitrev_kernel",
     "ntt_bitrev_tiled_kernel",
     "h_pointwise",

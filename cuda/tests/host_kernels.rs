@@ -160,6 +160,7 @@ fn field_ops_match_blstrs_bit_for_bit() {
 enum Kernels {
     Legacy,
     Radix,
+    Radix4,
 }
 
 /// Serializes a plan for the harness: regions are consecutive `region_len`-element slices of
@@ -220,7 +221,11 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step], kernels: Kernels
                     .map(|k| index_of(&tables, k).unwrap() as u64)
                     .unwrap_or(tw);
                 [
-                    if kernels == Kernels::Radix { 6 } else { 2 },
+                    match kernels {
+                        Kernels::Legacy => 2,
+                        Kernels::Radix => 6,
+                        Kernels::Radix4 => 8,
+                    },
                     off(region),
                     params.total,
                     params.log_n as u64,
@@ -240,7 +245,7 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step], kernels: Kernels
                 total,
                 log_n,
             } => [
-                if kernels == Kernels::Radix && log_n >= 2 * plan::BITREV_TILE_BITS {
+                if kernels != Kernels::Legacy && log_n >= 2 * plan::BITREV_TILE_BITS {
                     7
                 } else {
                     3
@@ -329,6 +334,7 @@ fn ntt_launch_plans_match_the_cpu_reference() {
         (Kernels::Legacy, plan::MAX_PASS_STAGES),
         (Kernels::Radix, plan::LEGACY_PASS_STAGES),
         (Kernels::Radix, plan::MAX_PASS_STAGES),
+        (Kernels::Radix4, plan::MAX_PASS_STAGES),
     ];
     for &(log_n, batch) in cases {
         for kind in [
@@ -344,7 +350,8 @@ fn ntt_launch_plans_match_the_cpu_reference() {
             for (kernels, max) in variants {
                 // The two plans coincide where the pass count is the same.
                 let default_plan = max == plan::MAX_PASS_STAGES;
-                let first_of_kernel = (kernels == Kernels::Legacy) != default_plan;
+                let first_of_kernel =
+                    kernels == Kernels::Radix4 || (kernels == Kernels::Legacy) != default_plan;
                 if !first_of_kernel
                     && plan::split_stages_max(log_n, plan::LEGACY_PASS_STAGES)
                         == plan::split_stages(log_n)
@@ -383,6 +390,7 @@ fn h_launch_plan_matches_the_cpu_reference() {
         for (kernels, max) in [
             (Kernels::Legacy, plan::LEGACY_PASS_STAGES),
             (Kernels::Radix, plan::MAX_PASS_STAGES),
+            (Kernels::Radix4, plan::MAX_PASS_STAGES),
         ] {
             let mut steps = Vec::new();
             for r in 0..3 {

@@ -473,6 +473,7 @@ fn variant_name(v: NttVariant) -> &'static str {
         NttVariant::LegacyPasses => "legacy passes, new mul",
         NttVariant::Radix8 => "radix, passes <= 8",
         NttVariant::Radix => "radix, passes <= 9 (default)",
+        NttVariant::Radix4 => "radix-4, passes <= 9",
     }
 }
 

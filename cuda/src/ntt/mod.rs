@@ -40,28 +40,35 @@ pub enum NttVariant {
     /// Register-radix passes, tiled bit reversal, passes of at most 9 stages (2^27 in three
     /// passes instead of four). The default.
     Radix,
+    /// [`NttVariant::Radix`] with 4 elements per thread (`ntt_radix4_kernel`: rounds of at
+    /// most 2 stages, 256 threads, 80 registers instead of 124).
+    Radix4,
 }
 
 impl NttVariant {
     /// Every variant, oldest first.
-    pub const ALL: [NttVariant; 4] = [
+    pub const ALL: [NttVariant; 5] = [
         NttVariant::Baseline,
         NttVariant::LegacyPasses,
         NttVariant::Radix8,
         NttVariant::Radix,
+        NttVariant::Radix4,
     ];
 
     /// Most stages per pass in this variant's plans.
     pub fn max_stages(self) -> u32 {
         match self {
-            NttVariant::Radix => plan::MAX_PASS_STAGES,
+            NttVariant::Radix | NttVariant::Radix4 => plan::MAX_PASS_STAGES,
             _ => plan::LEGACY_PASS_STAGES,
         }
     }
 
-    /// Whether passes run on the register-radix kernel.
+    /// Whether passes run on a register-radix kernel.
     pub fn radix(self) -> bool {
-        matches!(self, NttVariant::Radix8 | NttVariant::Radix)
+        matches!(
+            self,
+            NttVariant::Radix8 | NttVariant::Radix | NttVariant::Radix4
+        )
     }
 
     fn module(self) -> &'static KernelModule {
@@ -76,6 +83,7 @@ impl NttVariant {
 struct NttKernels {
     pass: CudaFunction,
     radix: CudaFunction,
+    radix4: CudaFunction,
     twiddles: CudaFunction,
     bitrev: CudaFunction,
     bitrev_tiled: CudaFunction,
@@ -88,6 +96,7 @@ impl NttKernels {
         Ok(Self {
             pass: f("ntt_pass_kernel")?,
             radix: f("ntt_radix_kernel")?,
+            radix4: f("ntt_radix4_kernel")?,
             twiddles: f("ntt_twiddles")?,
             bitrev: f("ntt_bitrev_kernel")?,
             bitrev_tiled: f("ntt_bitrev_tiled_kernel")?,
@@ -253,7 +262,13 @@ impl<'d> NttEngine<'d> {
                     let blocks = u32::try_from(params.blocks()).map_err(|_| {
                         Error::InvalidArgument("batch too large for one launch".into())
                     })?;
-                    let (f, threads, smem) = if self.variant.radix() {
+                    let (f, threads, smem) = if self.variant == NttVariant::Radix4 {
+                        (
+                            &self.k.radix4,
+                            params.radix_threads_for(2),
+                            params.radix_shared_bytes(),
+                        )
+                    } else if self.variant.radix() {
                         (
                             &self.k.radix,
                             params.radix_threads(),

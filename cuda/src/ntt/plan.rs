@@ -75,7 +75,13 @@ impl PassParams {
 
     /// Threads per block of the radix pass kernel (ntt.cuh: nttr_threads).
     pub fn radix_threads(&self) -> u32 {
-        let r = self.k.min(RADIX_LOG);
+        self.radix_threads_for(RADIX_LOG)
+    }
+
+    /// Threads per block of a radix pass kernel keeping at most 2^log_radix elements per
+    /// thread (3: `ntt_radix_kernel`, 2: `ntt_radix4_kernel`).
+    pub fn radix_threads_for(&self, log_radix: u32) -> u32 {
+        let r = self.k.min(log_radix);
         1 << (self.log_subs + self.k - r)
     }
 
@@ -461,6 +467,7 @@ mod tests {
                     for p in passes_max(l, batch, false, false, max) {
                         assert!(p.radix_threads() <= 128, "{p:?}");
                         assert!(p.radix_threads() >= 1);
+                        assert!(p.radix_threads_for(2) <= 256, "{p:?}");
                         assert!(p.radix_shared_bytes() <= 32 << BLOCK_LOG_ELEMS);
                         assert!(p.shared_bytes() <= 48 << 10);
                     }

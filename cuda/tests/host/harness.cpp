@@ -53,7 +53,15 @@ static void field_ops() {
     }
 }
 
-enum { OP_TWIDDLES = 1, OP_PASS = 2, OP_BITREV = 3, OP_POINTWISE = 5, OP_RADIX_PASS = 6, OP_BITREV_TILED = 7 };
+enum {
+    OP_TWIDDLES = 1,
+    OP_PASS = 2,
+    OP_BITREV = 3,
+    OP_POINTWISE = 5,
+    OP_RADIX_PASS = 6,
+    OP_BITREV_TILED = 7,
+    OP_RADIX4_PASS = 8
+};
 
 static void run_pass(const ntt_pass &p, fr_t *data, const fr_t *tw, const fr_t *scale) {
     const fr_u32 E = ntt_block_elems(p);
@@ -74,14 +82,14 @@ static void run_pass(const ntt_pass &p, fr_t *data, const fr_t *tw, const fr_t *
 
 // The radix pass kernel (ntt_radix_kernel): rounds separated by barriers; within a round the
 // block's threads run one after another. Shared memory is sized exactly as the launch's.
-static void run_radix_pass(const ntt_pass &p, fr_t *data, const fr_t *tw, const fr_t *scale) {
+static void run_radix_pass(const ntt_pass &p, fr_u32 lr, fr_t *data, const fr_t *tw, const fr_t *scale) {
     const fr_u64 subs = ntt_subproblems(p);
     const fr_u64 blocks = (subs + (1u << p.log_subs) - 1) >> p.log_subs;
-    const fr_u32 threads = nttr_threads(p), rounds = nttr_rounds(p);
+    const fr_u32 threads = nttr_threads(p, lr), rounds = nttr_rounds(p, lr);
     std::vector<fr_u32> sm((size_t)ntt_block_elems(p) * FR_LIMBS);
     for (fr_u64 block = 0; block < blocks; block++) {
         for (fr_u32 j = 0; j < rounds; j++) {
-            for (fr_u32 t = 0; t < threads; t++) nttr_round(p, data, tw, scale, block, sm.data(), t, j);
+            for (fr_u32 t = 0; t < threads; t++) nttr_round(p, lr, data, tw, scale, block, sm.data(), t, j);
         }
     }
 }
@@ -98,7 +106,7 @@ static void run_bitrev_tiled(fr_t *data, fr_u64 total, fr_u32 log_n) {
 
 // Step fields: op, off, total, log_n, then per op:
 //   TWIDDLES: [9] power table, [11] destination table
-//   PASS, RADIX_PASS: [4] log_stride, [5] k, [6] log_subs, [7] inverse, [8] dit,
+//   PASS, RADIX_PASS, RADIX4_PASS: [4] log_stride, [5] k, [6] log_subs, [7] inverse, [8] dit,
 //         [9] twiddle table, [10] scale table, [11] scale mode, [12] scale by bit-reversed index
 //   BITREV, BITREV_TILED: -
 //   POINTWISE: [11] offset of b, [12] offset of c (a at off)
@@ -106,7 +114,7 @@ static void run_step(const fr_u64 *s, poly &data, std::vector<poly> &tables) {
     const fr_u64 op = s[0], off = s[1], total = s[2];
     const fr_u32 log_n = (fr_u32)s[3];
     const fr_u64 table = s[9];
-    const bool pass = op == OP_PASS || op == OP_RADIX_PASS;
+    const bool pass = op == OP_PASS || op == OP_RADIX_PASS || op == OP_RADIX4_PASS;
     if (table >= tables.size() || off + total > data.size() || (pass && s[10] >= tables.size())) {
         fprintf(stderr, "harness: step out of range\n");
         exit(2);
@@ -122,7 +130,8 @@ static void run_step(const fr_u64 *s, poly &data, std::vector<poly> &tables) {
         break;
     }
     case OP_PASS:
-    case OP_RADIX_PASS: {
+    case OP_RADIX_PASS:
+    case OP_RADIX4_PASS: {
         ntt_pass p;
         p.log_n = log_n;
         p.log_stride = (fr_u32)s[4];
@@ -134,7 +143,8 @@ static void run_step(const fr_u64 *s, poly &data, std::vector<poly> &tables) {
         p.scale = (fr_u32)s[11];
         p.scale_bitrev = (fr_u32)s[12];
         if (op == OP_PASS) run_pass(p, d, tables[table].data(), tables[s[10]].data());
-        else run_radix_pass(p, d, tables[table].data(), tables[s[10]].data());
+        else run_radix_pass(p, op == OP_RADIX_PASS ? NTTR_MAX_LOG_RADIX : 2u, d, tables[table].data(),
+                            tables[s[10]].data());
         break;
     }
     case OP_BITREV:
