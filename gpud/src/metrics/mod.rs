@@ -37,6 +37,8 @@ pub struct DeviceSample {
     pub reserved_bytes: u64,
     /// Used by processes that hold no lease.
     pub unmanaged_bytes: u64,
+    /// Used by lease holders beyond what they reserved (the memory audit).
+    pub over_use_bytes: u64,
     /// Grants stopped.
     pub drained: bool,
     /// Compute slots.
@@ -173,7 +175,7 @@ impl Metrics {
                 escape(&d.name)
             );
         }
-        let gauges: [Gauge; 9] = [
+        let gauges: [Gauge; 10] = [
             (
                 "gpud_device_memory_total_bytes",
                 "Total device memory.",
@@ -198,6 +200,11 @@ impl Metrics {
                 "gpud_device_memory_unmanaged_bytes",
                 "Memory used by processes that hold no lease on the device (NVML).",
                 |d| d.unmanaged_bytes,
+            ),
+            (
+                "gpud_device_memory_over_use_bytes",
+                "Memory lease holders use beyond their reservations (NVML audit).",
+                |d| d.over_use_bytes,
             ),
             (
                 "gpud_device_drained",
@@ -386,6 +393,7 @@ mod tests {
             capacity_bytes: 16 << 30,
             reserved_bytes: 4 << 30,
             unmanaged_bytes: 0,
+            over_use_bytes: 0,
             drained: false,
             compute_slots: 1,
             compute_holders: 1,

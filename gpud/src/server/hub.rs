@@ -108,6 +108,8 @@ pub struct Hub {
     started: Instant,
     usage: Vec<Vec<ProcessUsage>>,
     auditor: Auditor,
+    /// The last poll's footprints, for metrics.
+    footprints: Vec<Footprint>,
     /// Kill the process of a compute holder that ignored its yield notice past the grace.
     kill_ignored_yield: bool,
 }
@@ -125,6 +127,7 @@ impl Hub {
         Self {
             usage: vec![Vec::new(); names.len()],
             auditor: Auditor::new(config.audit),
+            footprints: Vec::new(),
             kill_ignored_yield: config.kill_ignored_yield,
             observer: Observer::new(names.len()),
             ledger,
@@ -819,6 +822,7 @@ impl Hub {
             self.act(now, action);
         }
         self.usage = usage;
+        self.footprints = footprints;
     }
 
     /// Kills the process of a session whose compute lease was revoked for ignoring a yield: a
@@ -969,8 +973,22 @@ impl Hub {
 
     /// The metrics exposition.
     pub fn metrics(&self, now: Instant) -> String {
-        self.observer
-            .render(now, &self.ledger, &self.names, self.sessions.len())
+        let over_use: Vec<u64> = (0..self.names.len())
+            .map(|d| {
+                self.footprints
+                    .iter()
+                    .filter(|f| f.device == d && self.auditor.is_over(f.owner, d))
+                    .map(|f| f.used_bytes.saturating_sub(f.reserved_bytes))
+                    .sum()
+            })
+            .collect();
+        self.observer.render(
+            now,
+            &self.ledger,
+            &self.names,
+            self.sessions.len(),
+            &over_use,
+        )
     }
 
     /// The whole state, as `status` reports it.

@@ -222,6 +222,7 @@ impl Observer {
         ledger: &Ledger,
         names: &[String],
         sessions: usize,
+        over_use: &[u64],
     ) -> String {
         let mut leases = vec![0usize; ledger.devices().len()];
         for l in ledger.leases() {
@@ -242,6 +243,7 @@ impl Observer {
                     capacity_bytes: d.capacity(),
                     reserved_bytes: d.reserved(),
                     unmanaged_bytes: spec.unmanaged_bytes,
+                    over_use_bytes: over_use.get(d.index()).copied().unwrap_or(0),
                     drained: d.drained(),
                     compute_slots: spec.compute_slots,
                     compute_holders: d.compute_holders().count(),
