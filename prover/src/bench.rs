@@ -119,3 +119,167 @@ pub fn run(spec: &CircuitSpec, key: &ProvingKey, reps: usize) -> Result<BenchRow
         bellperson,
     })
 }
+
+/// One engine's numbers in [`engines`]: medians over the timed repetitions.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineRun {
+    /// `cpu`, `cuda` (resident bases) or `cuda-uploads` (bases uploaded in every phase).
+    pub engine: String,
+    /// Timed repetitions (after the warm-up, if any).
+    pub reps: usize,
+    /// Witness synthesis.
+    pub synthesis: f64,
+    /// The GPU phase, by stage (for the CPU engine: the same stages on the CPU).
+    pub gpu_phase: crate::engine::PhaseTimings,
+    /// G2 MSM for B and the assembly.
+    pub cpu_tail: f64,
+    /// Synthesis + GPU phase + CPU tail.
+    pub total: f64,
+    /// VRAM of each phase lease (0 for the CPU engine).
+    pub phase_vram: u64,
+    /// VRAM of the resident lease.
+    pub resident_vram: u64,
+    /// Every proof of this engine verified.
+    pub verified: bool,
+}
+
+/// A row of [`engines`]: one circuit size, every engine, same key, same machine, one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnginesRow {
+    /// Circuit name.
+    pub circuit: String,
+    /// log2 of the domain.
+    pub log_size: u32,
+    /// Constraints including input constraints.
+    pub constraints: usize,
+    /// The engines, in the order run.
+    pub runs: Vec<EngineRun>,
+    /// The first proof of every engine, made with the same witness and `r`, `s`, is the same
+    /// proof, bit for bit.
+    pub proofs_identical: bool,
+}
+
+/// One timed proof: synthesis, GPU phase by stage, CPU tail, total.
+type Sample = (f64, crate::engine::PhaseTimings, f64, f64);
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// What one engine is asked to do in [`engines`].
+pub struct EngineCase<'a> {
+    /// Name in the report.
+    pub name: &'a str,
+    /// The engine.
+    pub engine: &'a dyn crate::engine::Engine,
+    /// Runs the GPU phases under this lease's device (a CUDA engine's GPU); the leases are
+    /// claimed here (`ExclusiveDevice`): the benchmark owns the GPU.
+    pub device: (String, u32),
+    /// Untimed proofs first (kernel loading, caches, thread pools).
+    pub warmup: usize,
+    /// Timed proofs.
+    pub reps: usize,
+}
+
+/// Times full proofs on several engines with one key: synthesis, each stage of the GPU phase,
+/// the CPU tail; every proof verified, and the first proof of each engine (same witness, same
+/// `r`, `s`) compared bit for bit.
+pub fn engines(
+    spec: &CircuitSpec,
+    key: &ProvingKey,
+    cases: &[EngineCase<'_>],
+) -> Result<EnginesRow> {
+    let mut rng = ChaCha20Rng::seed_from_u64(u64::from(spec.log_size()) ^ 0x5eed);
+    let (r0, s0) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
+    let mut first_proofs = Vec::new();
+    let mut runs = Vec::new();
+    let mut constraints = 0;
+    for case in cases {
+        let e = case.engine;
+        let log = spec.log_size();
+        let (uuid, index) = case.device.clone();
+        let resident_vram = e.resident_bytes(key);
+        let resident_lease = ExclusiveDevice::claim(uuid.clone(), index, resident_vram);
+        if resident_vram > 0 {
+            e.load_resident(key, &resident_lease)?;
+        }
+        let phase_vram = if e.name() == "cpu" {
+            0
+        } else {
+            e.vram_bytes(key, log)
+        };
+        let lease = ExclusiveDevice::claim(uuid.clone(), index, phase_vram.max(1));
+        let mut samples: Vec<Sample> = Vec::new();
+        let mut verified = true;
+        let result = (|| -> Result<()> {
+            for rep in 0..case.warmup + case.reps {
+                let (r, s) = if rep == 0 {
+                    (r0, s0)
+                } else {
+                    (Scalar::random(&mut rng), Scalar::random(&mut rng))
+                };
+                let t0 = Instant::now();
+                let syn = prove::synthesize(
+                    key,
+                    spec.with_witness(rep as u64),
+                    SynthesisOptions::default(),
+                )?;
+                constraints = syn.num_constraints();
+                let synthesis = t0.elapsed().as_secs_f64();
+                let out = prove::gpu_phase(e, &lease, key, syn)?;
+                let phase = out.timings;
+                let inputs = out.public_inputs().to_vec();
+                let t1 = Instant::now();
+                let proof = prove::cpu_tail(key, out, r, s)?;
+                let tail = t1.elapsed().as_secs_f64();
+                let total = t0.elapsed().as_secs_f64();
+                verified &= key.verify(&proof, &inputs)?;
+                if rep == 0 {
+                    first_proofs.push(proof);
+                }
+                if rep >= case.warmup {
+                    samples.push((synthesis, phase, tail, total));
+                }
+            }
+            Ok(())
+        })();
+        if resident_vram > 0 {
+            e.unload_resident(key, Some(&lease))?;
+        }
+        result?;
+        let pick = |f: &dyn Fn(&Sample) -> f64| median(samples.iter().map(f).collect());
+        let phase = crate::engine::PhaseTimings {
+            h: pick(&|s| s.1.h),
+            msm_h: pick(&|s| s.1.msm_h),
+            msm_l: pick(&|s| s.1.msm_l),
+            msm_a: pick(&|s| s.1.msm_a),
+            msm_b: pick(&|s| s.1.msm_b),
+            bases_upload: pick(&|s| s.1.bases_upload),
+            finish: pick(&|s| s.1.finish),
+            total: pick(&|s| s.1.total),
+        };
+        runs.push(EngineRun {
+            engine: case.name.to_owned(),
+            reps: case.reps,
+            synthesis: pick(&|s| s.0),
+            gpu_phase: phase,
+            cpu_tail: pick(&|s| s.2),
+            total: pick(&|s| s.3),
+            phase_vram,
+            resident_vram,
+            verified,
+        });
+    }
+    let proofs_identical = first_proofs.windows(2).all(|w| w[0] == w[1]);
+    Ok(EnginesRow {
+        circuit: spec.kind().name().to_owned(),
+        log_size: spec.log_size(),
+        constraints,
+        runs,
+        proofs_identical,
+    })
+}

@@ -8,7 +8,7 @@ mod common;
 use bellperson::groth16;
 use blstrs::Scalar;
 use ff::Field;
-use gpud_client::ExclusiveDevice;
+use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_prover::engine::{CudaEngine, CudaOptions, Engine};
 use gpud_prover::lease::LocalLeaser;
 use gpud_prover::pipeline::{self, PipelineConfig};
@@ -205,5 +205,48 @@ fn the_pipeline_on_the_cuda_engine_verifies_every_partition_with_and_without_res
             assert!(p.stages.msm_h > 0.0 && p.stages.total >= p.stages.h);
             assert_eq!(p.stages.bases_upload > 0.0, !resident);
         }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn parameters_with_g1_on_the_gpu_equal_the_cpu_path_and_prove() {
+    use gpud_cuda::fixed_base::G1FixedBase;
+    use gpud_prover::paramgen::{self, G1Backend, Toxic};
+    let info = first_gpu();
+    let device = gpud_prover::engine::process_device(&info.uuid).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    for (circuit, k) in [("synthetic", 12), ("poseidon", 10)] {
+        let spec = gpud_prover::CircuitSpec::parse(circuit, k).unwrap();
+        let toxic = Toxic::random(&mut rng);
+        let lease = claim(G1FixedBase::charged_bytes());
+        let arena = device.reserve(&lease).unwrap();
+        let gpu = {
+            let fb = G1FixedBase::new(&arena, &toxic.g1).unwrap();
+            paramgen::generate(spec.shape(), &toxic, G1Backend::Gpu(&fb))
+                .unwrap()
+                .0
+        };
+        arena.close(&lease.compute_token().unwrap()).unwrap();
+        let cpu = paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu)
+            .unwrap()
+            .0;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        gpu.write(&mut a).unwrap();
+        cpu.write(&mut b).unwrap();
+        assert!(a == b, "{spec}: GPU parameters differ from the CPU path");
+        let key = gpud_prover::ProvingKey::new("fast", gpu);
+        let cuda = engine(true);
+        let lease = claim(cuda.vram_bytes(&key, k));
+        let (proof, inputs) = prove::prove(
+            &cuda,
+            &lease,
+            &key,
+            spec.with_witness(1),
+            Scalar::ONE,
+            Scalar::ONE,
+        )
+        .unwrap();
+        assert!(key.verify(&proof, &inputs).unwrap());
     }
 }

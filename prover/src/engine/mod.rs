@@ -22,7 +22,7 @@ mod cpu;
 mod cuda;
 
 pub use cpu::CpuEngine;
-pub use cuda::{CudaEngine, CudaOptions};
+pub use cuda::{CudaEngine, CudaOptions, process_device};
 
 use blstrs::{G1Projective, Scalar};
 use gpud_client::Reservation;

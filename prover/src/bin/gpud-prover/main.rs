@@ -1,5 +1,6 @@
 //! `gpud-prover`: prove, generate parameters, benchmark, demo.
 
+mod bench_engines;
 mod demo;
 
 use std::path::PathBuf;
@@ -35,6 +36,9 @@ enum Command {
     Bench(BenchArgs),
     /// Start gpud and several provers sharing its device; show `gpudctl status` and a summary.
     Demo(demo::DemoArgs),
+    /// Full proofs on the CPU and CUDA engines, split by stage, with parameters from the fast
+    /// generator (GPU); the benchmark (2^20 and 2^22 by default).
+    BenchEngines(BenchEnginesArgs),
 }
 
 #[derive(Args, Clone)]
@@ -170,6 +174,29 @@ struct BenchArgs {
     markdown: bool,
 }
 
+#[derive(Args)]
+struct BenchEnginesArgs {
+    /// Circuit (synthetic, poseidon or sha256).
+    #[arg(long, default_value = "synthetic")]
+    circuit: String,
+    /// log2 sizes, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [20u32, 22])]
+    sizes: Vec<u32>,
+    /// Timed proofs per CUDA engine (after one warm-up).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Timed proofs on the CPU engine (a warm-up too at sizes up to 2^20).
+    #[arg(long, default_value_t = 1)]
+    cpu_reps: usize,
+    /// Also generate the parameters on the CPU and require the GPU's to be identical, up to
+    /// this size.
+    #[arg(long, default_value_t = 20)]
+    check_params_up_to: u32,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -177,6 +204,7 @@ fn main() -> std::process::ExitCode {
         Command::Params(a) => params(a),
         Command::Bench(a) => bench_cmd(a),
         Command::Demo(a) => demo::run(a),
+        Command::BenchEngines(a) => bench_engines::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
