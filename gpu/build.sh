@@ -12,19 +12,29 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 
 BINS=(gpud-cuda-bench gpud-msm-bench)
 TESTS=(gpu msm_gpu)
+# gpud-prover: the CUDA engine's GPU tests and the engines benchmark (bench-engines).
+PROVER_BINS=(gpud-prover)
+PROVER_TESTS=(prover_gpu)
 
-out=.gpu
+# GPU_BUILD_OUT builds elsewhere (e.g. to check the build without replacing a prepared .gpu).
+out=${GPU_BUILD_OUT:-.gpu}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests"
 
 cargo build --release -p gpud-cuda --bins
-for b in "${BINS[@]}"; do
+cargo build --release -p gpud-prover --bin gpud-prover
+for b in "${BINS[@]}" "${PROVER_BINS[@]}"; do
     cp "$CARGO_TARGET_DIR/release/$b" "$out/bin/"
 done
 
 test_args=()
 for t in "${TESTS[@]}"; do test_args+=(--test "$t"); done
-cargo test --release -p gpud-cuda "${test_args[@]}" --no-run --message-format=json >"$out/.cargo-test.json"
+prover_test_args=()
+for t in "${PROVER_TESTS[@]}"; do prover_test_args+=(--test "$t"); done
+{
+    cargo test --release -p gpud-cuda "${test_args[@]}" --no-run --message-format=json
+    cargo test --release -p gpud-prover "${prover_test_args[@]}" --no-run --message-format=json
+} >"$out/.cargo-test.json"
 python3 - "$out" <<'PY'
 import json, shutil, sys, os
 out = sys.argv[1]
@@ -39,7 +49,7 @@ for line in open(os.path.join(out, ".cargo-test.json")):
         print("test binary:", name)
 PY
 rm -f "$out/.cargo-test.json"
-for t in "${TESTS[@]}"; do
+for t in "${TESTS[@]}" "${PROVER_TESTS[@]}"; do
     [ -x "$out/tests/$t" ] || { echo "build.sh: test binary $t missing" >&2; exit 1; }
 done
 

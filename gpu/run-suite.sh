@@ -82,6 +82,19 @@ section msm-check 150 "$G/bin/gpud-msm-bench" --check --max-log 24 --json "$OUT/
 section msm-bench 200 "$G/bin/gpud-msm-bench" --bench --json "$OUT/msm-bench.json"
 [ -f "$OUT/msm-bench.log" ] && grep -A 40 "== MSM summary" "$OUT/msm-bench.log" | head -n 45
 
+# --- gpud-prover: the CUDA engine end to end ----------------------------------------------------
+# About 5 minutes together; as their own device call, or split in two:
+#   bash gpu/run-suite.sh prover-tests prover-bench
+# prover-tests: GPU proofs equal bellperson's create_proof bit for bit (synthetic 2^9..2^14,
+# poseidon 2^12, sha256 2^15; resident bases and per-phase uploads), the pipeline on the CUDA
+# engine, typed errors for a lease below the formula, GPU-generated parameters equal the CPU
+# path. prover-bench: full proofs of 2^20 and 2^22 on the CPU and CUDA engines, by stage, with
+# parameters from the fast generator (G1 on the GPU), JSON in $OUT/prover-bench.json.
+export GPUD_PROVER_TEST_PARAMS=${GPUD_PROVER_TEST_PARAMS:-/tmp/gpud-prover-test-params}
+section prover-tests 300 "$G/tests/prover_gpu" --ignored --test-threads=1
+section prover-bench 420 "$G/bin/gpud-prover" bench-engines --sizes 20,22 --json "$OUT/prover-bench.json"
+[ -f "$OUT/prover-bench.log" ] && grep -A 12 "== engines summary" "$OUT/prover-bench.log" | head -n 20
+
 echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}"

@@ -10,8 +10,13 @@ use gpud_prover::{CircuitSpec, ParamsCache, ProvingKey};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
+/// `$GPUD_PROVER_TEST_PARAMS` (the GPU suite sets it: the build machine's target directory
+/// does not exist there), else Cargo's per-target temporary directory.
 pub fn cache_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gpud-prover-params")
+    std::env::var_os("GPUD_PROVER_TEST_PARAMS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gpud-prover-params"))
 }
 
 /// The proving key for `circuit` at `2^log_size`, generated at most once per process.

@@ -1,5 +1,5 @@
 //! The CUDA engine on a GPU: run with `--ignored` on a machine with an NVIDIA GPU
-//! (`gpu/run-suite.sh prover-tests` does). Without a GPU they are skipped visibly (ignored, with
+//! (`gpu/run-suite.sh prover-tests` runs the release build from `.gpu/tests/prover_gpu`). Without a GPU they are skipped visibly (ignored, with
 //! the reason). Parameters are generated in-process with bellperson's generator (seconds at
 //! these sizes on 16 cores).
 
