@@ -108,3 +108,29 @@ fn no_daemon_run_proves_and_verifies() {
     );
     assert!(stdout.contains("GPU phase"), "{stdout}");
 }
+
+#[test]
+fn the_cuda_engine_without_a_gpu_is_a_clear_error_not_a_panic() {
+    if gpud_cuda::driver::driver_present() {
+        return; // a GPU machine: the engine may start; tests/prover_gpu.rs covers it
+    }
+    let (ok, err) = run(&[
+        "prove",
+        "--no-daemon",
+        "--engine",
+        "cuda",
+        "--circuit",
+        "synthetic",
+        "--log-size",
+        "8",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("starting the CUDA engine"), "{err}");
+    assert!(err.contains("no CUDA driver"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // The engine itself reports the missing driver as an error value.
+    assert!(matches!(
+        gpud_prover::engine::CudaEngine::new(Default::default()),
+        Err(gpud_prover::ProverError::Cuda(gpud_cuda::Error::NoDriver))
+    ));
+}

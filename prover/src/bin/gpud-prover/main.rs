@@ -316,6 +316,11 @@ fn prove(a: ProveArgs) -> Result<()> {
     } else {
         Some(GpudLeaser::connect(&a.socket)?)
     };
+    // The engine before the (possibly slow) parameter load: a missing GPU is reported at once.
+    let cuda = match a.engine.engine.resolve() {
+        EngineArg::Cuda => Some(a.engine.cuda()?),
+        _ => None,
+    };
     let key = load_key(&a.common.cache(), &spec, a.generate, json)?;
     let cfg = PipelineConfig {
         spec,
@@ -337,16 +342,12 @@ fn prove(a: ProveArgs) -> Result<()> {
     };
     pb.set_message(format!("proving {spec}"));
     let progress = |_: &pipeline::PartitionRecord| pb.inc(1);
-    let engine = a.engine.engine.resolve();
-    let report = match engine {
-        EngineArg::Cuda => {
-            let cuda = a.engine.cuda()?;
-            match leaser {
-                Some(l) => pipeline::run(&cuda, &l, &key, &cfg, &progress)?,
-                None => pipeline::run(&cuda, &local_cuda_leaser()?, &key, &cfg, &progress)?,
-            }
-        }
-        _ => match leaser {
+    let report = match &cuda {
+        Some(cuda) => match leaser {
+            Some(l) => pipeline::run(cuda, &l, &key, &cfg, &progress)?,
+            None => pipeline::run(cuda, &local_cuda_leaser()?, &key, &cfg, &progress)?,
+        },
+        None => match leaser {
             Some(l) => pipeline::run(&CpuEngine, &l, &key, &cfg, &progress)?,
             None => pipeline::run(&CpuEngine, &LocalLeaser::default(), &key, &cfg, &progress)?,
         },
