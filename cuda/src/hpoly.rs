@@ -101,7 +101,9 @@ pub fn charged_bytes(len: usize) -> Result<u64> {
     let table_bytes: u64 = tables
         .iter()
         .map(|key| match *key {
-            TableKey::Twiddles { log_n } => charge_for(32 << (log_n - 1)),
+            TableKey::Twiddles { log_n } => {
+                charge_for(32 * crate::ntt::tables::twiddle_count(log_n))
+            }
             TableKey::Powers { .. } => charge_for(32 * crate::ntt::tables::POW_TABLE_LEN as u64),
         })
         .sum();
