@@ -176,8 +176,29 @@ impl CudaEngine {
             scalars: s,
         } = input;
         let m = domain.size();
-        let p = key.params();
+        // The A and B scalars are selected on the CPU while the GPU computes H and the H MSM.
+        std::thread::scope(|scope| {
+            let queries = scope.spawn(|| (s.a_query(), s.b_query()));
+            self.run_msms(arena, key, m, (a, b, c), s, queries, t)
+        })
+    }
 
+    #[allow(clippy::too_many_arguments)]
+    fn run_msms(
+        &self,
+        arena: &Arena<'_>,
+        key: &ProvingKey,
+        m: usize,
+        (a, b, c): (
+            Vec<blstrs::Scalar>,
+            Vec<blstrs::Scalar>,
+            Vec<blstrs::Scalar>,
+        ),
+        s: super::G1Scalars<'_>,
+        queries: std::thread::ScopedJoinHandle<'_, (Vec<blstrs::Scalar>, Vec<blstrs::Scalar>)>,
+        t: &mut PhaseTimings,
+    ) -> Result<G1Sums> {
+        let p = key.params();
         let start = Instant::now();
         let mut hpoly = HPoly::new(arena)?;
         let h = hpoly.compute(&a, &b, &c)?;
@@ -226,12 +247,13 @@ impl CudaEngine {
             engine.msm(b, s.aux)
         })?;
         t.msm_l = secs;
-        let a_scalars = s.a_query();
+        let (a_scalars, b_scalars) = queries
+            .join()
+            .map_err(|_| engine_error("selecting the A and B scalars panicked"))?;
         let (a, secs) = run(resident.map(|r| &r.a), &p.a, a_scalars.len(), &|b| {
             engine.msm(b, &a_scalars)
         })?;
         t.msm_a = secs;
-        let b_scalars = s.b_query();
         let (b_g1, secs) = run(resident.map(|r| &r.b_g1), &p.b_g1, b_scalars.len(), &|b| {
             engine.msm(b, &b_scalars)
         })?;
