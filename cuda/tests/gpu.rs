@@ -269,3 +269,43 @@ fn h_fits_in_exactly_its_charged_bytes() {
         arena.close(&lease.compute_token().unwrap()).unwrap();
     }
 }
+
+#[test]
+#[ignore = "needs a GPU"]
+fn fixed_base_multiplication_matches_blstrs() {
+    use blstrs::{G1Affine, G1Projective};
+    use gpud_cuda::fixed_base::{CHUNK, G1FixedBase, canonical_limbs};
+    use group::{Curve, Group};
+    let info = driver::list_devices().unwrap().remove(0);
+    let device = Device::open(&info.uuid).unwrap();
+    let lease = ExclusiveDevice::claim(
+        info.uuid.clone(),
+        info.ordinal as u32,
+        G1FixedBase::charged_bytes(),
+    );
+    let arena = device.reserve(&lease).unwrap();
+    let mut rng = fresh_rng();
+    let g = G1Projective::generator() * Scalar::random(&mut rng);
+    let fb = G1FixedBase::new(&arena, &g).unwrap();
+    // More than one chunk, with zeros, ones and -1 among random scalars.
+    let n = CHUNK + 1000;
+    let mut s: Vec<Scalar> = (0..n).map(|_| Scalar::random(&mut rng)).collect();
+    s[0] = Scalar::ZERO;
+    s[1] = Scalar::ONE;
+    s[2] = -Scalar::ONE;
+    s[n - 1] = Scalar::ZERO;
+    let limbs: Vec<[u32; 8]> = s.iter().map(canonical_limbs).collect();
+    let mut out = vec![G1Affine::default(); n];
+    fb.mul(&limbs, &mut out).unwrap();
+    assert!(arena.ledger().peak <= G1FixedBase::charged_bytes());
+    // Spot checks everywhere (a full check of 4M points on the CPU would take minutes).
+    let step = 997;
+    for i in (0..n)
+        .step_by(step)
+        .chain([0, 1, 2, n - 2, n - 1, CHUNK - 1, CHUNK])
+    {
+        assert_eq!(out[i], (g * s[i]).to_affine(), "scalar {i}");
+    }
+    drop(fb);
+    arena.close(&lease.compute_token().unwrap()).unwrap();
+}
