@@ -5,8 +5,11 @@
 //! use gpud_client::{LeaseRequest, blocking::Client};
 //! let client = Client::connect_default()?;
 //! let lease = client.acquire(&LeaseRequest::new().vram(8 << 30).compute())?;
-//! std::env::set_var("CUDA_VISIBLE_DEVICES", lease.cuda_visible_devices());
-//! // ... the GPU phase ...
+//! // The GPU phase, here in a child process that sees only the leased device.
+//! std::process::Command::new("my-cuda-program")
+//!     .env("CUDA_VISIBLE_DEVICES", lease.cuda_visible_devices())
+//!     .status()
+//!     .expect("run the GPU phase");
 //! drop(lease); // released
 //! # Ok::<(), gpud_client::ClientError>(())
 //! ```
