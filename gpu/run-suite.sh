@@ -58,7 +58,7 @@ section msm-quick 300 "$G/bin/gpud-msm-bench" --check --bench --quick --json "$O
 # --- gpud-cuda: device layer, NTT, H polynomial ----------------------------------------------
 # About 5 minutes together; if a call must stay under 600 s with the MSM sections, split:
 #   bash gpu/run-suite.sh cuda-tests cuda-memcheck cuda-check   and   ... cuda-bench
-section cuda-tests 120 "$G/tests/gpu" --ignored --test-threads=1
+section cuda-tests 180 "$G/tests/gpu" --ignored --test-threads=1
 section cuda-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$G/bin/gpud-cuda-bench" --check --max-log 10
 # Shared-memory races (a missing barrier between the radix kernel's rounds, the tiled bit
@@ -75,7 +75,7 @@ section cuda-bench 240 "$G/bin/gpud-cuda-bench" --bench --json "$OUT/cuda-bench.
 # --- gpud-cuda: BLS12-381 G1 MSM -------------------------------------------------------------
 # About 560 s together: run them as their own device call,
 #   bash gpu/run-suite.sh msm-tests msm-memcheck msm-check msm-bench
-section msm-tests 90 "$G/tests/msm_gpu" --ignored --test-threads=1
+section msm-tests 150 "$G/tests/msm_gpu" --ignored --test-threads=1
 section msm-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$G/bin/gpud-msm-bench" --check --quick
 section msm-check 150 "$G/bin/gpud-msm-bench" --check --max-log 24 --json "$OUT/msm-check.json"
