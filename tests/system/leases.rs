@@ -120,7 +120,12 @@ fn critical_overtakes_normal_waiters_and_the_holder_is_asked_to_yield() {
         .unwrap();
     let (tx, rx) = mpsc::channel::<(&'static str, Instant)>();
     let mut threads = Vec::new();
-    for name in ["normal-1", "normal-2", "normal-3"] {
+    let probe = daemon.client();
+    for (queued, name) in ["normal-1", "normal-2", "normal-3"].into_iter().enumerate() {
+        // One at a time, so that their order of arrival is the order of their names.
+        assert!(wait_until(Duration::from_secs(5), || {
+            probe.status().unwrap().waiters.len() == queued
+        }));
         let c = daemon.client();
         let tx = tx.clone();
         threads.push(thread::spawn(move || {
@@ -132,7 +137,6 @@ fn critical_overtakes_normal_waiters_and_the_holder_is_asked_to_yield() {
             lease.release().unwrap();
         }));
     }
-    let probe = daemon.client();
     assert!(wait_until(Duration::from_secs(5), || probe
         .status()
         .unwrap()
