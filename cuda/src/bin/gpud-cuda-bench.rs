@@ -472,8 +472,8 @@ fn variant_name(v: NttVariant) -> &'static str {
         NttVariant::Baseline => "baseline (first version)",
         NttVariant::LegacyPasses => "legacy passes, new mul",
         NttVariant::Radix8 => "radix, passes <= 8",
-        NttVariant::Radix => "radix, passes <= 9 (default)",
-        NttVariant::Radix4 => "radix-4, passes <= 9",
+        NttVariant::Radix => "radix, passes <= 9",
+        NttVariant::Radix4 => "radix-4, passes <= 9 (default)",
     }
 }
 

@@ -24,7 +24,8 @@ use plan::{BITREV_TILE_BITS, BITREV_TILE_THREADS, NttKind, PASS_THREADS, Step, T
 /// Threads per block of the element-wise kernels.
 const ELEMENTWISE_THREADS: u32 = 256;
 
-/// Which kernels run a plan. [`NttVariant::Radix`] is the default; the others are the earlier
+/// Which kernels run a plan. [`NttVariant::Radix4`] is the default (fastest on the H200 for
+/// 2^20..2^24 and the H polynomial; [`NttVariant::Radix`] is 5 % faster at 2^27); the others are the earlier
 /// versions, kept so that one GPU run can time them side by side (gpud-cuda-bench).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NttVariant {
@@ -38,10 +39,10 @@ pub enum NttVariant {
     /// stages.
     Radix8,
     /// Register-radix passes, tiled bit reversal, passes of at most 9 stages (2^27 in three
-    /// passes instead of four). The default.
+    /// passes instead of four).
     Radix,
     /// [`NttVariant::Radix`] with 4 elements per thread (`ntt_radix4_kernel`: rounds of at
-    /// most 2 stages, 256 threads, 80 registers instead of 124).
+    /// most 2 stages, 256 threads, 80 registers instead of 124). The default.
     Radix4,
 }
 
@@ -118,7 +119,7 @@ impl<'d> NttEngine<'d> {
     /// Loads the NTT kernels (compiled by NVRTC on first use, then from the disk cache); tables
     /// and work buffers are charged to `dev`'s lease.
     pub fn new(dev: &'d Arena<'d>) -> Result<Self> {
-        Self::with_variant(dev, NttVariant::Radix)
+        Self::with_variant(dev, NttVariant::Radix4)
     }
 
     /// Loads the kernels of a given variant.
