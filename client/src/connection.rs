@@ -130,10 +130,9 @@ async fn open(path: &Path, name: Option<String>) -> Result<(Reader, Writer, u64)
         version: PROTOCOL_VERSION,
         client: name,
     };
-    writer
-        .send(to_payload(&hello))
-        .await
-        .map_err(|_| ClientError::Disconnected)?;
+    // A daemon that refuses the session answers (and closes) without reading the hello, so a
+    // failed send is not the end: the refusal may be waiting to be read.
+    let sent = writer.send(to_payload(&hello)).await;
     let session = match reader.next().await {
         Some(Ok(bytes)) => match from_payload::<ServerFrame>(&bytes) {
             Ok(ServerFrame::Welcome { session, .. }) => session,
@@ -152,6 +151,7 @@ async fn open(path: &Path, name: Option<String>) -> Result<(Reader, Writer, u64)
         },
         _ => return Err(ClientError::Disconnected),
     };
+    sent.map_err(|_| ClientError::Disconnected)?;
     Ok((reader, writer, session))
 }
 

@@ -4,11 +4,16 @@
 //! at start-up and whenever it grows to several times the live set. Appends are written before
 //! any client hears of the change they record, with one `write` per batch of changes.
 //!
-//! Durability: appends are not fsynced. The journal protects against gpud's own death (crash,
+//! Durability: nothing is fsynced. The journal protects against gpud's own death (crash,
 //! kill -9, upgrade); what `write` returned is in the kernel's page cache and survives that. A
 //! kernel crash or power loss also kills every process that held a lease, so their leases
-//! have nothing left to protect. Compactions are fsynced and renamed into place, so the file
-//! is always a complete journal. A torn last line (gpud died inside a write) is ignored.
+//! have nothing left to protect, while an fsync (milliseconds) would stall every client of the
+//! daemon. Compactions are written to a temporary file and renamed into place, so the file is
+//! always a complete journal. A torn last line (gpud died inside a write) is ignored.
+//!
+//! Grants and resizes are written before the reply that announces them; releases ride with the
+//! next write, or are written within 20 ms, because a restart that missed a release only keeps
+//! the memory reserved until the grace period ends.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -80,6 +85,8 @@ pub struct Journal {
     entries: u64,
     live: BTreeMap<LeaseId, LeaseRecord>,
     pending: Vec<u8>,
+    /// The pending entries include a grant or a resize: write them before any reply.
+    urgent: bool,
 }
 
 impl Journal {
@@ -113,6 +120,7 @@ impl Journal {
                 entries: live.len() as u64,
                 live,
                 pending: Vec::new(),
+                urgent: false,
             },
             records,
         ))
@@ -120,6 +128,7 @@ impl Journal {
 
     /// Records a grant (or a new owner for a lease).
     pub fn grant(&mut self, record: LeaseRecord) {
+        self.urgent = true;
         self.push(&Entry::Grant(record.clone()));
         self.live.insert(record.id, record);
     }
@@ -128,6 +137,7 @@ impl Journal {
     pub fn resize(&mut self, id: LeaseId, vram_bytes: u64) {
         if let Some(r) = self.live.get_mut(&id) {
             r.vram_bytes = vram_bytes;
+            self.urgent = true;
             self.push(&Entry::Resize { id, vram_bytes });
         }
     }
@@ -142,6 +152,16 @@ impl Journal {
     /// A live lease's record.
     pub fn record(&self, id: LeaseId) -> Option<&LeaseRecord> {
         self.live.get(&id)
+    }
+
+    /// Whether recorded entries must be written before anyone hears of them (grants, resizes).
+    pub fn urgent(&self) -> bool {
+        self.urgent
+    }
+
+    /// Whether anything recorded is not written yet.
+    pub fn pending(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// Leases the journal holds.
@@ -176,6 +196,7 @@ impl Journal {
             .write_all(&self.pending)
             .map_err(err("cannot append"))?;
         self.pending.clear();
+        self.urgent = false;
         if self.entries > 4 * self.live.len() as u64 + COMPACT_SLACK {
             self.file = write_snapshot(&self.dir, &self.live).map_err(err("cannot compact"))?;
             self.entries = self.live.len() as u64;
@@ -210,8 +231,8 @@ fn replay(bytes: &[u8]) -> BTreeMap<LeaseId, LeaseRecord> {
     live
 }
 
-/// Writes the live set as a fresh journal (temp file, fsync, rename, fsync of the directory)
-/// and returns it opened for appending.
+/// Writes the live set as a fresh journal (a temporary file renamed into place) and returns it
+/// opened for appending.
 fn write_snapshot(dir: &Path, live: &BTreeMap<LeaseId, LeaseRecord>) -> io::Result<File> {
     let path = dir.join(FILE_NAME);
     let tmp = dir.join(format!("{FILE_NAME}.tmp"));
@@ -228,10 +249,8 @@ fn write_snapshot(dir: &Path, live: &BTreeMap<LeaseId, LeaseRecord>) -> io::Resu
             .mode(0o600)
             .open(&tmp)?;
         f.write_all(&out)?;
-        f.sync_all()?;
     }
     fs::rename(&tmp, &path)?;
-    File::open(dir)?.sync_all()?;
     OpenOptions::new().append(true).open(&path)
 }
 

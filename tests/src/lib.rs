@@ -238,3 +238,9 @@ pub fn frame(json: &serde_json::Value) -> Vec<u8> {
     out.extend(body);
     out
 }
+
+/// Serializes tests that load the machine or measure timing: hold the guard for the test.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -106,6 +106,7 @@ fn cycles(default: usize) -> usize {
 
 #[test]
 fn random_clients_killed_at_random_never_leak() {
+    let _alone = gpud_tests::exclusive();
     let daemon = Daemon::start_logging("16GiB,24GiB", "", "warn");
     let socket = daemon.socket.to_string_lossy().into_owned();
     let observer = daemon.client();
@@ -184,6 +185,7 @@ fn random_clients_killed_at_random_never_leak() {
 
 #[test]
 fn gpud_killed_and_restarted_while_clients_hold_leases() {
+    let _alone = gpud_tests::exclusive();
     let gib = 1u64 << 30;
     let mut daemon = Daemon::start_logging("16GiB", "readopt_grace = \"5s\"\n", "info");
     let socket = daemon.socket.to_string_lossy().into_owned();

@@ -36,6 +36,8 @@ const MAX_LABEL: usize = 256;
 /// The placeholder session that holds leases restored from the journal until their owners
 /// re-adopt them. Real sessions are numbered from 1.
 pub const ORPHANS: SessionId = 0;
+/// Longest a journaled release waits to be written when no grant comes to carry it.
+const JOURNAL_DELAY: Duration = Duration::from_millis(20);
 
 /// What sessions and pollers ask of the hub.
 #[derive(Debug)]
@@ -226,6 +228,9 @@ impl Hub {
         if let Some(at) = self.orphan_deadline {
             orphans.as_mut().reset(tokio::time::Instant::from_std(at));
         }
+        let journal_sleep = tokio::time::sleep(Duration::from_secs(3600));
+        tokio::pin!(journal_sleep);
+        let mut journal_due: Option<Instant> = None;
         let mut armed: Option<Instant> = None;
         loop {
             let next = self.ledger.poll_timeout();
@@ -251,10 +256,22 @@ impl Hub {
                 () = &mut orphans, if self.orphan_deadline.is_some() => {
                     self.drop_orphans(Instant::now());
                 }
+                () = &mut journal_sleep, if journal_due.is_some() => {
+                    self.write_journal();
+                    journal_due = None;
+                }
             }
             self.deliver();
             self.flush();
             self.observer.step(Instant::now(), &self.ledger);
+            // Releases wait for the next grant's write, or at most JOURNAL_DELAY.
+            if journal_due.is_none() && self.journal.as_ref().is_some_and(Journal::pending) {
+                let at = Instant::now() + JOURNAL_DELAY;
+                journal_sleep
+                    .as_mut()
+                    .reset(tokio::time::Instant::from_std(at));
+                journal_due = Some(at);
+            }
         }
     }
 
@@ -294,12 +311,21 @@ impl Hub {
                 }
             }
         }
-        if let Some(Err(e)) = self.journal.as_mut().map(Journal::flush) {
-            // Clients are still served; a restart would then not know these leases.
-            error!("{e}");
+        // What grants or grows must be on file before anyone hears of it; a release may wait
+        // (a restart that missed it keeps the memory reserved a little longer, never less).
+        if self.journal.as_ref().is_some_and(Journal::urgent) {
+            self.write_journal();
         }
         for (session, frame) in std::mem::take(&mut self.outbox) {
             self.transmit(session, frame);
+        }
+    }
+
+    /// Appends what the journal holds.
+    fn write_journal(&mut self) {
+        if let Some(Err(e)) = self.journal.as_mut().map(Journal::flush) {
+            // Clients are still served; a restart would then not know these changes.
+            error!("{e}");
         }
     }
 
@@ -968,6 +994,7 @@ impl Hub {
         }
         // Leases stay in the journal: after a restart their owners re-adopt them.
         self.flush();
+        self.write_journal();
         self.sessions.clear();
     }
 
