@@ -73,6 +73,39 @@ fn gpud_ping(daemon: &Daemon, n: usize) -> Result<Summary> {
     })
 }
 
+/// The same ping from a bare blocking socket (no client library): what the kernel and the
+/// daemon cost alone.
+fn raw_ping(daemon: &Daemon, n: usize) -> Result<Summary> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(&daemon.socket)?;
+    let frame = |v: serde_json::Value| {
+        let body = serde_json::to_vec(&v).unwrap_or_default();
+        let mut out = (body.len() as u32).to_be_bytes().to_vec();
+        out.extend(body);
+        out
+    };
+    let read_frame = |s: &mut std::os::unix::net::UnixStream| -> Result<()> {
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len)?;
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut body)?;
+        Ok(())
+    };
+    s.write_all(&frame(serde_json::json!({"type": "hello", "version": 1})))?;
+    read_frame(&mut s)?;
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let request = frame(serde_json::json!({"type": "request", "id": i, "op": "ping"}));
+        let t = Instant::now();
+        s.write_all(&request)?;
+        read_frame(&mut s)?;
+        if i >= n / 10 {
+            samples.push(t.elapsed());
+        }
+    }
+    Ok(summarize(&mut samples))
+}
+
 /// One client acquiring and releasing a compute lease back to back.
 fn gpud_round_trip(daemon: &Daemon, n: usize) -> Result<Summary> {
     runtime()?.block_on(async {
@@ -312,6 +345,7 @@ fn main() -> Result<()> {
     let lock = daemon.dir.path().join("gpu.lock");
     let handoffs = (o.iterations / 2) as u64;
 
+    let raw_ping = raw_ping(&daemon, o.iterations)?;
     let gpud_ping = gpud_ping(&daemon, o.iterations)?;
     let gpud_rt = gpud_round_trip(&daemon, o.iterations)?;
     let gpud_rt_drop = gpud_round_trip_pipelined(&daemon, o.iterations)?;
@@ -326,6 +360,7 @@ fn main() -> Result<()> {
         let v = serde_json::json!({
             "iterations": o.iterations, "waiters": o.waiters,
             "ping": gpud_ping,
+            "raw_socket_ping": raw_ping,
             "round_trip": { "gpud": gpud_rt, "gpud_guard_drop": gpud_rt_drop, "flock": flock_rt },
             "handoff": { "gpud": gpud_ho, "flock": flock_ho },
             "passed_on_share": { "gpud": gpud_fair, "flock": flock_fair },
@@ -348,7 +383,8 @@ fn main() -> Result<()> {
             s.p50_us, s.p99_us, s.mean_us
         )
     };
-    row("gpud ping (one request, the floor)", &gpud_ping);
+    row("ping, bare socket (kernel + daemon only)", &raw_ping);
+    row("gpud ping through the client library", &gpud_ping);
     row("gpud acquire + release (reply awaited)", &gpud_rt);
     row(
         "gpud acquire + guard drop (release pipelined)",
