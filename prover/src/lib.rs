@@ -29,6 +29,7 @@ pub mod bench;
 pub mod circuits;
 pub mod engine;
 pub mod error;
+pub mod farm;
 pub mod fft;
 pub mod lease;
 pub mod msm;

@@ -1,0 +1,913 @@
+//! What the driver computes from the processes' reports and the NVML samples of a cell: the
+//! per-mode metrics, the issue's targets, and the Markdown tables.
+//!
+//! Definitions (all inside the cell's window `[0, T]`):
+//! - **partitions/min**: attempts of normal-class lanes that made a proof which verified, with
+//!   the CPU tail done by `T`, times `60 / T`. (A Filecoin C2 proof is ten such partitions.)
+//! - **GPU busy (phases)**: the union of every GPU-phase interval `[granted, released]`
+//!   (finished or still running at `T`, all processes, all outcomes) per device, over `T`;
+//!   averaged over the devices in play. **GPU busy (NVML)**: the mean of
+//!   `nvmlDeviceGetUtilizationRates().gpu` sampled during the window (kernel-active time:
+//!   uploads and host gaps inside a phase do not count).
+//! - **OOM**: attempts whose GPU phase ran out of device memory; **failed**: every attempt
+//!   that did not end in a verified proof (OOM, other GPU-phase errors, unverified proofs,
+//!   acquire errors), plus processes that did not start.
+//! - **wait**: acquire → grant of the lease or lock; waits still open at `T` count as `T −
+//!   requested` (a lower bound), so a starving waiter is not left out. Percentiles are
+//!   nearest-rank: p99 of fewer than 100 samples is their maximum.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::worker::{Outcome, WorkerReport};
+
+/// One NVML reading of one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NvmlSample {
+    /// Seconds since the window's start.
+    pub t: f64,
+    /// The device's UUID.
+    pub uuid: String,
+    /// Kernel-active percentage over NVML's last sample period.
+    pub util: u32,
+    /// Device memory in use, bytes.
+    pub mem_used: u64,
+}
+
+/// A distribution summary (seconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Dist {
+    /// Samples.
+    pub n: usize,
+    /// Of which still open at the end (lower bounds).
+    pub censored: usize,
+    /// Mean.
+    pub mean: f64,
+    /// Median (nearest rank).
+    pub p50: f64,
+    /// 99th percentile (nearest rank).
+    pub p99: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+/// Nearest-rank percentile of sorted values.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl Dist {
+    /// Summarizes `values`, of which `censored` are lower bounds.
+    pub fn of(mut values: Vec<f64>, censored: usize) -> Self {
+        values.retain(|v| v.is_finite());
+        values.sort_by(f64::total_cmp);
+        let n = values.len();
+        Self {
+            n,
+            censored,
+            mean: if n == 0 {
+                0.0
+            } else {
+                values.iter().sum::<f64>() / n as f64
+            },
+            p50: percentile(&values, 50.0),
+            p99: percentile(&values, 99.0),
+            max: values.last().copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// Length of the union of intervals, clipped to `[0, end]`.
+pub fn union_length(mut intervals: Vec<(f64, f64)>, end: f64) -> f64 {
+    intervals.retain(|(a, b)| b > a);
+    intervals.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut total, mut reach) = (0.0, 0.0f64);
+    for (a, b) in intervals {
+        let (a, b) = (a.max(reach).max(0.0), b.min(end));
+        if b > a {
+            total += b - a;
+        }
+        reach = reach.max(b);
+    }
+    total
+}
+
+/// One class's numbers in a cell.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassMetrics {
+    /// Prover processes of this class.
+    pub processes: usize,
+    /// Lanes (worker threads) in all.
+    pub lanes: usize,
+    /// Verified partition proofs with their tail done inside the window.
+    pub proofs: usize,
+    /// `proofs` per minute.
+    pub per_minute: f64,
+    /// Out-of-memory failures.
+    pub oom: usize,
+    /// Attempts that made no verified proof, and processes that did not start.
+    pub failed: usize,
+    /// Acquire → grant.
+    pub wait: Dist,
+    /// GPU phases (granted → released) that finished.
+    pub phase: Dist,
+}
+
+/// A device's busy fractions in a cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceBusy {
+    /// UUID.
+    pub uuid: String,
+    /// GPU-phase union over the window.
+    pub phase_busy: f64,
+    /// Mean NVML utilization (0..1), when sampled.
+    pub nvml_util: Option<f64>,
+    /// Highest device memory in use seen by NVML.
+    pub nvml_mem_max: Option<u64>,
+    /// GPU phases that started on it.
+    pub phases: usize,
+}
+
+/// One cell: a mode at one N (plus, for the priority runs, the critical prover).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellMetrics {
+    /// Unique name (`gpud-n4`, `priority-flock`, `x2-any-n8`).
+    pub name: String,
+    /// Mode: `gpud`, `ideal`, `none`, `flock`.
+    pub mode: String,
+    /// Normal provers (processes, or lanes of the ideal's one process).
+    pub n: usize,
+    /// Where the phase leases go: `any`, or `one` (the first GPU).
+    pub placement: String,
+    /// The window, seconds.
+    pub duration: f64,
+    /// Normal-class provers.
+    pub normal: ClassMetrics,
+    /// The critical prover, in the priority runs.
+    pub critical: Option<ClassMetrics>,
+    /// Mean over the devices in play of their GPU-phase busy fraction.
+    pub gpu_busy: f64,
+    /// Mean over the devices in play of NVML utilization, when sampled.
+    pub nvml_util: Option<f64>,
+    /// Per device.
+    pub devices: Vec<DeviceBusy>,
+    /// Processes that did not become ready, with their last words.
+    pub startup_errors: Vec<String>,
+}
+
+/// A process of a cell as the driver saw it.
+#[derive(Debug, Clone)]
+pub struct ProcessOutcome {
+    /// Critical class (the priority runs' small prover).
+    pub critical: bool,
+    /// Its report, or why there is none.
+    pub report: Result<WorkerReport, String>,
+}
+
+/// How a cell was run.
+#[derive(Debug, Clone)]
+pub struct CellSpec {
+    /// Unique name.
+    pub name: String,
+    /// Mode.
+    pub mode: String,
+    /// Normal provers.
+    pub n: usize,
+    /// `any` or `one`.
+    pub placement: String,
+    /// The devices in play (UUIDs).
+    pub devices: Vec<String>,
+}
+
+fn class_metrics(reports: &[&WorkerReport], startup_failures: usize, end: f64) -> ClassMetrics {
+    let mut m = ClassMetrics {
+        processes: reports.len() + startup_failures,
+        lanes: reports.iter().map(|r| r.lanes).sum(),
+        failed: startup_failures,
+        ..Default::default()
+    };
+    let (mut waits, mut censored, mut phases) = (Vec::new(), 0, Vec::new());
+    for r in reports {
+        for rec in &r.records {
+            if rec.requested > end {
+                continue;
+            }
+            match rec.outcome {
+                Outcome::Ok if rec.tail_end.is_some_and(|t| t <= end) => m.proofs += 1,
+                Outcome::Ok => {}
+                Outcome::Oom => {
+                    m.oom += 1;
+                    m.failed += 1;
+                }
+                Outcome::Unverified | Outcome::Failed | Outcome::Lease => m.failed += 1,
+            }
+            if let Some(g) = rec.granted.filter(|&g| g <= end) {
+                waits.push(g - rec.requested);
+            }
+            if let (Some(g), Some(rel)) = (rec.granted, rec.released) {
+                phases.push(rel - g);
+            }
+        }
+        for o in &r.open {
+            match o.granted {
+                Some(g) if g <= end => waits.push(g - o.requested),
+                Some(_) => {}
+                None if o.requested < end => {
+                    waits.push(end - o.requested);
+                    censored += 1;
+                }
+                None => {}
+            }
+            if let (Some(g), Some(rel)) = (o.granted, o.released) {
+                phases.push(rel - g);
+            }
+        }
+    }
+    m.per_minute = if end > 0.0 {
+        m.proofs as f64 * 60.0 / end
+    } else {
+        0.0
+    };
+    m.wait = Dist::of(waits, censored);
+    m.phase = Dist::of(phases, 0);
+    m
+}
+
+/// The metrics of one cell.
+pub fn cell_metrics(
+    spec: &CellSpec,
+    duration: f64,
+    processes: &[ProcessOutcome],
+    samples: &[NvmlSample],
+) -> CellMetrics {
+    let end = duration;
+    let ok = |critical: bool| -> Vec<&WorkerReport> {
+        processes
+            .iter()
+            .filter(|p| p.critical == critical)
+            .filter_map(|p| p.report.as_ref().ok())
+            .collect()
+    };
+    let failed_starts = |critical: bool| {
+        processes
+            .iter()
+            .filter(|p| p.critical == critical && p.report.is_err())
+            .count()
+    };
+    let normal = class_metrics(&ok(false), failed_starts(false), end);
+    let critical = processes
+        .iter()
+        .any(|p| p.critical)
+        .then(|| class_metrics(&ok(true), failed_starts(true), end));
+
+    // GPU-phase intervals per device, every process and outcome.
+    let mut per_device: BTreeMap<String, (Vec<(f64, f64)>, usize)> = spec
+        .devices
+        .iter()
+        .map(|d| (d.clone(), (Vec::new(), 0)))
+        .collect();
+    for p in processes {
+        let Ok(r) = &p.report else { continue };
+        let recs = r
+            .records
+            .iter()
+            .filter_map(|x| Some((x.device.clone()?, x.granted?, x.released.unwrap_or(end))));
+        let open = r
+            .open
+            .iter()
+            .filter_map(|o| Some((o.device.clone()?, o.granted?, o.released.unwrap_or(end))));
+        for (dev, a, b) in recs.chain(open) {
+            let e = per_device.entry(dev).or_default();
+            e.0.push((a, b));
+            if a <= end {
+                e.1 += 1;
+            }
+        }
+    }
+    let devices: Vec<DeviceBusy> = per_device
+        .into_iter()
+        .map(|(uuid, (iv, phases))| {
+            let ours: Vec<&NvmlSample> = samples
+                .iter()
+                .filter(|s| s.uuid == uuid && s.t >= 0.0 && s.t <= end)
+                .collect();
+            DeviceBusy {
+                phase_busy: if end > 0.0 {
+                    union_length(iv, end) / end
+                } else {
+                    0.0
+                },
+                nvml_util: (!ours.is_empty()).then(|| {
+                    ours.iter().map(|s| f64::from(s.util)).sum::<f64>() / ours.len() as f64 / 100.0
+                }),
+                nvml_mem_max: ours.iter().map(|s| s.mem_used).max(),
+                phases,
+                uuid,
+            }
+        })
+        .collect();
+    let in_play: Vec<&DeviceBusy> = devices
+        .iter()
+        .filter(|d| spec.devices.contains(&d.uuid))
+        .collect();
+    let mean = |f: &dyn Fn(&DeviceBusy) -> Option<f64>| -> Option<f64> {
+        let v: Vec<f64> = in_play.iter().filter_map(|d| f(d)).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let startup_errors = processes
+        .iter()
+        .filter_map(|p| p.report.as_ref().err().cloned())
+        .collect();
+    CellMetrics {
+        name: spec.name.clone(),
+        mode: spec.mode.clone(),
+        n: spec.n,
+        placement: spec.placement.clone(),
+        duration,
+        gpu_busy: mean(&|d| Some(d.phase_busy)).unwrap_or(0.0),
+        nvml_util: mean(&|d| d.nvml_util),
+        normal,
+        critical,
+        devices,
+        startup_errors,
+    }
+}
+
+/// One of the issue's targets, as measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    /// What is compared.
+    pub name: String,
+    /// The measurement.
+    pub measured: String,
+    /// The target.
+    pub target: String,
+    /// Met.
+    pub met: bool,
+}
+
+/// The host and GPUs of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// CPU threads.
+    pub cpus: usize,
+    /// GPUs: name, UUID, bytes.
+    pub gpus: Vec<(String, String, u64)>,
+    /// Simulated devices and the CPU engine.
+    pub simulated: bool,
+}
+
+/// The solo run before the cells: the GPU phase's length, which sets the modeled tail, and
+/// what a prover process holds on the device outside any phase.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Verified proofs in the run.
+    pub proofs: usize,
+    /// GPU phases (granted → released).
+    pub phase: Dist,
+    /// Device memory one idle prover process holds (its CUDA context), from NVML.
+    pub context_bytes: Option<u64>,
+    /// Highest device memory in use during the run minus before it (context + one phase).
+    pub process_peak_bytes: Option<u64>,
+}
+
+/// The settings every cell ran with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// Engine of the GPU phase.
+    pub engine: String,
+    /// Circuit of the normal provers.
+    pub circuit: String,
+    /// Its log size.
+    pub log_size: u32,
+    /// The critical prover's log size.
+    pub critical_log_size: u32,
+    /// Cell window, seconds.
+    pub duration: f64,
+    /// The priority runs' window, seconds.
+    pub priority_duration: f64,
+    /// Memory left free for the provers (the ballast holds the rest; simulated: the device).
+    pub card_bytes: u64,
+    /// A partition's footprint target: formula + pad.
+    pub phase_vram_bytes: u64,
+    /// The formula of one phase (no residency).
+    pub formula_bytes: u64,
+    /// The pad.
+    pub pad_bytes: u64,
+    /// The modeled CPU tail, seconds.
+    pub tail_secs: f64,
+    /// Tail over GPU phase when calibrated.
+    pub tail_ratio: f64,
+    /// Witnesses in use.
+    pub witnesses: usize,
+    /// VRAM-only lease per device held by each gpud-mode process for its CUDA context.
+    pub context_lease_bytes: u64,
+    /// The critical prover's interval, seconds.
+    pub critical_every: f64,
+}
+
+/// Everything a run produced (`farm.json`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FarmResults {
+    /// UTC date and time of the run.
+    pub date: String,
+    /// The build's commit.
+    pub commit: String,
+    /// The command line.
+    pub command: String,
+    /// Host and GPUs.
+    pub host: HostInfo,
+    /// Settings.
+    pub config: RunConfig,
+    /// The solo calibration run.
+    pub calibration: Option<Calibration>,
+    /// The mode × N matrix.
+    pub cells: Vec<CellMetrics>,
+    /// Normal provers saturating plus a critical prover, per lock.
+    pub priority: Vec<CellMetrics>,
+    /// Placement "any" on every GPU against one GPU.
+    pub multi_gpu: Vec<CellMetrics>,
+    /// The issue's targets.
+    pub targets: Vec<Target>,
+    /// Seconds the whole run took.
+    pub wall_secs: f64,
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1} %", 100.0 * x)
+}
+
+fn ms(x: f64) -> String {
+    format!("{:.1}", 1000.0 * x)
+}
+
+impl FarmResults {
+    fn cell(&self, mode: &str, n: usize) -> Option<&CellMetrics> {
+        self.cells.iter().find(|c| c.mode == mode && c.n == n)
+    }
+
+    /// Evaluates the issue's targets on what was measured (a target with nothing measured is
+    /// left out).
+    pub fn evaluate_targets(&mut self) {
+        let mut t = Vec::new();
+        let mut ns: Vec<usize> = self.cells.iter().map(|c| c.n).collect();
+        ns.sort_unstable();
+        ns.dedup();
+        for &n in &ns {
+            if let (Some(g), Some(i)) = (self.cell("gpud", n), self.cell("ideal", n)) {
+                let r = if i.normal.per_minute > 0.0 {
+                    g.normal.per_minute / i.normal.per_minute
+                } else {
+                    0.0
+                };
+                t.push(Target {
+                    name: format!("gpud throughput vs the in-process ideal, N = {n}"),
+                    measured: format!(
+                        "{r:.3}× ({:.1} vs {:.1} partitions/min)",
+                        g.normal.per_minute, i.normal.per_minute
+                    ),
+                    target: "≥ 0.97×".into(),
+                    met: r >= 0.97,
+                });
+            }
+        }
+        for &n in ns.iter().filter(|&&n| n >= 2) {
+            if let Some(g) = self.cell("gpud", n) {
+                t.push(Target {
+                    name: format!("GPU busy under gpud, N = {n}"),
+                    measured: format!(
+                        "{} of phases{}",
+                        pct(g.gpu_busy),
+                        g.nvml_util
+                            .map_or(String::new(), |u| format!(", {} NVML", pct(u)))
+                    ),
+                    target: "≥ 95 %".into(),
+                    met: g.gpu_busy >= 0.95,
+                });
+            }
+        }
+        let gpud_cells: Vec<&CellMetrics> = self
+            .cells
+            .iter()
+            .chain(&self.priority)
+            .chain(&self.multi_gpu)
+            .filter(|c| c.mode == "gpud")
+            .collect();
+        if !gpud_cells.is_empty() {
+            let classes = || {
+                gpud_cells
+                    .iter()
+                    .flat_map(|c| std::iter::once(&c.normal).chain(c.critical.as_ref()))
+            };
+            let oom: usize = classes().map(|m| m.oom).sum();
+            let failed: usize = classes().map(|m| m.failed).sum();
+            let proofs: usize = classes().map(|m| m.proofs).sum();
+            t.push(Target {
+                name: "out-of-memory and failed proofs under gpud (every gpud cell)".into(),
+                measured: format!("{oom} OOM, {failed} failed, {proofs} verified"),
+                target: "0 and 0".into(),
+                met: oom == 0 && failed == 0,
+            });
+        }
+        if let Some(p) = self.priority.iter().find(|c| c.mode == "gpud") {
+            if let Some(c) = &p.critical {
+                let phase = p.normal.phase.mean;
+                t.push(Target {
+                    name: "critical wait p99 under gpud vs one GPU phase".into(),
+                    measured: format!(
+                        "p99 {} ms vs a {} ms phase ({} waits)",
+                        ms(c.wait.p99),
+                        ms(phase),
+                        c.wait.n
+                    ),
+                    target: "p99 ≤ one GPU phase".into(),
+                    met: c.wait.n > 0 && c.wait.p99 <= phase,
+                });
+            }
+        }
+        let mut multi_ns: Vec<usize> = self.multi_gpu.iter().map(|c| c.n).collect();
+        multi_ns.dedup();
+        for n in multi_ns {
+            let find = |p: &str| self.multi_gpu.iter().find(|c| c.n == n && c.placement == p);
+            if let (Some(any), Some(one)) = (find("any"), find("one")) {
+                let r = if one.normal.per_minute > 0.0 {
+                    any.normal.per_minute / one.normal.per_minute
+                } else {
+                    0.0
+                };
+                t.push(Target {
+                    name: format!("{} GPUs (placement any) vs one, N = {n}", any.devices.len()),
+                    measured: format!(
+                        "{r:.2}× ({:.1} vs {:.1} partitions/min)",
+                        any.normal.per_minute, one.normal.per_minute
+                    ),
+                    target: "≥ 1.9×".into(),
+                    met: r >= 1.9,
+                });
+            }
+        }
+        self.targets = t;
+    }
+
+    /// The tables, in Markdown (what BENCHMARKS.md shows).
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        let c = &self.config;
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        s += &format!(
+            "{} synthetic-{}@2^{} partitions, engine {}; {:.1} GiB left to the provers; a partition's \
+             footprint {:.2} GiB (formula {:.2} + pad {:.2}); modeled CPU tail {:.0} ms; {} \
+             witnesses; windows of {:.0} s.\n\n",
+            if self.host.simulated {
+                "Simulated device,"
+            } else {
+                "GPU run,"
+            },
+            c.circuit,
+            c.log_size,
+            c.engine,
+            gib(c.card_bytes),
+            gib(c.formula_bytes + c.pad_bytes),
+            gib(c.formula_bytes),
+            gib(c.pad_bytes),
+            1000.0 * c.tail_secs,
+            c.witnesses,
+            c.duration
+        );
+        if let Some(cal) = &self.calibration {
+            s += &format!(
+                "Calibration (one prover alone, no lock): GPU phase mean {} ms (p50 {} ms, {} \
+                 phases){}{}.\n\n",
+                ms(cal.phase.mean),
+                ms(cal.phase.p50),
+                cal.phase.n,
+                cal.context_bytes.map_or(String::new(), |b| format!(
+                    "; an idle prover process holds {:.0} MiB on the GPU",
+                    b as f64 / (1 << 20) as f64
+                )),
+                cal.process_peak_bytes.map_or(String::new(), |b| format!(
+                    ", {:.2} GiB at its peak",
+                    gib(b)
+                )),
+            );
+        }
+        if !self.cells.is_empty() {
+            s += "| mode | N | partitions/min | × ideal | GPU busy (phases) | GPU busy (NVML) | OOM | failed | wait p50 ms | wait p99 ms | GPU phase ms |\n";
+            s += "|---|---|---|---|---|---|---|---|---|---|---|\n";
+            for cell in &self.cells {
+                let ideal = self
+                    .cell("ideal", cell.n)
+                    .map(|i| i.normal.per_minute)
+                    .filter(|&p| p > 0.0);
+                let m = &cell.normal;
+                s += &format!(
+                    "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {}{} | {} |\n",
+                    cell.mode,
+                    cell.n,
+                    m.per_minute,
+                    ideal.map_or("–".into(), |i| format!("{:.3}", m.per_minute / i)),
+                    pct(cell.gpu_busy),
+                    cell.nvml_util.map_or("–".into(), pct),
+                    m.oom,
+                    m.failed,
+                    ms(m.wait.p50),
+                    ms(m.wait.p99),
+                    if m.wait.censored > 0 {
+                        format!(" ({} open)", m.wait.censored)
+                    } else {
+                        String::new()
+                    },
+                    ms(m.phase.mean),
+                );
+            }
+            s += "\n";
+        }
+        if !self.priority.is_empty() {
+            s += "| lock | critical proofs | critical wait p50 ms | p99 ms | max ms | normal GPU phase ms | p99 / phase | normal partitions/min | OOM | failed |\n";
+            s += "|---|---|---|---|---|---|---|---|---|---|\n";
+            for cell in &self.priority {
+                let Some(c) = &cell.critical else { continue };
+                let phase = cell.normal.phase.mean;
+                s += &format!(
+                    "| {} | {} | {} | {} | {}{} | {} | {} | {:.1} | {} | {} |\n",
+                    cell.mode,
+                    c.proofs,
+                    ms(c.wait.p50),
+                    ms(c.wait.p99),
+                    ms(c.wait.max),
+                    if c.wait.censored > 0 {
+                        format!(" ({} open)", c.wait.censored)
+                    } else {
+                        String::new()
+                    },
+                    ms(phase),
+                    if phase > 0.0 {
+                        format!("{:.2}", c.wait.p99 / phase)
+                    } else {
+                        "–".into()
+                    },
+                    cell.normal.per_minute,
+                    cell.normal.oom + c.oom,
+                    cell.normal.failed + c.failed,
+                );
+            }
+            s += "\n";
+        }
+        if !self.multi_gpu.is_empty() {
+            s += "| placement | GPUs | N | partitions/min | × one GPU | GPU busy per GPU (phases) | OOM | failed |\n";
+            s += "|---|---|---|---|---|---|---|---|\n";
+            for cell in &self.multi_gpu {
+                let one = self
+                    .multi_gpu
+                    .iter()
+                    .find(|c| c.n == cell.n && c.placement == "one")
+                    .map(|c| c.normal.per_minute)
+                    .filter(|&p| p > 0.0);
+                let busy: Vec<String> = cell.devices.iter().map(|d| pct(d.phase_busy)).collect();
+                s += &format!(
+                    "| {} | {} | {} | {:.1} | {} | {} | {} | {} |\n",
+                    cell.placement,
+                    cell.devices.iter().filter(|d| d.phases > 0).count(),
+                    cell.n,
+                    cell.normal.per_minute,
+                    one.map_or("–".into(), |o| format!(
+                        "{:.2}",
+                        cell.normal.per_minute / o
+                    )),
+                    busy.join(" / "),
+                    cell.normal.oom,
+                    cell.normal.failed,
+                );
+            }
+            s += "\n";
+        }
+        if !self.targets.is_empty() {
+            s += "| target | measured | wanted | met |\n|---|---|---|---|\n";
+            for t in &self.targets {
+                s += &format!(
+                    "| {} | {} | {} | {} |\n",
+                    t.name,
+                    t.measured,
+                    t.target,
+                    if t.met { "yes" } else { "**no**" }
+                );
+            }
+            s += "\n";
+        }
+        let errors: Vec<String> = self
+            .cells
+            .iter()
+            .chain(&self.priority)
+            .chain(&self.multi_gpu)
+            .flat_map(|c| {
+                c.startup_errors
+                    .iter()
+                    .map(move |e| format!("- {}: {e}", c.name))
+            })
+            .collect();
+        if !errors.is_empty() {
+            s += "Processes that did not start:\n";
+            s += &errors.join("\n");
+            s += "\n";
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::farm::LockKind;
+    use crate::farm::worker::{OpenAttempt, Record};
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&v[..10], 99.0), 10.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+        let d = Dist::of(vec![3.0, 1.0, 2.0, f64::NAN], 1);
+        assert_eq!(
+            (d.n, d.p50, d.max, d.mean, d.censored),
+            (3, 2.0, 3.0, 2.0, 1)
+        );
+    }
+
+    #[test]
+    fn union_merges_overlaps_and_clips() {
+        assert_eq!(
+            union_length(vec![(0.0, 1.0), (0.5, 2.0), (3.0, 4.0)], 10.0),
+            3.0
+        );
+        assert_eq!(union_length(vec![(-1.0, 1.0), (9.0, 12.0)], 10.0), 2.0);
+        assert_eq!(union_length(vec![(2.0, 1.0)], 10.0), 0.0);
+        assert_eq!(
+            union_length(vec![(0.0, 5.0), (1.0, 2.0), (4.0, 6.0)], 10.0),
+            6.0
+        );
+    }
+
+    fn rec(lane: usize, req: f64, g: f64, rel: f64, tail: f64, outcome: Outcome) -> Record {
+        Record {
+            lane,
+            iteration: 0,
+            witness: 0,
+            requested: req,
+            granted: Some(g),
+            released: Some(rel),
+            tail_end: (outcome == Outcome::Ok).then_some(tail),
+            outcome,
+            error: None,
+            device: Some("GPU-a".into()),
+            lease_id: Some(1),
+            phase: None,
+        }
+    }
+
+    fn report(records: Vec<Record>, open: Vec<OpenAttempt>) -> WorkerReport {
+        WorkerReport {
+            pid: 1,
+            lock: LockKind::Gpud,
+            class: "normal".into(),
+            lanes: 1,
+            engine: "cpu".into(),
+            circuit: "synthetic".into(),
+            log_size: 10,
+            formula_bytes: 1,
+            pad_bytes: 0,
+            lease_bytes: 1,
+            context_lease_bytes: 0,
+            tail_secs: 0.1,
+            setup_secs: 0.1,
+            window_secs: 10.0,
+            records,
+            open,
+        }
+    }
+
+    #[test]
+    fn cell_metrics_count_inside_the_window() {
+        let a = report(
+            vec![
+                rec(0, 0.0, 0.0, 2.0, 2.5, Outcome::Ok),
+                rec(0, 2.0, 4.0, 6.0, 6.5, Outcome::Ok),
+                rec(0, 6.5, 6.5, 7.0, 7.0, Outcome::Oom),
+                // Its tail ended after the window: no proof.
+                rec(0, 7.0, 8.0, 9.5, 10.5, Outcome::Ok),
+            ],
+            vec![],
+        );
+        let b = report(
+            vec![rec(0, 0.0, 2.0, 4.0, 4.4, Outcome::Ok)],
+            vec![
+                // Still waiting at the end since 5.0: a censored 5-s wait.
+                OpenAttempt {
+                    lane: 0,
+                    requested: 5.0,
+                    granted: None,
+                    released: None,
+                    device: None,
+                },
+            ],
+        );
+        let c = report(
+            vec![],
+            vec![OpenAttempt {
+                lane: 0,
+                requested: 9.0,
+                granted: Some(9.5),
+                released: None,
+                device: Some("GPU-a".into()),
+            }],
+        );
+        let spec = CellSpec {
+            name: "gpud-n3".into(),
+            mode: "gpud".into(),
+            n: 3,
+            placement: "any".into(),
+            devices: vec!["GPU-a".into()],
+        };
+        let samples = vec![
+            NvmlSample {
+                t: 1.0,
+                uuid: "GPU-a".into(),
+                util: 80,
+                mem_used: 5,
+            },
+            NvmlSample {
+                t: 2.0,
+                uuid: "GPU-a".into(),
+                util: 100,
+                mem_used: 9,
+            },
+            NvmlSample {
+                t: 11.0,
+                uuid: "GPU-a".into(),
+                util: 0,
+                mem_used: 1,
+            },
+        ];
+        let procs = vec![
+            ProcessOutcome {
+                critical: false,
+                report: Ok(a),
+            },
+            ProcessOutcome {
+                critical: false,
+                report: Ok(b),
+            },
+            ProcessOutcome {
+                critical: false,
+                report: Ok(c),
+            },
+            ProcessOutcome {
+                critical: false,
+                report: Err("CUDA out of memory at start".into()),
+            },
+        ];
+        let m = cell_metrics(&spec, 10.0, &procs, &samples);
+        assert_eq!(m.normal.proofs, 3);
+        assert_eq!(m.normal.per_minute, 18.0);
+        assert_eq!(m.normal.oom, 1);
+        assert_eq!(m.normal.failed, 2); // the OOM and the process that did not start
+        assert_eq!(m.normal.processes, 4);
+        // Phases: [0,2] [4,6] [6.5,7] [8,9.5] [2,4] and the open [9.5,10]: 8.5 s of 10.
+        assert!((m.gpu_busy - 0.85).abs() < 1e-9, "{}", m.gpu_busy);
+        assert_eq!(m.nvml_util, Some(0.9));
+        assert_eq!(m.devices[0].nvml_mem_max, Some(9));
+        // Waits: 0, 2, 0, 1, 2, 0.5 and the censored 5.
+        assert_eq!(m.normal.wait.n, 7);
+        assert_eq!(m.normal.wait.censored, 1);
+        assert_eq!(m.normal.wait.max, 5.0);
+        assert_eq!(m.startup_errors.len(), 1);
+
+        let mut results = FarmResults {
+            cells: vec![m.clone(), {
+                let mut i = m.clone();
+                i.mode = "ideal".into();
+                i.normal.per_minute = 18.0 / 0.98;
+                i
+            }],
+            ..Default::default()
+        };
+        results.evaluate_targets();
+        let names: Vec<&str> = results.targets.iter().map(|t| t.name.as_str()).collect();
+        assert!(names[0].starts_with("gpud throughput"), "{names:?}");
+        assert!(results.targets[0].met);
+        assert!(!results.targets[1].met); // 85 % busy
+        assert!(!results.targets[2].met); // an OOM under gpud
+        let md = results.markdown();
+        assert!(
+            md.contains("| gpud | 3 | 18.0 | 0.980 | 85.0 % | 90.0 % | 1 | 2 |"),
+            "{md}"
+        );
+        assert!(md.contains("(1 open)"), "{md}");
+        assert!(md.contains("Processes that did not start"), "{md}");
+    }
+}

@@ -1,0 +1,131 @@
+//! The sharing benchmark of issue 8 ("farm"): several provers sharing one GPU through gpud,
+//! against the in-process ideal, no coordination, and a per-GPU `flock`.
+//!
+//! The driver (`gpud-prover farm`, in the binary) starts the pieces and runs every cell; this
+//! module holds what a prover process does and what the driver computes:
+//!
+//! - [`bundle`]: the workload on disk, written once per run by `farm-prepare`: a proving key
+//!   (the G1 queries and the verifying key, from the fast parameter generator) and a few
+//!   synthesized witnesses with their G2 sums, so prover processes start in about a second.
+//! - [`worker`]: one prover process: `lanes` worker threads, each proving continuously until
+//!   the cell's deadline: take a witness → acquire (gpud lease, in-process lock, flock, or
+//!   nothing) → GPU phase (H + four G1 MSMs on the engine, with the VRAM pad allocated and
+//!   touched) → release → CPU tail (assembly, bellperson's verifier, then CPU work up to the
+//!   modeled tail time). Out-of-memory errors are caught, counted and the lane goes on.
+//! - [`simvram`]: a simulated device memory shared by processes (a file), so the CPU-only test
+//!   sees uncoordinated provers run out of memory as they would on a GPU.
+//! - [`analysis`]: per-cell metrics (throughput, GPU busy, waits, failures), the targets, the
+//!   Markdown tables; [`plot`]: the PNG.
+//!
+//! # What the benchmark models, and why
+//!
+//! The claim under test is about *coordination*: how much of the ideal single-process
+//! pipeline's throughput several processes keep when they share a GPU through gpud, whether
+//! they run out of memory, and how long a deadline-critical proof waits. The field's workload
+//! (Filecoin C2 on 16 GB cards) is a GPU phase of ~1.8 s per partition, a CPU tail of ~0.5 s,
+//! synthesis done ahead in parallel, and 6-12 GiB of VRAM per partition. Our prover on an
+//! H200 has a different shape: at 2^22 the GPU phase is ~0.36 s but the CPU tail (the G2 MSM
+//! over 2^21 points) is ~4 s on all 16 cores, and synthesis another 2 s; real proving is
+//! CPU-bound ten times over and could never show whether a lock keeps the GPU busy. So every
+//! mode runs the same modeled workload:
+//!
+//! - **Witnesses are synthesized once** per run (`--witnesses`, default 2) and reused;
+//!   synthesis is not what is compared. Since the G2 sum `Σ b_i·B_i` depends only on the
+//!   witness, it is computed once with the witness, and each proof's tail assembles with fresh
+//!   blinding `r`, `s`: the proofs are exactly what a full prover makes, and every one is
+//!   checked by bellperson's verifier.
+//! - **The GPU phase is real**: H (seven NTTs) and the four G1 MSMs on the engine, bases
+//!   uploaded per phase (no residency: eight provers cannot each keep 1.3 GiB of bases on a
+//!   16 GiB card), under the lease or lock of the mode.
+//! - **The CPU tail is modeled** as one thread of CPU work lasting `tail` (default: 0.28 × the
+//!   calibrated GPU phase, the field's 0.5 s / 1.8 s), the assembly and verification included.
+//! - **VRAM like the field's**: a pad (`--vram-pad`) is allocated from the lease's budget and
+//!   touched at the start of each GPU phase and freed at its end, so a partition's footprint is
+//!   the formula plus the pad (the driver's `--phase-vram`, default 6 GiB) and only one or two
+//!   fit on the ~16 GiB the ballast leaves. That is what makes uncoordinated provers really run
+//!   out of memory.
+
+pub mod analysis;
+pub mod bundle;
+pub mod plot;
+pub mod simvram;
+pub mod worker;
+
+/// The locks a prover process can share the GPU with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockKind {
+    /// gpud leases ({VRAM + compute} around the GPU phase), the product.
+    Gpud,
+    /// One process, its lanes sharing one in-process lock per GPU: the ideal.
+    Local,
+    /// A per-GPU lock file held around the GPU phase (bellperson style).
+    Flock,
+    /// Nothing: uncoordinated sharing.
+    None,
+}
+
+impl LockKind {
+    /// The name on command lines and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            LockKind::Gpud => "gpud",
+            LockKind::Local => "local",
+            LockKind::Flock => "flock",
+            LockKind::None => "none",
+        }
+    }
+
+    /// Parses a name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "gpud" => Some(LockKind::Gpud),
+            "local" => Some(LockKind::Local),
+            "flock" => Some(LockKind::Flock),
+            "none" => Some(LockKind::None),
+            _ => None,
+        }
+    }
+}
+
+/// Errors of the farm's library parts.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FarmError {
+    /// A bundle or simulated-VRAM file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A bundle file is not what it should be.
+    #[error("{path}: {reason}")]
+    Format {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The prover failed (synthesis, parameters, an engine).
+    #[error(transparent)]
+    Prover(#[from] crate::ProverError),
+    /// Drawing the plot failed.
+    #[error("plot: {0}")]
+    Plot(String),
+    /// A results file does not parse.
+    #[error("results: {0}")]
+    Results(String),
+}
+
+/// Result of the farm's library parts.
+pub type FarmResult<T> = std::result::Result<T, FarmError>;
+
+pub(crate) fn io_err(path: &std::path::Path) -> impl Fn(std::io::Error) -> FarmError + '_ {
+    move |source| FarmError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}

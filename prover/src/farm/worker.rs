@@ -1,0 +1,877 @@
+//! One prover process of the benchmark: `lanes` worker threads proving continuously inside a
+//! time window, each around its mode's lock, with every attempt recorded.
+//!
+//! A lane's loop: take the next witness (its evaluations copied outside any lock) → ask the
+//! [`Leaser`] for `{formula + pad}` bytes and the compute slot → GPU phase: allocate and touch
+//! the pad, run the engine's phase in the rest of the lease, free the pad → release → CPU tail:
+//! assemble the proof with fresh blinding and the witness's G2 sum, verify it with bellperson,
+//! then CPU work until the modeled tail time has passed since the release. A GPU phase that
+//! fails (CUDA out of memory above all) is recorded and the lane goes on after the tail's time
+//! (as a prover would retry the partition). A critical prover's lane (`interval`) starts one
+//! proof per interval instead of back to back.
+//!
+//! Times are seconds since the window's start, from one clock shared by every process of a
+//! cell (Unix time), so the driver can lay all processes' GPU phases on one axis. At the end
+//! of the window [`run`] returns what is recorded plus each lane's unfinished state (a wait or
+//! a GPU phase still in progress), and the process exits: lanes blocked in a lock are not
+//! waited for.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use blstrs::Scalar;
+use ff::Field;
+use gpud_client::{ComputeToken, LeaseId, Reservation};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+
+use super::bundle::{self, FarmWitness};
+use super::simvram::{SimAlloc, SimVram};
+use super::{FarmResult, LockKind};
+use crate::circuits::CircuitSpec;
+use crate::engine::{Engine, PhaseInput, PhaseOutput};
+use crate::error::ProverError;
+use crate::lease::{LeaseRequest, Leaser};
+use crate::params::ProvingKey;
+
+/// Now as Unix nanoseconds.
+pub fn now_unix_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// The cell's time window, in Unix nanoseconds (shared by all processes of a cell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// When proving starts.
+    pub start_unix_ns: u128,
+    /// When it ends: nothing after it counts.
+    pub end_unix_ns: u128,
+}
+
+impl Window {
+    /// A window of `duration` starting `delay` from now.
+    pub fn starting_in(delay: Duration, duration: Duration) -> Self {
+        let start = now_unix_ns() + delay.as_nanos();
+        Self {
+            start_unix_ns: start,
+            end_unix_ns: start + duration.as_nanos(),
+        }
+    }
+
+    /// The line the driver sends a ready worker: `go START END`.
+    pub fn go_line(&self) -> String {
+        format!("go {} {}", self.start_unix_ns, self.end_unix_ns)
+    }
+
+    /// Parses [`Window::go_line`].
+    pub fn parse_go(line: &str) -> Option<Self> {
+        let mut it = line.split_whitespace();
+        if it.next()? != "go" {
+            return None;
+        }
+        let start = it.next()?.parse().ok()?;
+        let end = it.next()?.parse().ok()?;
+        (end > start).then_some(Self {
+            start_unix_ns: start,
+            end_unix_ns: end,
+        })
+    }
+
+    /// Seconds from start to end.
+    pub fn duration(&self) -> f64 {
+        (self.end_unix_ns - self.start_unix_ns) as f64 / 1e9
+    }
+}
+
+/// Seconds since a window's start, read from the monotonic clock after one Unix reading.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    anchor: Instant,
+    anchor_rel: f64,
+}
+
+impl Clock {
+    /// The clock of `window`.
+    pub fn new(window: &Window) -> Self {
+        let now = now_unix_ns();
+        Self {
+            anchor: Instant::now(),
+            anchor_rel: (now as f64 - window.start_unix_ns as f64) / 1e9,
+        }
+    }
+
+    /// Seconds since the window's start (negative before it).
+    pub fn now(&self) -> f64 {
+        self.anchor_rel + self.anchor.elapsed().as_secs_f64()
+    }
+
+    /// Sleeps until `t`.
+    pub fn sleep_until(&self, t: f64) {
+        loop {
+            let left = t - self.now();
+            if left <= 0.0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_secs_f64(left.min(0.5)));
+        }
+    }
+
+    /// Keeps this thread's core busy until `t` (the modeled CPU tail).
+    pub fn spin_until(&self, t: f64) {
+        let mut x = Scalar::from(7u64);
+        while self.now() < t {
+            for _ in 0..64 {
+                x = x.square();
+            }
+        }
+        std::hint::black_box(x);
+    }
+}
+
+/// How a process's lanes behave.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Worker threads (lanes) in this process.
+    pub lanes: usize,
+    /// Lease class.
+    pub class: String,
+    /// Extra device memory allocated and touched during each GPU phase (inside the lease).
+    pub vram_pad: u64,
+    /// The modeled CPU tail: from the release until this much later, one thread busy.
+    pub tail: Duration,
+    /// One proof per interval per lane (a critical prover) instead of back to back.
+    pub interval: Option<Duration>,
+    /// Placement of the phase leases (a device UUID), or any device.
+    pub device: Option<String>,
+    /// Blinding seed.
+    pub seed: u64,
+    /// Lane `l` starts with witness `first_witness + l`.
+    pub first_witness: usize,
+    /// Lease label prefix.
+    pub label: String,
+}
+
+/// What the lanes prove: a key and witnesses that fit it.
+#[derive(Debug)]
+pub struct Workload {
+    /// Circuit and size.
+    pub spec: CircuitSpec,
+    /// The proving key (without the G2 query).
+    pub key: ProvingKey,
+    /// Synthesized witnesses, used in turn.
+    pub witnesses: Vec<FarmWitness>,
+}
+
+impl Workload {
+    /// Reads a bundle's key and witnesses `0..witnesses` and checks they fit.
+    pub fn load(dir: &std::path::Path, spec: &CircuitSpec, witnesses: usize) -> FarmResult<Self> {
+        let (kspec, key) = bundle::read_key(&bundle::key_path(dir, spec))?;
+        let mut ws = Vec::with_capacity(witnesses);
+        for i in 0..witnesses.max(1) {
+            let path = bundle::witness_path(dir, spec, i);
+            let (wspec, w) = FarmWitness::read(&path)?;
+            if wspec != kspec {
+                return Err(super::FarmError::Format {
+                    path,
+                    reason: format!("witness of {wspec}, key of {kspec}"),
+                });
+            }
+            w.check_fits(&key)?;
+            ws.push(w);
+        }
+        Ok(Self {
+            spec: kspec,
+            key,
+            witnesses: ws,
+        })
+    }
+
+    /// The domain's log size (every witness has the key's).
+    pub fn log_domain(&self) -> u32 {
+        self.witnesses
+            .first()
+            .map_or(self.spec.log_size(), |w| w.domain.log_size())
+    }
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// The proof was made and bellperson's verifier accepted it.
+    Ok,
+    /// The proof was made but did not verify.
+    Unverified,
+    /// The GPU phase ran out of device memory (CUDA `OUT_OF_MEMORY`, or the simulated device).
+    Oom,
+    /// The GPU phase failed otherwise (an engine error, a lost lease).
+    Failed,
+    /// The lease or lock could not be acquired.
+    Lease,
+}
+
+/// Seconds of the parts of one GPU phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSecs {
+    /// Allocating and touching the pad (enqueue time).
+    pub pad: f64,
+    /// The H polynomial.
+    pub h: f64,
+    /// The four MSMs.
+    pub msms: f64,
+    /// Bases uploaded during the phase.
+    pub bases_upload: f64,
+    /// Synchronize, trim and check at the end.
+    pub finish: f64,
+    /// The engine's whole phase.
+    pub engine: f64,
+}
+
+/// One attempt at a partition proof.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// The lane.
+    pub lane: usize,
+    /// The lane's attempt number.
+    pub iteration: usize,
+    /// The witness's seed.
+    pub witness: u64,
+    /// Lease or lock asked for.
+    pub requested: f64,
+    /// Granted (none when the acquire failed).
+    pub granted: Option<f64>,
+    /// Released: the GPU phase's end.
+    pub released: Option<f64>,
+    /// CPU tail done (proof made and checked), for attempts that made a proof.
+    pub tail_end: Option<f64>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The error, for failures.
+    pub error: Option<String>,
+    /// The device the lease was on.
+    pub device: Option<String>,
+    /// The lease's id (gpud's, or the lock's counter).
+    pub lease_id: Option<LeaseId>,
+    /// The GPU phase's parts, when it succeeded.
+    pub phase: Option<PhaseSecs>,
+}
+
+/// A lane's unfinished attempt at the end of the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpenAttempt {
+    /// The lane.
+    pub lane: usize,
+    /// Asked for at.
+    pub requested: f64,
+    /// Granted at (still waiting when none).
+    pub granted: Option<f64>,
+    /// Released at (in the GPU phase when none, in the tail otherwise).
+    pub released: Option<f64>,
+    /// The device, once granted.
+    pub device: Option<String>,
+}
+
+/// A prover process's report, printed as one JSON line at the end of the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerReport {
+    /// Process id.
+    pub pid: u32,
+    /// Its lock.
+    pub lock: LockKind,
+    /// Lease class.
+    pub class: String,
+    /// Lanes (worker threads).
+    pub lanes: usize,
+    /// Engine name.
+    pub engine: String,
+    /// Circuit and size.
+    pub circuit: String,
+    /// log2 of the domain.
+    pub log_size: u32,
+    /// The VRAM formula of a phase (no residency).
+    pub formula_bytes: u64,
+    /// The pad.
+    pub pad_bytes: u64,
+    /// What each phase lease asked for (formula + pad).
+    pub lease_bytes: u64,
+    /// VRAM-only leases held for the process's CUDA contexts (total).
+    pub context_lease_bytes: u64,
+    /// The modeled tail, seconds.
+    pub tail_secs: f64,
+    /// Seconds from process start to ready.
+    pub setup_secs: f64,
+    /// The window's length, seconds.
+    pub window_secs: f64,
+    /// Every finished attempt (some may end after the window; the driver clips).
+    pub records: Vec<Record>,
+    /// Unfinished attempts at the end of the window.
+    pub open: Vec<OpenAttempt>,
+}
+
+/// Where the GPU phase's extra memory comes from.
+#[derive(Debug)]
+pub enum PhaseMemory {
+    /// No pad, no accounting (the pad, if any, is not allocated).
+    Plain,
+    /// The pad is allocated on the lease's CUDA device from the lease's budget and touched.
+    Cuda,
+    /// The whole lease (formula + pad) is allocated from a simulated device memory.
+    Sim(SimVram),
+}
+
+/// A part of a lease: the same lease and compute slot, a smaller byte budget (the pad's, or the
+/// engine's rest).
+struct Part<'a> {
+    inner: &'a dyn Reservation,
+    bytes: u64,
+}
+
+impl Reservation for Part<'_> {
+    fn lease_id(&self) -> LeaseId {
+        self.inner.lease_id()
+    }
+    fn device_uuid(&self) -> &str {
+        self.inner.device_uuid()
+    }
+    fn device_index(&self) -> u32 {
+        self.inner.device_index()
+    }
+    fn vram_bytes(&self) -> u64 {
+        self.bytes
+    }
+    fn compute_token(&self) -> Option<ComputeToken<'_>> {
+        self.inner.compute_token()
+    }
+}
+
+fn cuda_oom(e: &gpud_cuda::Error) -> bool {
+    matches!(
+        e,
+        gpud_cuda::Error::Driver(cudarc::driver::DriverError(
+            cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY
+        ))
+    )
+}
+
+/// Whether an error is the device running out of memory.
+pub fn is_oom(e: &ProverError) -> bool {
+    match e {
+        ProverError::Cuda(c) => cuda_oom(c),
+        ProverError::Msm(gpud_cuda::msm::MsmError::Cuda(c)) => cuda_oom(c),
+        _ => false,
+    }
+}
+
+/// A failed phase: how, and the message.
+type PhaseFailure = (Outcome, String);
+
+fn failure(e: ProverError) -> PhaseFailure {
+    let outcome = if is_oom(&e) {
+        Outcome::Oom
+    } else {
+        Outcome::Failed
+    };
+    (outcome, e.to_string())
+}
+
+impl PhaseMemory {
+    /// Runs `phase` under `lease` with `pad` bytes of it allocated (and touched) around it.
+    fn run<T>(
+        &self,
+        lease: &dyn Reservation,
+        pad: u64,
+        phase: impl FnOnce(&dyn Reservation) -> crate::Result<T>,
+    ) -> Result<(T, f64), PhaseFailure> {
+        match self {
+            PhaseMemory::Plain => phase(lease).map(|t| (t, 0.0)).map_err(failure),
+            PhaseMemory::Sim(sim) => {
+                let t0 = Instant::now();
+                match sim
+                    .alloc(lease.vram_bytes())
+                    .map_err(|e| (Outcome::Failed, format!("simulated device memory: {e}")))?
+                {
+                    SimAlloc::Granted(held) => {
+                        let pad_secs = t0.elapsed().as_secs_f64();
+                        let out = phase(lease);
+                        drop(held);
+                        out.map(|t| (t, pad_secs)).map_err(failure)
+                    }
+                    SimAlloc::OutOfMemory {
+                        requested,
+                        in_use,
+                        capacity,
+                    } => Err((
+                        Outcome::Oom,
+                        format!(
+                            "simulated device out of memory: {requested} bytes asked, {in_use} of {capacity} in use"
+                        ),
+                    )),
+                }
+            }
+            PhaseMemory::Cuda if pad == 0 => phase(lease).map(|t| (t, 0.0)).map_err(failure),
+            PhaseMemory::Cuda => {
+                let t0 = Instant::now();
+                let cuda = |e: gpud_cuda::Error| failure(ProverError::Cuda(e));
+                let dev = crate::engine::process_device(lease.device_uuid()).map_err(failure)?;
+                let pad_part = Part {
+                    inner: lease,
+                    bytes: pad,
+                };
+                let arena = dev.reserve(&pad_part).map_err(cuda)?;
+                let len = usize::try_from(pad).map_err(|_| {
+                    (
+                        Outcome::Failed,
+                        format!("a pad of {pad} bytes does not fit usize"),
+                    )
+                })?;
+                let mut buf = arena.alloc::<u8>(len).map_err(cuda)?;
+                buf.fill_bytes(0xa5).map_err(cuda)?;
+                let pad_secs = t0.elapsed().as_secs_f64();
+                let rest = Part {
+                    inner: lease,
+                    bytes: lease.vram_bytes().saturating_sub(pad),
+                };
+                let out = phase(&rest);
+                drop(buf);
+                let token = lease.compute_token().ok_or_else(|| {
+                    (
+                        Outcome::Failed,
+                        "the GPU phase's lease holds no compute slot".to_owned(),
+                    )
+                })?;
+                let closed = arena.close(&token);
+                let out = out.map_err(failure)?;
+                closed.map_err(cuda)?;
+                Ok((out, pad_secs))
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum LaneState {
+    Idle,
+    Waiting {
+        requested: f64,
+    },
+    Phase {
+        requested: f64,
+        granted: f64,
+    },
+    Tail {
+        requested: f64,
+        granted: f64,
+        released: f64,
+    },
+}
+
+struct Ctx<E, L> {
+    engine: Arc<E>,
+    leaser: Arc<L>,
+    work: Arc<Workload>,
+    memory: Arc<PhaseMemory>,
+    opts: WorkerOptions,
+    clock: Clock,
+    end: f64,
+    lease_bytes: u64,
+    stop: AtomicBool,
+    /// Records and lane states under one lock, so a snapshot sees each attempt exactly once
+    /// (open, or finished).
+    shared: Mutex<Shared>,
+}
+
+struct Shared {
+    records: Vec<Record>,
+    states: Vec<(LaneState, Option<String>)>,
+}
+
+impl<E: Engine, L: Leaser> Ctx<E, L> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set(&self, lane: usize, state: LaneState, device: Option<&str>) {
+        let mut s = self.lock();
+        s.states[lane].0 = state;
+        if let Some(d) = device {
+            s.states[lane].1 = Some(d.to_owned());
+        }
+    }
+
+    /// Records a finished attempt; the lane is idle again.
+    fn push(&self, lane: usize, r: Record) {
+        let mut s = self.lock();
+        s.records.push(r);
+        s.states[lane].0 = LaneState::Idle;
+    }
+
+    fn done(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || self.clock.now() >= self.end
+    }
+
+    fn lane(&self, lane: usize) {
+        let clock = &self.clock;
+        let (key, witnesses) = (&self.work.key, &self.work.witnesses);
+        let tail = self.opts.tail.as_secs_f64();
+        let mut next_at = 0.0f64;
+        let mut iteration = 0usize;
+        loop {
+            match self.opts.interval {
+                Some(iv) => {
+                    clock.sleep_until(next_at.min(self.end));
+                    next_at += iv.as_secs_f64();
+                }
+                None => clock.sleep_until(0.0),
+            }
+            if self.done() || witnesses.is_empty() {
+                return;
+            }
+            let w = &witnesses[(self.opts.first_witness + lane + iteration) % witnesses.len()];
+            // Copied outside the lock: the engine consumes its a, b, c.
+            let (a, b, c) = (w.a.clone(), w.b.clone(), w.c.clone());
+            let request = LeaseRequest {
+                vram_bytes: self.lease_bytes,
+                compute: true,
+                device: self.opts.device.clone(),
+                class: self.opts.class.clone(),
+                label: format!("{} lane {lane} #{iteration}", self.opts.label),
+            };
+            let requested = clock.now();
+            self.set(lane, LaneState::Waiting { requested }, None);
+            let mut rec = Record {
+                lane,
+                iteration,
+                witness: w.seed,
+                requested,
+                granted: None,
+                released: None,
+                tail_end: None,
+                outcome: Outcome::Failed,
+                error: None,
+                device: None,
+                lease_id: None,
+                phase: None,
+            };
+            let lease = match self.leaser.acquire(&request) {
+                Ok(l) => l,
+                Err(e) => {
+                    rec.outcome = Outcome::Lease;
+                    rec.error = Some(e.to_string());
+                    self.push(lane, rec);
+                    clock.sleep_until(clock.now() + tail.max(0.05));
+                    iteration += 1;
+                    continue;
+                }
+            };
+            let granted = clock.now();
+            rec.granted = Some(granted);
+            rec.device = Some(lease.device_uuid().to_owned());
+            rec.lease_id = Some(lease.lease_id());
+            self.set(
+                lane,
+                LaneState::Phase { requested, granted },
+                Some(lease.device_uuid()),
+            );
+            let result = self.memory.run(&lease, self.opts.vram_pad, |r| {
+                self.engine.gpu_phase(
+                    r,
+                    key,
+                    PhaseInput {
+                        domain: &w.domain,
+                        a,
+                        b,
+                        c,
+                        scalars: w.scalars(),
+                    },
+                )
+            });
+            let lost = self.leaser.lost(&lease);
+            // Taken before the release is sent: [granted, released] lies inside the hold.
+            let released = clock.now();
+            drop(lease);
+            rec.released = Some(released);
+            self.set(
+                lane,
+                LaneState::Tail {
+                    requested,
+                    granted,
+                    released,
+                },
+                None,
+            );
+            let result = match result {
+                Ok(_) if lost => Err((
+                    Outcome::Failed,
+                    "the lease was revoked or lost during the GPU phase".to_owned(),
+                )),
+                r => r,
+            };
+            match result {
+                Ok((out, pad)) => {
+                    rec.phase = Some(phase_secs(&out, pad));
+                    let mut rng = ChaCha20Rng::seed_from_u64(
+                        self.opts.seed ^ ((lane as u64) << 40) ^ iteration as u64,
+                    );
+                    let (r, s) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
+                    let checked = crate::prove::assemble(key, &out.sums, w.b_g2.into(), r, s)
+                        .and_then(|p| key.verify(&p, w.public_inputs()));
+                    match checked {
+                        Ok(true) => rec.outcome = Outcome::Ok,
+                        Ok(false) => {
+                            rec.outcome = Outcome::Unverified;
+                            rec.error = Some("the proof did not verify".into());
+                        }
+                        Err(e) => {
+                            rec.outcome = Outcome::Failed;
+                            rec.error = Some(e.to_string());
+                        }
+                    }
+                    clock.spin_until(released + tail);
+                    rec.tail_end = Some(clock.now());
+                }
+                Err((outcome, message)) => {
+                    rec.outcome = outcome;
+                    rec.error = Some(message);
+                    // The partition is retried after the tail's time, as a prover would.
+                    clock.sleep_until(released + tail.max(0.01));
+                }
+            }
+            self.push(lane, rec);
+            iteration += 1;
+        }
+    }
+
+    fn snapshot(&self) -> (Vec<Record>, Vec<OpenAttempt>) {
+        let s = self.lock();
+        let open = s
+            .states
+            .iter()
+            .enumerate()
+            .filter_map(|(lane, (state, device))| {
+                let (requested, granted, released) = match *state {
+                    LaneState::Idle => return None,
+                    LaneState::Waiting { requested } => (requested, None, None),
+                    LaneState::Phase { requested, granted } => (requested, Some(granted), None),
+                    LaneState::Tail {
+                        requested,
+                        granted,
+                        released,
+                    } => (requested, Some(granted), Some(released)),
+                };
+                Some(OpenAttempt {
+                    lane,
+                    requested,
+                    granted,
+                    released,
+                    device: granted.and(device.clone()),
+                })
+            })
+            .collect();
+        (s.records.clone(), open)
+    }
+}
+
+fn phase_secs(out: &PhaseOutput, pad: f64) -> PhaseSecs {
+    let t = &out.timings;
+    PhaseSecs {
+        pad,
+        h: t.h,
+        msms: t.msms(),
+        bases_upload: t.bases_upload,
+        finish: t.finish,
+        engine: t.total,
+    }
+}
+
+/// What [`run`] returns at the end of the window.
+#[derive(Debug, Clone)]
+pub struct LaneResults {
+    /// Finished attempts.
+    pub records: Vec<Record>,
+    /// Unfinished attempts.
+    pub open: Vec<OpenAttempt>,
+    /// What each phase lease asked for.
+    pub lease_bytes: u64,
+    /// The VRAM formula of one phase.
+    pub formula_bytes: u64,
+}
+
+/// Runs `opts.lanes` lanes from the window's start to its end and returns what they recorded.
+/// Lanes are detached threads: the ones blocked in a lock at the end are not waited for (they
+/// stop at their next step); the caller is expected to report and exit.
+pub fn run<E, L>(
+    engine: Arc<E>,
+    leaser: Arc<L>,
+    work: Arc<Workload>,
+    memory: Arc<PhaseMemory>,
+    opts: WorkerOptions,
+    window: Window,
+) -> FarmResult<LaneResults>
+where
+    E: Engine + 'static,
+    L: Leaser + Send + Sync + 'static,
+{
+    let formula_bytes = engine.vram_bytes(&work.key, work.log_domain());
+    let lease_bytes = formula_bytes.saturating_add(opts.vram_pad);
+    let lanes = opts.lanes.max(1);
+    let ctx = Arc::new(Ctx {
+        engine,
+        leaser,
+        work,
+        memory,
+        clock: Clock::new(&window),
+        end: window.duration(),
+        lease_bytes,
+        stop: AtomicBool::new(false),
+        shared: Mutex::new(Shared {
+            records: Vec::new(),
+            states: vec![(LaneState::Idle, None); lanes],
+        }),
+        opts,
+    });
+    for lane in 0..lanes {
+        let ctx = ctx.clone();
+        std::thread::Builder::new()
+            .name(format!("farm-lane-{lane}"))
+            .spawn(move || ctx.lane(lane))
+            .map_err(|e| super::FarmError::Io {
+                path: "thread".into(),
+                source: e,
+            })?;
+    }
+    ctx.clock.sleep_until(ctx.end);
+    ctx.stop.store(true, Ordering::Relaxed);
+    let (records, open) = ctx.snapshot();
+    Ok(LaneResults {
+        records,
+        open,
+        lease_bytes,
+        formula_bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::farm::bundle::{key_path, witness_path, write_key};
+    use crate::lease::LocalLeaser;
+    use crate::paramgen::{self, G1Backend, Toxic};
+
+    #[test]
+    fn go_lines_round_trip() {
+        let w = Window::starting_in(Duration::from_millis(5), Duration::from_secs(2));
+        assert_eq!(Window::parse_go(&w.go_line()), Some(w));
+        assert!((w.duration() - 2.0).abs() < 1e-9);
+        assert_eq!(Window::parse_go("go 5 3"), None);
+        assert_eq!(Window::parse_go("stop 1 2"), None);
+        assert_eq!(Window::parse_go("go x 2"), None);
+    }
+
+    fn workload(dir: &std::path::Path) -> Workload {
+        let spec = CircuitSpec::parse("synthetic", 8).unwrap();
+        let toxic = Toxic::random(&mut ChaCha20Rng::seed_from_u64(9));
+        let (params, _) = paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu).unwrap();
+        write_key(&key_path(dir, &spec), &spec, &params).unwrap();
+        for i in 0..2 {
+            FarmWitness::synthesize(&spec, &params, 100 + i as u64)
+                .unwrap()
+                .write(&witness_path(dir, &spec, i), &spec)
+                .unwrap();
+        }
+        Workload::load(dir, &spec, 2).unwrap()
+    }
+
+    #[test]
+    fn lanes_on_a_local_lock_prove_verified_and_never_overlap() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = Arc::new(workload(dir.path()));
+        let opts = WorkerOptions {
+            lanes: 3,
+            class: "normal".into(),
+            vram_pad: 1 << 30,
+            tail: Duration::from_millis(4),
+            interval: None,
+            device: None,
+            seed: 1,
+            first_witness: 0,
+            label: "test".into(),
+        };
+        let sim = SimVram::new(dir.path().join("vram"), 4 << 30);
+        let window = Window::starting_in(Duration::from_millis(20), Duration::from_millis(800));
+        let out = run(
+            Arc::new(crate::CpuEngine),
+            Arc::new(LocalLeaser::default()),
+            work,
+            Arc::new(PhaseMemory::Sim(sim)),
+            opts,
+            window,
+        )
+        .unwrap();
+        let ok: Vec<&Record> = out
+            .records
+            .iter()
+            .filter(|r| r.outcome == Outcome::Ok)
+            .collect();
+        assert!(ok.len() >= 3, "{:?}", out.records);
+        assert!(
+            out.records.iter().all(|r| r.outcome == Outcome::Ok),
+            "{:?}",
+            out.records
+        );
+        // Both witnesses were used, and by more than one lane.
+        let seeds: std::collections::BTreeSet<u64> = ok.iter().map(|r| r.witness).collect();
+        assert_eq!(seeds.len(), 2);
+        // One lock: GPU phases never overlap; tails do overlap the next phase.
+        let mut phases: Vec<(f64, f64)> = out
+            .records
+            .iter()
+            .map(|r| (r.granted.unwrap(), r.released.unwrap()))
+            .collect();
+        phases.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for p in phases.windows(2) {
+            assert!(p[0].1 <= p[1].0, "{p:?}");
+        }
+        assert!(out.lease_bytes == out.formula_bytes + (1 << 30));
+        for r in &ok {
+            assert!(r.tail_end.unwrap() >= r.released.unwrap() + 0.004);
+        }
+    }
+
+    #[test]
+    fn unlocked_lanes_run_out_of_simulated_memory_and_go_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = Arc::new(workload(dir.path()));
+        let opts = WorkerOptions {
+            lanes: 3,
+            class: "normal".into(),
+            // Two phases do not fit in 3 GiB.
+            vram_pad: 2 << 30,
+            tail: Duration::from_millis(1),
+            interval: None,
+            device: None,
+            seed: 1,
+            first_witness: 1,
+            label: "test".into(),
+        };
+        let sim = SimVram::new(dir.path().join("vram"), 3 << 30);
+        let window = Window::starting_in(Duration::from_millis(20), Duration::from_millis(800));
+        let out = run(
+            Arc::new(crate::CpuEngine),
+            Arc::new(crate::lease::UnlockedLeaser::new("sim", 0)),
+            work,
+            Arc::new(PhaseMemory::Sim(sim)),
+            opts,
+            window,
+        )
+        .unwrap();
+        let count = |o| out.records.iter().filter(|r| r.outcome == o).count();
+        assert!(count(Outcome::Oom) > 0, "{:?}", out.records);
+        assert!(count(Outcome::Ok) > 0, "{:?}", out.records);
+        assert_eq!(count(Outcome::Failed) + count(Outcome::Unverified), 0);
+    }
+}
