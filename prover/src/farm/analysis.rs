@@ -560,9 +560,9 @@ impl FarmResults {
         let c = &self.config;
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         s += &format!(
-            "{} synthetic-{}@2^{} partitions, engine {}; {:.1} GiB left to the provers; a partition's \
+            "{} {}@2^{} partitions, engine {}; {:.1} GiB left to the provers; a partition's \
              footprint {:.2} GiB (formula {:.2} + pad {:.2}); modeled CPU tail {:.0} ms; {} \
-             witnesses; windows of {:.0} s.\n\n",
+             witnesses; windows of {:.1} s (priority runs {:.1} s, a critical proof every {:.1} s).\n\n",
             if self.host.simulated {
                 "Simulated device,"
             } else {
@@ -577,7 +577,9 @@ impl FarmResults {
             gib(c.pad_bytes),
             1000.0 * c.tail_secs,
             c.witnesses,
-            c.duration
+            c.duration,
+            c.priority_duration,
+            c.critical_every
         );
         if let Some(cal) = &self.calibration {
             s += &format!(

@@ -121,11 +121,11 @@ impl SimVram {
         }
     }
 
-    /// Parses `PATH:BYTES` (the workers' `--sim-vram`).
-    pub fn parse(spec: &str) -> Option<Self> {
+    /// Parses `PATH:SIZE` (e.g. `/tmp/farm:16GiB`, the workers' `--sim-vram`).
+    pub fn parse_spec(spec: &str) -> Option<(PathBuf, u64)> {
         let (path, bytes) = spec.rsplit_once(':')?;
         let bytes = gpud_client::proto::parse_size(bytes).ok()?;
-        (!path.is_empty()).then(|| Self::new(path, bytes))
+        (!path.is_empty()).then(|| (PathBuf::from(path), bytes))
     }
 
     /// The device's memory.
@@ -171,7 +171,7 @@ impl Drop for SimAllocation {
     }
 }
 
-/// Opens the file once to check it can be used (the driver, before a cell).
+/// Empties a simulated device's state (the driver, before a cell).
 pub fn reset(path: &Path) -> FarmResult<()> {
     let mut f = File::create(path).map_err(io_err(path))?;
     f.flush().map_err(io_err(path))
@@ -185,7 +185,8 @@ mod tests {
     fn allocations_past_capacity_fail_and_frees_return_memory() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("vram");
-        let v = SimVram::parse(&format!("{}:16GiB", path.display())).unwrap();
+        let (p, cap) = SimVram::parse_spec(&format!("{}:16GiB", path.display())).unwrap();
+        let v = SimVram::new(p, cap);
         assert_eq!(v.capacity(), 16 << 30);
         let SimAlloc::Granted(a) = v.alloc(10 << 30).unwrap() else {
             panic!("first fits")
@@ -211,7 +212,7 @@ mod tests {
         // A dead process's allocation is dropped.
         std::fs::write(&path, "999999999 1 1073741824\n").unwrap();
         assert_eq!(v.in_use().unwrap(), 0);
-        assert!(SimVram::parse("nopath").is_none());
-        assert!(SimVram::parse(":1GiB").is_none());
+        assert!(SimVram::parse_spec("nopath").is_none());
+        assert!(SimVram::parse_spec(":1GiB").is_none());
     }
 }

@@ -320,8 +320,14 @@ pub enum PhaseMemory {
     Plain,
     /// The pad is allocated on the lease's CUDA device from the lease's budget and touched.
     Cuda,
-    /// The whole lease (formula + pad) is allocated from a simulated device memory.
-    Sim(SimVram),
+    /// The whole lease (formula + pad) is allocated from a simulated device memory: one per
+    /// device index, `dir/vram-{index}`, of `capacity` bytes each.
+    Sim {
+        /// Directory of the simulated devices' state files.
+        dir: std::path::PathBuf,
+        /// Each device's memory.
+        capacity: u64,
+    },
 }
 
 /// A part of a lease: the same lease and compute slot, a smaller byte budget (the pad's, or the
@@ -389,7 +395,11 @@ impl PhaseMemory {
     ) -> Result<(T, f64), PhaseFailure> {
         match self {
             PhaseMemory::Plain => phase(lease).map(|t| (t, 0.0)).map_err(failure),
-            PhaseMemory::Sim(sim) => {
+            PhaseMemory::Sim { dir, capacity } => {
+                let sim = SimVram::new(
+                    dir.join(format!("vram-{}", lease.device_index())),
+                    *capacity,
+                );
                 let t0 = Instant::now();
                 match sim
                     .alloc(lease.vram_bytes())
@@ -801,13 +811,16 @@ mod tests {
             first_witness: 0,
             label: "test".into(),
         };
-        let sim = SimVram::new(dir.path().join("vram"), 4 << 30);
+        let sim = PhaseMemory::Sim {
+            dir: dir.path().to_path_buf(),
+            capacity: 4 << 30,
+        };
         let window = Window::starting_in(Duration::from_millis(20), Duration::from_millis(800));
         let out = run(
             Arc::new(crate::CpuEngine),
             Arc::new(LocalLeaser::default()),
             work,
-            Arc::new(PhaseMemory::Sim(sim)),
+            Arc::new(sim),
             opts,
             window,
         )
@@ -858,13 +871,16 @@ mod tests {
             first_witness: 1,
             label: "test".into(),
         };
-        let sim = SimVram::new(dir.path().join("vram"), 3 << 30);
+        let sim = PhaseMemory::Sim {
+            dir: dir.path().to_path_buf(),
+            capacity: 3 << 30,
+        };
         let window = Window::starting_in(Duration::from_millis(20), Duration::from_millis(800));
         let out = run(
             Arc::new(crate::CpuEngine),
             Arc::new(crate::lease::UnlockedLeaser::new("sim", 0)),
             work,
-            Arc::new(PhaseMemory::Sim(sim)),
+            Arc::new(sim),
             opts,
             window,
         )

@@ -26,7 +26,7 @@ struct Row {
 }
 
 /// Parameters for `spec` from the fast generator with the G1 points on the GPU.
-fn gpu_params(
+pub(crate) fn gpu_params(
     spec: &CircuitSpec,
     toxic: &Toxic,
     uuid: &str,

@@ -2,6 +2,8 @@
 
 mod bench_engines;
 mod demo;
+mod farm;
+mod farm_proc;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -39,6 +41,23 @@ enum Command {
     /// Full proofs on the CPU and CUDA engines, split by stage, with parameters from the fast
     /// generator (GPU); the issue's benchmark (2^20 and 2^22 by default).
     BenchEngines(BenchEnginesArgs),
+    /// Several provers sharing a GPU through gpud, against the in-process ideal, no lock and
+    /// flock: throughput, GPU busy, out-of-memory, waits, priority, several GPUs (issue 8).
+    Farm(farm::FarmArgs),
+    /// Draw the PNG of a farm run from its farm.json.
+    FarmPlot(farm::PlotArgs),
+    /// One prover process of the farm (started by `farm`).
+    #[command(hide = true)]
+    FarmWorker(farm_proc::WorkerArgs),
+    /// The farm's workload bundle (started by `farm`).
+    #[command(hide = true)]
+    FarmPrepare(farm_proc::PrepareArgs),
+    /// Holds all but --leave of every GPU (started by `farm`).
+    #[command(hide = true)]
+    FarmBallast(farm_proc::BallastArgs),
+    /// gpud from the library (started by `farm` when no gpud binary is beside this one).
+    #[command(hide = true)]
+    FarmGpud(farm_proc::GpudArgs),
 }
 
 #[derive(Args, Clone)]
@@ -205,6 +224,12 @@ fn main() -> std::process::ExitCode {
         Command::Bench(a) => bench_cmd(a),
         Command::Demo(a) => demo::run(a),
         Command::BenchEngines(a) => bench_engines::run(a),
+        Command::Farm(a) => farm::run(a),
+        Command::FarmPlot(a) => farm::plot_cmd(a),
+        Command::FarmWorker(a) => farm_proc::worker(a),
+        Command::FarmPrepare(a) => farm_proc::prepare(a),
+        Command::FarmBallast(a) => farm_proc::ballast(a),
+        Command::FarmGpud(a) => farm_proc::gpud(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

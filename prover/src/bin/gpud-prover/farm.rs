@@ -1,0 +1,1247 @@
+//! `gpud-prover farm`: issue 8's benchmark driver. Several prover processes share a GPU through
+//! gpud, against the in-process ideal, no coordination and a per-GPU flock, in one run:
+//!
+//! 1. `farm-prepare`: the workload bundle (fast parameters, witnesses) for the normal and the
+//!    critical provers; then the ballast (`farm-ballast`), which leaves `--card` bytes of each
+//!    GPU to the provers; then gpud on a private socket (NVML, or `--simulate`).
+//! 2. Calibration: one prover alone, no lock: the GPU phase's length sets the modeled CPU tail
+//!    (`--tail-ratio` × phase), and NVML shows what an idle prover process holds (its CUDA
+//!    context), which each gpud-mode process then leases (`--context-vram auto`).
+//! 3. The matrix: every mode (`gpud`, `ideal`, `flock`, `none`) at every N, a window of
+//!    `--duration` seconds each, all processes started together by a `go` line.
+//! 4. Priority: N normal provers plus a critical prover starting a small proof every
+//!    `--critical-every` seconds, under gpud and under flock.
+//! 5. `--multi-gpu`: gpud with placement "any" over every GPU against the first GPU alone.
+//!
+//! Every process's report goes to `OUT/cells/`, the metrics to `OUT/farm.json`, the tables to
+//! `OUT/farm.md` (printed last), the plot to `OUT/farm.png` (when a font is found).
+//! See `gpud_prover::farm` for what is modeled and why.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use gpud_prover::farm::analysis::{
+    Calibration, CellMetrics, CellSpec, Dist, FarmResults, HostInfo, NvmlSample, ProcessOutcome,
+    RunConfig,
+};
+use gpud_prover::farm::worker::{Outcome, Window, WorkerReport, now_unix_ns};
+use gpud_prover::farm::{plot, simvram};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+fn size(s: &str) -> Result<u64> {
+    gpud_client::proto::parse_size(s).with_context(|| format!("size {s:?}"))
+}
+
+#[derive(Args)]
+pub struct FarmArgs {
+    /// Where farm.json, farm.md, farm.png, cells/ and logs/ go [default: $OUT, else ./farm-out].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Scratch directory: the bundle (reused across runs), gpud's socket and state, lock files.
+    #[arg(long, default_value = "/tmp/gpud-farm")]
+    work_dir: PathBuf,
+    /// No GPU: gpud --simulate, the CPU engine, a simulated device memory per GPU; no ballast
+    /// and no NVML.
+    #[arg(long)]
+    simulate: bool,
+    /// Simulated GPUs (with --simulate).
+    #[arg(long, default_value_t = 1)]
+    sim_gpus: usize,
+    /// Circuit of the normal provers.
+    #[arg(long, default_value = "synthetic")]
+    circuit: String,
+    /// Its log size.
+    #[arg(long, short = 'k', default_value_t = 22)]
+    log_size: u32,
+    /// Log size of the critical prover's small proofs.
+    #[arg(long, default_value_t = 16)]
+    critical_log_size: u32,
+    /// Numbers of provers.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8])]
+    ns: Vec<usize>,
+    /// Modes: gpud, ideal (one process, N threads, one in-process lock), flock, none.
+    #[arg(long, value_delimiter = ',', default_value = "gpud,ideal,flock,none")]
+    modes: Vec<String>,
+    /// Seconds each cell proves.
+    #[arg(long, default_value_t = 15.0)]
+    duration: f64,
+    /// Device memory left to the provers (the ballast holds the rest; simulated: the device).
+    #[arg(long, default_value = "16GiB")]
+    card: String,
+    /// A partition's footprint: the VRAM formula of its GPU phase plus a pad up to this.
+    #[arg(long, default_value = "6GiB")]
+    phase_vram: String,
+    /// The modeled CPU tail as a fraction of the calibrated GPU phase (field: 0.5 s / 1.8 s).
+    #[arg(long, default_value_t = 0.28)]
+    tail_ratio: f64,
+    /// The modeled CPU tail in milliseconds (skips the calibration's choice).
+    #[arg(long)]
+    tail_ms: Option<f64>,
+    /// Seconds of the calibration run.
+    #[arg(long, default_value_t = 4.0)]
+    calibrate_secs: f64,
+    /// Witnesses synthesized and used in turn.
+    #[arg(long, default_value_t = 2)]
+    witnesses: usize,
+    /// Normal provers in the priority runs (0: no priority runs).
+    #[arg(long, default_value_t = 8)]
+    priority_n: usize,
+    /// Seconds of each priority run.
+    #[arg(long, default_value_t = 20.0)]
+    priority_duration: f64,
+    /// The critical prover starts a proof every this many seconds.
+    #[arg(long, default_value_t = 1.0)]
+    critical_every: f64,
+    /// Also run gpud with placement "any" over every GPU against the first GPU alone.
+    #[arg(long)]
+    multi_gpu: bool,
+    /// Numbers of provers for --multi-gpu.
+    #[arg(long, value_delimiter = ',', default_values_t = [8usize])]
+    multi_ns: Vec<usize>,
+    /// Skip the mode × N matrix (e.g. a run of the several-GPU experiment only).
+    #[arg(long)]
+    no_matrix: bool,
+    /// VRAM-only lease per GPU that each gpud-mode process holds for its CUDA context: auto
+    /// (measured by the calibration through NVML), 0, or a size.
+    #[arg(long, default_value = "auto")]
+    context_vram: String,
+    /// The gpud binary [default: `gpud` beside this one, else gpud from the library in a child
+    /// process].
+    #[arg(long)]
+    gpud: Option<PathBuf>,
+    /// TrueType font for the plot [default: DejaVu Sans where installed].
+    #[arg(long)]
+    font: Option<PathBuf>,
+    /// Seed of the parameters, witnesses and blinding.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Regenerate the bundle even if the work directory has one.
+    #[arg(long)]
+    fresh: bool,
+    /// NVML samples per second.
+    #[arg(long, default_value_t = 10.0)]
+    nvml_hz: f64,
+}
+
+#[derive(Args)]
+pub struct PlotArgs {
+    /// farm.json of a run.
+    results: PathBuf,
+    /// The PNG to write.
+    out: PathBuf,
+    /// TrueType font [default: DejaVu Sans where installed].
+    #[arg(long)]
+    font: Option<PathBuf>,
+}
+
+/// `gpud-prover farm-plot results.json out.png`.
+pub fn plot_cmd(a: PlotArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&a.results)
+        .with_context(|| format!("reading {}", a.results.display()))?;
+    let results: FarmResults =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", a.results.display()))?;
+    let font = plot::find_font(a.font.as_deref())
+        .context("no font found: pass --font FILE.ttf (e.g. DejaVuSans.ttf)")?;
+    plot::draw(&results, &a.out, &font)?;
+    println!("wrote {}", a.out.display());
+    Ok(())
+}
+
+/// A child that is stopped (SIGTERM, then SIGKILL) when dropped.
+struct Guard {
+    name: &'static str,
+    child: Child,
+    _stdin: Option<ChildStdin>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self._stdin.take();
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("farm: {} did not stop on SIGTERM; killing it", self.name);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Lines of a child's stdout, read on a thread.
+fn line_reader(out: std::process::ChildStdout) -> Receiver<String> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            match line {
+                Ok(l) => {
+                    if tx.send(l).is_err() {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    });
+    rx
+}
+
+/// The next JSON line with `key` set, before `deadline`.
+fn wait_json(rx: &Receiver<String>, key: &str, deadline: Instant) -> Result<Value, String> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if !v[key].is_null() {
+                        return Ok(v);
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => return Err("timed out".into()),
+            Err(RecvTimeoutError::Disconnected) => return Err("exited".into()),
+        }
+    }
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(3)..].join(" | ")
+}
+
+/// One NVML reading: (Unix ns, device UUID, utilization %, memory used).
+type RawSample = (u128, String, u32, u64);
+
+/// NVML readings on a thread.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<RawSample>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(hz: f64) -> Result<Self> {
+        let nvml = nvml_wrapper::Nvml::init().context("NVML")?;
+        let count = nvml.device_count()?;
+        let mut uuids = Vec::new();
+        for i in 0..count {
+            uuids.push(nvml.device_by_index(i)?.uuid()?);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let (s, out) = (stop.clone(), samples.clone());
+        let period = Duration::from_secs_f64(1.0 / hz.clamp(0.5, 100.0));
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let t = now_unix_ns();
+                for (i, uuid) in uuids.iter().enumerate() {
+                    let Ok(d) = nvml.device_by_index(i as u32) else {
+                        continue;
+                    };
+                    let util = d.utilization_rates().map(|u| u.gpu).unwrap_or(0);
+                    let used = d.memory_info().map(|m| m.used).unwrap_or(0);
+                    out.lock().unwrap_or_else(|e| e.into_inner()).push((
+                        t,
+                        uuid.clone(),
+                        util,
+                        used,
+                    ));
+                }
+                std::thread::sleep(period);
+            }
+        });
+        Ok(Self {
+            stop,
+            samples,
+            thread: Some(thread),
+        })
+    }
+
+    /// Samples between two Unix times, as seconds since `origin`.
+    fn between(&self, from: u128, to: u128, origin: u128) -> Vec<NvmlSample> {
+        self.samples
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|s| s.0 >= from && s.0 <= to)
+            .map(|s| NvmlSample {
+                t: (s.0 as f64 - origin as f64) / 1e9,
+                uuid: s.1.clone(),
+                util: s.2,
+                mem_used: s.3,
+            })
+            .collect()
+    }
+
+    /// The latest memory-used reading of `uuid`.
+    fn latest_used(&self, uuid: &str) -> Option<u64> {
+        self.samples
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .rev()
+            .find(|s| s.1 == uuid)
+            .map(|s| s.3)
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One prover process to start in a cell.
+struct WorkerSpec {
+    name: String,
+    critical: bool,
+    lock: &'static str,
+    lanes: usize,
+    index: usize,
+    class: &'static str,
+    log_size: u32,
+    witnesses: usize,
+    /// A footprint to pad each phase up to; none: no pad.
+    phase_vram: Option<u64>,
+    tail_ms: f64,
+    interval: Option<f64>,
+    device: Option<String>,
+}
+
+struct Proc {
+    name: String,
+    critical: bool,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    log: PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+struct Farm {
+    a: FarmArgs,
+    me: PathBuf,
+    out: PathBuf,
+    bundle: PathBuf,
+    socket: PathBuf,
+    lock_dir: PathBuf,
+    sim_dir: PathBuf,
+    logs: PathBuf,
+    cells_dir: PathBuf,
+    engine: &'static str,
+    /// gpud's devices: (UUID, index, name, total bytes).
+    devices: Vec<(String, u32, String, u64)>,
+    card: u64,
+    formula: u64,
+    phase_vram: u64,
+    tail_ms: f64,
+    context_vram: u64,
+    sampler: Option<Sampler>,
+    /// Device memory in use with nothing of ours on it (ballast included), per device.
+    idle_used: Vec<(String, u64)>,
+}
+
+fn utc(unix_secs: u64) -> String {
+    let days = (unix_secs / 86_400) as i64;
+    let secs = unix_secs % 86_400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// The commit of the build: `.gpu/BUILD` beside the binary, else git, else unknown.
+fn build_commit(me: &Path) -> String {
+    if let Some(build) = me.parent().and_then(Path::parent).map(|d| d.join("BUILD")) {
+        if let Ok(text) = std::fs::read_to_string(build) {
+            if let Some(line) = text.lines().find(|l| l.starts_with("commit ")) {
+                return line.trim_start_matches("commit ").to_owned();
+            }
+        }
+    }
+    Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+impl Farm {
+    fn cuda(&self) -> bool {
+        self.engine == "cuda"
+    }
+
+    fn first_device(&self) -> Result<&(String, u32, String, u64)> {
+        self.devices.first().context("gpud lists no device")
+    }
+
+    /// Runs `gpud-prover farm-prepare` for a size; returns its JSON summary.
+    fn prepare(&self, log_size: u32, witnesses: usize) -> Result<Value> {
+        let t = Instant::now();
+        let mut cmd = Command::new(&self.me);
+        cmd.arg("farm-prepare")
+            .arg("--bundle")
+            .arg(&self.bundle)
+            .args(["--circuit", &self.a.circuit])
+            .args(["--log-size", &log_size.to_string()])
+            .args(["--witnesses", &witnesses.to_string()])
+            .args(["--seed", &self.a.seed.to_string()]);
+        if self.cuda() {
+            cmd.arg("--gpu");
+        }
+        if self.a.fresh {
+            cmd.arg("--fresh");
+        }
+        let out = cmd.output().context("running farm-prepare")?;
+        if !out.status.success() {
+            bail!(
+                "farm-prepare 2^{log_size} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let v: Value = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .context("farm-prepare printed no summary")?;
+        println!(
+            "bundle 2^{log_size}: {} in {:.1} s",
+            if v["reused"].as_bool() == Some(true) {
+                "reused".to_owned()
+            } else {
+                format!(
+                    "parameters {:.1} s ({}), {} witnesses {:.1} s",
+                    v["params_secs"].as_f64().unwrap_or(0.0),
+                    if self.cuda() { "G1 on the GPU" } else { "CPU" },
+                    witnesses,
+                    v["witness_secs"].as_f64().unwrap_or(0.0)
+                )
+            },
+            t.elapsed().as_secs_f64()
+        );
+        Ok(v)
+    }
+
+    fn worker_args(&self, w: &WorkerSpec) -> Result<Vec<String>> {
+        let (uuid, index, _, _) = self.first_device()?;
+        let mut v: Vec<String> = [
+            "farm-worker",
+            "--sync",
+            "--circuit",
+            &self.a.circuit,
+            "--lock",
+            w.lock,
+            "--class",
+            w.class,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let pairs = [
+            ("--bundle", self.bundle.display().to_string()),
+            ("--log-size", w.log_size.to_string()),
+            ("--witnesses", w.witnesses.to_string()),
+            ("--lanes", w.lanes.to_string()),
+            ("--tail-ms", format!("{:.3}", w.tail_ms)),
+            ("--seed", self.a.seed.to_string()),
+            ("--index", w.index.to_string()),
+            ("--engine", self.engine.to_string()),
+            ("--socket", self.socket.display().to_string()),
+            ("--lock-dir", self.lock_dir.display().to_string()),
+            ("--gpu", format!("{uuid}:{index}")),
+            ("--context-vram", self.context_vram.to_string()),
+        ];
+        for (k, val) in pairs {
+            v.push(k.into());
+            v.push(val);
+        }
+        if self.a.simulate {
+            v.push("--sim-vram".into());
+            v.push(format!("{}:{}", self.sim_dir.display(), self.card));
+        }
+        if let Some(p) = w.phase_vram {
+            v.push("--phase-vram".into());
+            v.push(p.to_string());
+        }
+        if let Some(i) = w.interval {
+            v.push("--interval".into());
+            v.push(i.to_string());
+        }
+        if let Some(d) = &w.device {
+            v.push("--device".into());
+            v.push(d.clone());
+        }
+        Ok(v)
+    }
+
+    fn spawn(&self, cell: &str, w: &WorkerSpec) -> Result<Proc> {
+        let log = self.logs.join(format!("{cell}-{}.log", w.name));
+        let mut child = Command::new(&self.me)
+            .args(self.worker_args(w)?)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log)?)
+            .env("RUST_BACKTRACE", "1")
+            .spawn()
+            .context("starting a prover")?;
+        let lines = line_reader(child.stdout.take().context("prover stdout")?);
+        let stdin = child.stdin.take();
+        Ok(Proc {
+            name: w.name.clone(),
+            critical: w.critical,
+            child,
+            stdin,
+            lines,
+            log,
+        })
+    }
+
+    /// Waits until our processes' device memory is gone (NVML), at most 10 s.
+    fn settle(&self) {
+        let Some(s) = &self.sampler else {
+            std::thread::sleep(Duration::from_millis(100));
+            return;
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let clean = self.idle_used.iter().all(|(uuid, idle)| {
+                s.latest_used(uuid)
+                    .is_some_and(|u| u <= idle.saturating_add(64 << 20))
+            });
+            if clean {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("farm: device memory did not return to idle within 10 s after a cell");
+    }
+
+    /// Runs one cell: starts its processes, waits for all to be ready, sends `go`, collects
+    /// the reports, computes the metrics.
+    fn cell(&self, spec: CellSpec, workers: &[WorkerSpec], duration: f64) -> Result<CellMetrics> {
+        if self.a.simulate {
+            for (_, index, _, _) in &self.devices {
+                simvram::reset(&self.sim_dir.join(format!("vram-{index}")))?;
+            }
+        }
+        let mut procs = Vec::new();
+        for w in workers {
+            procs.push(self.spawn(&spec.name, w)?);
+        }
+        let ready_by = Instant::now() + Duration::from_secs(180);
+        let mut outcomes: Vec<Option<Result<WorkerReport, String>>> = Vec::new();
+        for p in &mut procs {
+            outcomes.push(match wait_json(&p.lines, "ready", ready_by) {
+                Ok(_) => None,
+                Err(why) => Some(Err(format!(
+                    "{} {why} before ready: {}",
+                    p.name,
+                    log_tail(&p.log)
+                ))),
+            });
+        }
+        let window = Window::starting_in(
+            Duration::from_millis(300),
+            Duration::from_secs_f64(duration),
+        );
+        for (p, o) in procs.iter_mut().zip(&mut outcomes) {
+            if o.is_some() {
+                continue;
+            }
+            let sent = p
+                .stdin
+                .as_mut()
+                .map(|s| writeln!(s, "{}", window.go_line()).and_then(|()| s.flush()));
+            if !matches!(sent, Some(Ok(()))) {
+                *o = Some(Err(format!("{}: could not send go", p.name)));
+            }
+        }
+        let end = Instant::now() + Duration::from_secs_f64(duration + 0.3);
+        let report_by = end + Duration::from_secs(60);
+        for (p, o) in procs.iter_mut().zip(&mut outcomes) {
+            if o.is_some() {
+                continue;
+            }
+            *o = Some(match wait_json(&p.lines, "records", report_by) {
+                Ok(v) => serde_json::from_value::<WorkerReport>(v)
+                    .map_err(|e| format!("{}: bad report: {e}", p.name)),
+                Err(why) => Err(format!(
+                    "{} {why} before reporting: {}",
+                    p.name,
+                    log_tail(&p.log)
+                )),
+            });
+        }
+        let exit_by = Instant::now() + Duration::from_secs(10);
+        for p in &mut procs {
+            p.stdin.take();
+            while Instant::now() < exit_by {
+                if let Ok(Some(_)) = p.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let names: Vec<(String, bool)> =
+            procs.iter().map(|p| (p.name.clone(), p.critical)).collect();
+        drop(procs);
+        self.settle();
+        let processes: Vec<ProcessOutcome> = names
+            .iter()
+            .zip(outcomes)
+            .map(|((_, critical), o)| ProcessOutcome {
+                critical: *critical,
+                report: o.unwrap_or_else(|| Err("no outcome".into())),
+            })
+            .collect();
+        let samples = self.sampler.as_ref().map_or_else(Vec::new, |s| {
+            s.between(
+                window.start_unix_ns,
+                window.end_unix_ns,
+                window.start_unix_ns,
+            )
+        });
+        let metrics =
+            gpud_prover::farm::analysis::cell_metrics(&spec, duration, &processes, &samples);
+        let raw = serde_json::json!({
+            "name": spec.name, "mode": spec.mode, "n": spec.n, "placement": spec.placement,
+            "devices": spec.devices, "window": [window.start_unix_ns.to_string(), window.end_unix_ns.to_string()],
+            "processes": names.iter().zip(&processes).map(|((name, critical), p)| serde_json::json!({
+                "name": name, "critical": critical,
+                "report": p.report.as_ref().ok(), "error": p.report.as_ref().err(),
+            })).collect::<Vec<_>>(),
+            "nvml": samples,
+            "metrics": metrics,
+        });
+        std::fs::write(
+            self.cells_dir.join(format!("{}.json", spec.name)),
+            serde_json::to_vec(&raw)?,
+        )?;
+        let m = &metrics.normal;
+        println!(
+            "  {:<18} {:>7.1} partitions/min  busy {:>5.1} %{}  OOM {:>3}  failed {:>3}  wait p50 {:>7.1} ms p99 {:>7.1} ms  phase {:>6.1} ms{}",
+            spec.name,
+            m.per_minute,
+            100.0 * metrics.gpu_busy,
+            metrics
+                .nvml_util
+                .map_or(String::new(), |u| format!(" (NVML {:.1} %)", 100.0 * u)),
+            m.oom,
+            m.failed,
+            1000.0 * m.wait.p50,
+            1000.0 * m.wait.p99,
+            1000.0 * m.phase.mean,
+            metrics.critical.as_ref().map_or(String::new(), |c| format!(
+                "; critical: {} proofs, wait p50 {:.1} ms p99 {:.1} ms max {:.1} ms",
+                c.proofs,
+                1000.0 * c.wait.p50,
+                1000.0 * c.wait.p99,
+                1000.0 * c.wait.max
+            )),
+        );
+        for e in &metrics.startup_errors {
+            println!("    did not run: {e}");
+        }
+        Ok(metrics)
+    }
+
+    fn normal(
+        &self,
+        name: String,
+        lock: &'static str,
+        lanes: usize,
+        index: usize,
+        device: Option<String>,
+    ) -> WorkerSpec {
+        WorkerSpec {
+            name,
+            critical: false,
+            lock,
+            lanes,
+            index,
+            class: "normal",
+            log_size: self.a.log_size,
+            witnesses: self.a.witnesses.max(1),
+            phase_vram: Some(self.phase_vram),
+            tail_ms: self.tail_ms,
+            interval: None,
+            device,
+        }
+    }
+
+    /// The processes of a mode at N.
+    fn mode_workers(
+        &self,
+        mode: &str,
+        n: usize,
+        device: Option<String>,
+    ) -> Result<Vec<WorkerSpec>> {
+        Ok(match mode {
+            "ideal" => vec![self.normal("p0".into(), "local", n, 0, None)],
+            "gpud" | "flock" | "none" => {
+                let lock = match mode {
+                    "gpud" => "gpud",
+                    "flock" => "flock",
+                    _ => "none",
+                };
+                (0..n)
+                    .map(|i| self.normal(format!("p{i}"), lock, 1, i, device.clone()))
+                    .collect()
+            }
+            other => bail!("unknown mode {other:?} (gpud, ideal, flock, none)"),
+        })
+    }
+
+    /// Returns the calibration, the formula and the pad of a phase.
+    fn calibrate(&mut self) -> Result<(Calibration, u64, u64)> {
+        let spec = CellSpec {
+            name: "calibration".into(),
+            mode: "none".into(),
+            n: 1,
+            placement: "one".into(),
+            devices: vec![self.first_device()?.0.clone()],
+        };
+        let mut w = self.normal("p0".into(), "none", 1, 0, None);
+        w.tail_ms = 0.0;
+        let uuid = spec.devices[0].clone();
+        let before = self.sampler.as_ref().and_then(|s| s.latest_used(&uuid));
+        // The process idle (context and kernels loaded, no phase): spawn, wait for ready, read.
+        let mut p = self.spawn(&spec.name, &w)?;
+        let ready = wait_json(&p.lines, "ready", Instant::now() + Duration::from_secs(180))
+            .map_err(|why| anyhow::anyhow!("calibration prover {why}: {}", log_tail(&p.log)))?;
+        std::thread::sleep(Duration::from_millis(600));
+        let idle = self.sampler.as_ref().and_then(|s| s.latest_used(&uuid));
+        let window = Window::starting_in(
+            Duration::from_millis(100),
+            Duration::from_secs_f64(self.a.calibrate_secs),
+        );
+        let stdin = p.stdin.as_mut().context("calibration stdin")?;
+        writeln!(stdin, "{}", window.go_line())?;
+        stdin.flush()?;
+        let report = wait_json(
+            &p.lines,
+            "records",
+            Instant::now() + Duration::from_secs_f64(self.a.calibrate_secs + 60.0),
+        )
+        .map_err(|why| anyhow::anyhow!("calibration prover {why}: {}", log_tail(&p.log)))?;
+        let report: WorkerReport = serde_json::from_value(report)?;
+        drop(p);
+        self.settle();
+        let peak = self.sampler.as_ref().and_then(|s| {
+            s.between(
+                window.start_unix_ns,
+                window.end_unix_ns,
+                window.start_unix_ns,
+            )
+            .iter()
+            .filter(|x| x.uuid == uuid)
+            .map(|x| x.mem_used)
+            .max()
+        });
+        let ok: Vec<f64> = report
+            .records
+            .iter()
+            .filter(|r| r.outcome == Outcome::Ok)
+            .filter_map(|r| Some(r.released? - r.granted?))
+            .collect();
+        if ok.is_empty() {
+            let errors: Vec<String> = report
+                .records
+                .iter()
+                .filter_map(|r| r.error.clone())
+                .take(3)
+                .collect();
+            bail!(
+                "the calibration made no proof (setup {:.1} s): {}",
+                ready["setup_secs"].as_f64().unwrap_or(0.0),
+                errors.join("; ")
+            );
+        }
+        let cal = Calibration {
+            proofs: ok.len(),
+            phase: Dist::of(ok, 0),
+            context_bytes: before.zip(idle).map(|(b, i)| i.saturating_sub(b)),
+            process_peak_bytes: before.zip(peak).map(|(b, p)| p.saturating_sub(b)),
+        };
+        println!(
+            "calibration: {} proofs, GPU phase mean {:.1} ms (p50 {:.1}, max {:.1}){}{}",
+            cal.proofs,
+            1000.0 * cal.phase.mean,
+            1000.0 * cal.phase.p50,
+            1000.0 * cal.phase.max,
+            cal.context_bytes.map_or(String::new(), |b| format!(
+                "; idle prover holds {:.0} MiB",
+                b as f64 / (1 << 20) as f64
+            )),
+            cal.process_peak_bytes.map_or(String::new(), |b| format!(
+                ", {:.2} GiB at its peak",
+                b as f64 / (1u64 << 30) as f64
+            )),
+        );
+        Ok((cal, report.formula_bytes, report.pad_bytes))
+    }
+}
+
+fn sibling(me: &Path, name: &str) -> Option<PathBuf> {
+    let p = me.with_file_name(name);
+    p.is_file().then_some(p)
+}
+
+pub fn run(a: FarmArgs) -> Result<()> {
+    let started = Instant::now();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    if a.duration <= 0.0 || a.witnesses == 0 {
+        bail!("--duration and --witnesses must be positive");
+    }
+    let me = std::env::current_exe().context("locating gpud-prover")?;
+    let out = a
+        .out
+        .clone()
+        .or_else(|| std::env::var_os("OUT").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("farm-out"));
+    let work = a.work_dir.clone();
+    let run_dir = work.join(format!("run-{}", std::process::id()));
+    for d in [&out, &work, &run_dir] {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    let (logs, cells_dir) = (out.join("logs"), out.join("cells"));
+    std::fs::create_dir_all(&logs)?;
+    std::fs::create_dir_all(&cells_dir)?;
+    let engine = if a.simulate {
+        "cpu"
+    } else {
+        if !gpud_cuda::driver::list_devices().is_ok_and(|d| !d.is_empty()) {
+            bail!("no CUDA GPU is visible (use --simulate on machines without one)");
+        }
+        "cuda"
+    };
+    let card = size(&a.card)?;
+    let phase_vram = size(&a.phase_vram)?;
+    let modes: Vec<String> = if a.no_matrix {
+        Vec::new()
+    } else {
+        a.modes.clone()
+    };
+    let matrix_cells = modes.len() * a.ns.len();
+    let estimate = matrix_cells as f64 * (a.duration + 3.0)
+        + if a.priority_n > 0 {
+            2.0 * (a.priority_duration + 4.0)
+        } else {
+            0.0
+        }
+        + if a.multi_gpu {
+            2.0 * a.multi_ns.len() as f64 * (a.duration + 3.0)
+        } else {
+            0.0
+        }
+        + a.calibrate_secs
+        + 10.0;
+    println!(
+        "farm: {} engine, {} cells of {:.0} s{}{}; about {:.0} s after the bundle and the ballast",
+        engine,
+        matrix_cells,
+        a.duration,
+        if a.priority_n > 0 {
+            ", 2 priority runs"
+        } else {
+            ""
+        },
+        if a.multi_gpu {
+            ", several-GPU runs"
+        } else {
+            ""
+        },
+        estimate
+    );
+
+    let mut farm = Farm {
+        me: me.clone(),
+        bundle: work.join("bundle"),
+        socket: run_dir.join("gpud.sock"),
+        lock_dir: run_dir.join("locks"),
+        sim_dir: run_dir.join("simvram"),
+        logs,
+        cells_dir,
+        out: out.clone(),
+        engine,
+        devices: Vec::new(),
+        card,
+        formula: 0,
+        phase_vram: 0,
+        tail_ms: a.tail_ms.unwrap_or(0.0),
+        context_vram: 0,
+        sampler: None,
+        idle_used: Vec::new(),
+        a,
+    };
+    std::fs::create_dir_all(&farm.lock_dir)?;
+    std::fs::create_dir_all(&farm.sim_dir)?;
+
+    // 1. The bundles (before the ballast: the parameter generator uses the GPU).
+    farm.prepare(farm.a.log_size, farm.a.witnesses)?;
+    if farm.a.priority_n > 0 {
+        farm.prepare(farm.a.critical_log_size, 1)?;
+    }
+
+    // The ballast, then gpud.
+    let mut _ballast = None;
+    if !farm.a.simulate {
+        let mut child = Command::new(&me)
+            .args(["farm-ballast", "--leave", &card.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(farm.logs.join("ballast.log"))?)
+            .spawn()
+            .context("starting the ballast")?;
+        let lines = line_reader(child.stdout.take().context("ballast stdout")?);
+        let stdin = child.stdin.take();
+        let guard = Guard {
+            name: "ballast",
+            child,
+            _stdin: stdin,
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let v = wait_json(&lines, "pid", deadline).map_err(|why| {
+                anyhow::anyhow!(
+                    "the ballast {why}: {}",
+                    log_tail(&farm.logs.join("ballast.log"))
+                )
+            })?;
+            if v["ready"].as_bool() == Some(true) {
+                break;
+            }
+        }
+        // Its per-device lines came before `ready`; print what it holds.
+        println!(
+            "ballast up: each GPU keeps {:.1} GiB free for the provers",
+            card as f64 / (1u64 << 30) as f64
+        );
+        _ballast = Some(guard);
+        farm.sampler = Some(Sampler::start(farm.a.nvml_hz)?);
+    }
+    let state = run_dir.join("state");
+    std::fs::create_dir_all(&state)?;
+    let config = run_dir.join("gpud.toml");
+    std::fs::write(
+        &config,
+        "# farm: NVML read often, so capacity follows the ballast and the provers quickly\n\
+         [devices]\npoll_interval = \"200ms\"\n",
+    )?;
+    let sim_spec = format!("{}x{}", farm.a.sim_gpus.max(1), card);
+    let gpud_bin = farm.a.gpud.clone().or_else(|| sibling(&me, "gpud"));
+    let mut cmd = match &gpud_bin {
+        Some(bin) => {
+            let mut c = Command::new(bin);
+            c.args(["--dbus", "none"]);
+            c
+        }
+        None => {
+            let mut c = Command::new(&me);
+            c.arg("farm-gpud");
+            c
+        }
+    };
+    cmd.arg("--socket")
+        .arg(&farm.socket)
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--config")
+        .arg(&config);
+    if farm.a.simulate {
+        cmd.args(["--simulate", &sim_spec]);
+    }
+    let gpud_log = farm.logs.join("gpud.log");
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&gpud_log)?)
+        .spawn()
+        .context("starting gpud")?;
+    let _gpud = Guard {
+        name: "gpud",
+        child,
+        _stdin: None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let client = loop {
+        match gpud_client::blocking::Client::connect(&farm.socket) {
+            Ok(c) => break c,
+            Err(e) if Instant::now() > deadline => {
+                bail!("gpud did not come up ({e}): {}", log_tail(&gpud_log))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    // Wait until gpud's capacity reflects the ballast (NVML polls), at most 10 s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let s = client.status()?;
+        if farm.a.simulate
+            || s.devices.iter().all(|d| d.capacity_bytes <= card)
+            || Instant::now() > deadline
+        {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(client);
+    farm.devices = status
+        .devices
+        .iter()
+        .map(|d| (d.uuid.clone(), d.index, d.name.clone(), d.total_bytes))
+        .collect();
+    for d in &status.devices {
+        println!(
+            "gpud ({}): device {} {} ({}), capacity {:.2} GiB of {:.1} GiB, unmanaged {:.1} GiB",
+            match &gpud_bin {
+                Some(b) => b.display().to_string(),
+                None => "library, child process".into(),
+            },
+            d.index,
+            d.name,
+            d.uuid,
+            d.capacity_bytes as f64 / (1u64 << 30) as f64,
+            d.total_bytes as f64 / (1u64 << 30) as f64,
+            d.unmanaged_bytes as f64 / (1u64 << 30) as f64
+        );
+    }
+    if let Some(s) = &farm.sampler {
+        std::thread::sleep(Duration::from_millis(300));
+        farm.idle_used = farm
+            .devices
+            .iter()
+            .filter_map(|(uuid, ..)| Some((uuid.clone(), s.latest_used(uuid)?)))
+            .collect();
+    }
+
+    // Each prover computes its pad as --phase-vram minus its engine's formula on this device;
+    // the calibration prover's report says what they are.
+    farm.phase_vram = phase_vram;
+    let mut results = FarmResults {
+        date: utc(std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)),
+        commit: build_commit(&me),
+        command,
+        host: HostInfo {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            gpus: farm
+                .devices
+                .iter()
+                .map(|(u, _, n, t)| (n.clone(), u.clone(), *t))
+                .collect(),
+            simulated: farm.a.simulate,
+        },
+        ..Default::default()
+    };
+
+    // 2. Calibration.
+    let (cal, formula, pad) = farm.calibrate()?;
+    farm.formula = formula;
+    println!(
+        "a partition's phase: formula {:.3} GiB + pad {:.3} GiB = {:.3} GiB",
+        formula as f64 / (1u64 << 30) as f64,
+        pad as f64 / (1u64 << 30) as f64,
+        (formula + pad) as f64 / (1u64 << 30) as f64
+    );
+    if farm.a.tail_ms.is_none() {
+        farm.tail_ms = 1000.0 * farm.a.tail_ratio * cal.phase.mean;
+    }
+    farm.context_vram = match farm.a.context_vram.as_str() {
+        "auto" if farm.cuda() => cal
+            .context_bytes
+            .map_or(0, |b| b.div_ceil(2 << 20) * (2 << 20)),
+        "auto" => 0,
+        s => size(s)?,
+    };
+    println!(
+        "modeled CPU tail {:.1} ms; gpud-mode processes lease {:.0} MiB per GPU for their CUDA context",
+        farm.tail_ms,
+        farm.context_vram as f64 / (1 << 20) as f64
+    );
+    results.calibration = Some(cal);
+    results.config = RunConfig {
+        engine: engine.into(),
+        circuit: farm.a.circuit.clone(),
+        log_size: farm.a.log_size,
+        critical_log_size: farm.a.critical_log_size,
+        duration: farm.a.duration,
+        priority_duration: farm.a.priority_duration,
+        card_bytes: card,
+        phase_vram_bytes: phase_vram,
+        formula_bytes: formula,
+        pad_bytes: pad,
+        tail_secs: farm.tail_ms / 1000.0,
+        tail_ratio: farm.a.tail_ratio,
+        witnesses: farm.a.witnesses,
+        context_lease_bytes: farm.context_vram,
+        critical_every: farm.a.critical_every,
+    };
+    let dev0 = farm.first_device()?.0.clone();
+    let all_devices: Vec<String> = farm.devices.iter().map(|d| d.0.clone()).collect();
+    // The matrix and the priority runs are about one GPU: with several, gpud's leases name the
+    // first (the other modes' locks are the first GPU's too).
+    let one_gpu = (farm.devices.len() > 1).then(|| dev0.clone());
+
+    // 3. The matrix.
+    if !modes.is_empty() {
+        println!("matrix: modes {} × N {:?}", modes.join(", "), farm.a.ns);
+    }
+    for mode in &modes {
+        for &n in &farm.a.ns {
+            let spec = CellSpec {
+                name: format!("{mode}-n{n}"),
+                mode: mode.clone(),
+                n,
+                placement: "one".into(),
+                devices: vec![dev0.clone()],
+            };
+            let workers = farm.mode_workers(mode, n, one_gpu.clone())?;
+            let m = farm.cell(spec, &workers, farm.a.duration)?;
+            results.cells.push(m);
+        }
+    }
+
+    // 4. Priority.
+    if farm.a.priority_n > 0 {
+        println!(
+            "priority: {} normal provers and a critical 2^{} prover every {} s",
+            farm.a.priority_n, farm.a.critical_log_size, farm.a.critical_every
+        );
+        for lock in ["gpud", "flock"] {
+            let spec = CellSpec {
+                name: format!("priority-{lock}"),
+                mode: lock.into(),
+                n: farm.a.priority_n,
+                placement: "one".into(),
+                devices: vec![dev0.clone()],
+            };
+            let mut workers = farm.mode_workers(lock, farm.a.priority_n, one_gpu.clone())?;
+            workers.push(WorkerSpec {
+                name: "critical".into(),
+                critical: true,
+                lock,
+                lanes: 1,
+                index: 0,
+                class: "critical",
+                log_size: farm.a.critical_log_size,
+                witnesses: 1,
+                phase_vram: None,
+                tail_ms: 0.0,
+                interval: Some(farm.a.critical_every),
+                device: one_gpu.clone(),
+            });
+            let m = farm.cell(spec, &workers, farm.a.priority_duration)?;
+            results.priority.push(m);
+        }
+    }
+
+    // 5. Several GPUs.
+    if farm.a.multi_gpu {
+        if farm.devices.len() < 2 {
+            println!(
+                "several GPUs: skipped, gpud sees {} device",
+                farm.devices.len()
+            );
+        } else {
+            println!(
+                "several GPUs: placement any over {} GPUs vs the first GPU",
+                farm.devices.len()
+            );
+            for &n in &farm.a.multi_ns.clone() {
+                for (placement, device, devices) in [
+                    ("one", Some(dev0.clone()), vec![dev0.clone()]),
+                    ("any", None, all_devices.clone()),
+                ] {
+                    let spec = CellSpec {
+                        name: format!("multi-{placement}-n{n}"),
+                        mode: "gpud".into(),
+                        n,
+                        placement: placement.into(),
+                        devices,
+                    };
+                    let workers = farm.mode_workers("gpud", n, device)?;
+                    let m = farm.cell(spec, &workers, farm.a.duration)?;
+                    results.multi_gpu.push(m);
+                }
+            }
+        }
+    }
+
+    results.evaluate_targets();
+    results.wall_secs = started.elapsed().as_secs_f64();
+    let json_path = farm.out.join("farm.json");
+    std::fs::write(&json_path, serde_json::to_vec_pretty(&results)?)?;
+    let md = results.markdown();
+    std::fs::write(farm.out.join("farm.md"), &md)?;
+    let png = farm.out.join("farm.png");
+    let plotted = match (
+        results.cells.is_empty(),
+        plot::find_font(farm.a.font.as_deref()),
+    ) {
+        (true, _) => "no matrix to plot".to_owned(),
+        (false, Some(font)) => match plot::draw(&results, &png, &font) {
+            Ok(()) => format!("plot {}", png.display()),
+            Err(e) => format!("plot failed: {e}"),
+        },
+        (false, None) => format!(
+            "no font here: `gpud-prover farm-plot {} farm.png` elsewhere",
+            json_path.display()
+        ),
+    };
+    drop(_gpud);
+    drop(_ballast);
+    let _ = std::fs::remove_dir_all(&run_dir);
+    println!(
+        "\nfarm done in {:.0} s; {} ; {}; commit {}",
+        results.wall_secs,
+        json_path.display(),
+        plotted,
+        results.commit
+    );
+    println!("\n## gpud farm, {}\n\n{md}", results.date);
+    Ok(())
+}

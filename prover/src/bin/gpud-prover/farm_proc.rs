@@ -1,0 +1,517 @@
+//! The processes the farm driver starts (hidden subcommands of `gpud-prover`):
+//!
+//! - `farm-worker`: one prover process (see `gpud_prover::farm::worker`); prints a `ready` JSON
+//!   line once set up, waits for `go START END` on stdin (`--sync`) or starts at once
+//!   (`--duration`), and prints its report as one JSON line at the end of the window.
+//! - `farm-prepare`: the workload bundle (key from the fast parameter generator, witnesses).
+//! - `farm-ballast`: holds all but `--leave` bytes of every GPU, as a process without a lease.
+//! - `farm-gpud`: the gpud daemon from the library, for when no `gpud` binary is at hand.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use gpud_client::{ExclusiveDevice, Reservation};
+use gpud_prover::engine::{CudaEngine, CudaOptions, Engine, process_device};
+use gpud_prover::farm::bundle::{self, FarmWitness};
+use gpud_prover::farm::worker::{self, PhaseMemory, Window, WorkerOptions, WorkerReport, Workload};
+use gpud_prover::farm::{FarmError, LockKind};
+use gpud_prover::lease::{
+    FlockLeaser, GpudLeaser, LeaseRequest, Leaser, LocalLeaser, UnlockedLeaser,
+};
+use gpud_prover::paramgen::{self, G1Backend, Toxic};
+use gpud_prover::{CircuitSpec, CpuEngine};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use rayon::prelude::*;
+
+use crate::EngineArg;
+
+fn size(s: &str) -> Result<u64> {
+    gpud_client::proto::parse_size(s).with_context(|| format!("size {s:?}"))
+}
+
+/// Lock choice on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LockArg {
+    /// gpud leases.
+    Gpud,
+    /// One in-process lock per GPU shared by the lanes (the ideal).
+    Local,
+    /// A per-GPU lock file (bellperson style).
+    Flock,
+    /// No coordination.
+    None,
+}
+
+impl From<LockArg> for LockKind {
+    fn from(l: LockArg) -> Self {
+        match l {
+            LockArg::Gpud => LockKind::Gpud,
+            LockArg::Local => LockKind::Local,
+            LockArg::Flock => LockKind::Flock,
+            LockArg::None => LockKind::None,
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct WorkerArgs {
+    /// Bundle directory (written by farm-prepare).
+    #[arg(long)]
+    bundle: PathBuf,
+    /// Circuit.
+    #[arg(long, default_value = "synthetic")]
+    circuit: String,
+    /// log2 of the constraint count.
+    #[arg(long, short = 'k')]
+    log_size: u32,
+    /// Witnesses of the bundle to use in turn.
+    #[arg(long, default_value_t = 2)]
+    witnesses: usize,
+    /// How the GPU is shared.
+    #[arg(long, value_enum)]
+    lock: LockArg,
+    /// Worker threads in this process.
+    #[arg(long, default_value_t = 1)]
+    lanes: usize,
+    /// Lease class.
+    #[arg(long, default_value = "normal")]
+    class: String,
+    /// Device memory allocated and touched inside each GPU phase's lease, e.g. 4.5GiB.
+    #[arg(long, default_value = "0", conflicts_with = "phase_vram")]
+    vram_pad: String,
+    /// Pad each GPU phase up to this footprint: the pad is this minus the engine's VRAM
+    /// formula of the phase (none when the formula is larger).
+    #[arg(long)]
+    phase_vram: Option<String>,
+    /// The modeled CPU tail, milliseconds.
+    #[arg(long, default_value_t = 0.0)]
+    tail_ms: f64,
+    /// Start one proof every this many seconds per lane (a critical prover).
+    #[arg(long)]
+    interval: Option<f64>,
+    /// gpud placement of the phase leases: a device UUID (default: any device).
+    #[arg(long)]
+    device: Option<String>,
+    /// The device of the local, flock and none locks: UUID:INDEX [default: the first CUDA
+    /// device; with the CPU engine, cpu:0].
+    #[arg(long)]
+    gpu: Option<String>,
+    /// gpud's socket.
+    #[arg(long, env = "GPUD_SOCKET", default_value = "/run/gpud/gpud.sock")]
+    socket: PathBuf,
+    /// Directory of the flock lock files.
+    #[arg(long, default_value = "/tmp/gpud-farm/locks")]
+    lock_dir: PathBuf,
+    /// Simulated device memory, DIR:SIZE (one state file per device in DIR).
+    #[arg(long)]
+    sim_vram: Option<String>,
+    /// gpud mode with the CUDA engine: a VRAM-only lease of this size per device, held for the
+    /// process's life, for its CUDA context.
+    #[arg(long, default_value = "0")]
+    context_vram: String,
+    /// Engine of the GPU phase.
+    #[arg(long, value_enum, default_value = "auto")]
+    engine: EngineArg,
+    /// Blinding seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// This process's number in the cell (its lanes start at witness `index + lane`).
+    #[arg(long, default_value_t = 0)]
+    index: usize,
+    /// Print `ready`, then wait for `go START_NS END_NS` on stdin.
+    #[arg(long)]
+    sync: bool,
+    /// Without --sync: prove for this many seconds, starting now.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+}
+
+fn device_arg(gpu: &Option<String>, cuda: bool) -> Result<(String, u32)> {
+    if let Some(g) = gpu {
+        let (uuid, index) = g.rsplit_once(':').context("--gpu takes UUID:INDEX")?;
+        return Ok((uuid.to_owned(), index.parse().context("--gpu index")?));
+    }
+    if cuda {
+        let d = gpud_cuda::driver::list_devices()?
+            .into_iter()
+            .next()
+            .context("no CUDA device is visible")?;
+        Ok((d.uuid, d.ordinal as u32))
+    } else {
+        Ok(("cpu".into(), 0))
+    }
+}
+
+/// What the worker prints when ready.
+fn ready_line(setup: f64, context: u64) -> String {
+    serde_json::json!({
+        "ready": true, "pid": std::process::id(), "setup_secs": setup,
+        "context_lease_bytes": context,
+    })
+    .to_string()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn serve<E, L>(
+    a: &WorkerArgs,
+    started: Instant,
+    engine: Arc<E>,
+    leaser: Arc<L>,
+    work: Arc<Workload>,
+    memory: PhaseMemory,
+    context_lease_bytes: u64,
+) -> Result<WorkerReport>
+where
+    E: Engine + 'static,
+    L: Leaser + Send + Sync + 'static,
+{
+    let formula = engine.vram_bytes(&work.key, work.log_domain());
+    let vram_pad = match &a.phase_vram {
+        Some(p) => size(p)?.saturating_sub(formula),
+        None => size(&a.vram_pad)?,
+    };
+    let setup_secs = started.elapsed().as_secs_f64();
+    let window = if a.sync {
+        println!("{}", ready_line(setup_secs, context_lease_bytes));
+        std::io::stdout().flush()?;
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        Window::parse_go(&line).with_context(|| format!("expected `go START END`, got {line:?}"))?
+    } else {
+        Window::starting_in(Duration::ZERO, Duration::from_secs_f64(a.duration.max(0.0)))
+    };
+    let opts = WorkerOptions {
+        lanes: a.lanes.max(1),
+        class: a.class.clone(),
+        vram_pad,
+        tail: Duration::from_secs_f64(a.tail_ms.max(0.0) / 1000.0),
+        interval: a.interval.filter(|i| *i > 0.0).map(Duration::from_secs_f64),
+        device: a.device.clone(),
+        seed: a.seed.wrapping_mul(1_000_003).wrapping_add(a.index as u64),
+        first_witness: a.index,
+        label: format!("farm[{}]", std::process::id()),
+    };
+    let engine_name = engine.name().to_owned();
+    let (circuit, log_size) = (work.spec.kind().name().to_owned(), work.log_domain());
+    let out = worker::run(engine, leaser, work, Arc::new(memory), opts.clone(), window)?;
+    Ok(WorkerReport {
+        pid: std::process::id(),
+        lock: a.lock.into(),
+        class: a.class.clone(),
+        lanes: opts.lanes,
+        engine: engine_name,
+        circuit,
+        log_size,
+        formula_bytes: out.formula_bytes,
+        pad_bytes: opts.vram_pad,
+        lease_bytes: out.lease_bytes,
+        context_lease_bytes,
+        tail_secs: opts.tail.as_secs_f64(),
+        setup_secs,
+        window_secs: window.duration(),
+        records: out.records,
+        open: out.open,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn with_leaser<E: Engine + 'static>(
+    a: &WorkerArgs,
+    started: Instant,
+    engine: Arc<E>,
+    cuda: bool,
+    work: Arc<Workload>,
+    memory: PhaseMemory,
+    gpud: Option<GpudLeaser>,
+    context: u64,
+) -> Result<WorkerReport> {
+    let (uuid, index) = device_arg(&a.gpu, cuda)?;
+    match a.lock {
+        LockArg::Gpud => {
+            let l = gpud.context("gpud mode without a connection")?;
+            serve(a, started, engine, Arc::new(l), work, memory, context)
+        }
+        LockArg::Local => {
+            let l = LocalLeaser::on_device(uuid, index);
+            serve(a, started, engine, Arc::new(l), work, memory, context)
+        }
+        LockArg::Flock => {
+            std::fs::create_dir_all(&a.lock_dir)
+                .with_context(|| format!("creating {}", a.lock_dir.display()))?;
+            let l = FlockLeaser::new(&a.lock_dir, uuid, index);
+            serve(a, started, engine, Arc::new(l), work, memory, context)
+        }
+        LockArg::None => {
+            let l = UnlockedLeaser::new(uuid, index);
+            serve(a, started, engine, Arc::new(l), work, memory, context)
+        }
+    }
+}
+
+pub fn worker(a: WorkerArgs) -> Result<()> {
+    let started = Instant::now();
+    let spec = CircuitSpec::parse(&a.circuit, a.log_size)?;
+    a.class
+        .parse::<gpud_client::Class>()
+        .map_err(anyhow::Error::from)
+        .context("--class")?;
+    let cuda = a.engine.resolve() == EngineArg::Cuda;
+    // gpud first: a missing daemon is reported at once.
+    let gpud = match a.lock {
+        LockArg::Gpud => Some(GpudLeaser::connect(&a.socket)?),
+        _ => None,
+    };
+    // The CUDA context will hold memory outside any phase: in gpud mode it is leased first.
+    let mut context_leases = Vec::new();
+    let context_vram = size(&a.context_vram)?;
+    if let (Some(g), true, true) = (&gpud, cuda, context_vram > 0) {
+        for d in g.client().status()?.devices {
+            let request = LeaseRequest {
+                vram_bytes: context_vram,
+                compute: false,
+                device: Some(d.uuid.clone()),
+                class: a.class.clone(),
+                label: format!("farm[{}] CUDA context", std::process::id()),
+            };
+            context_leases.push(g.acquire(&request)?);
+        }
+    }
+    let context_total = context_vram * context_leases.len() as u64;
+    let memory = match &a.sim_vram {
+        Some(s) => {
+            let (dir, capacity) = gpud_prover::farm::simvram::SimVram::parse_spec(s)
+                .context("--sim-vram takes DIR:SIZE")?;
+            PhaseMemory::Sim { dir, capacity }
+        }
+        None if cuda => PhaseMemory::Cuda,
+        None => PhaseMemory::Plain,
+    };
+    let work = Arc::new(
+        Workload::load(&a.bundle, &spec, a.witnesses)
+            .with_context(|| format!("loading the bundle in {}", a.bundle.display()))?,
+    );
+    let report = if cuda {
+        let engine = CudaEngine::new(CudaOptions {
+            resident_bases: false,
+        })
+        .context("starting the CUDA engine")?;
+        // Every device's context and kernels now, not inside the first GPU phase.
+        for d in gpud_cuda::driver::list_devices()? {
+            let dev = process_device(&d.uuid)?;
+            dev.module(&gpud_cuda::kernels::NTT)?;
+            dev.module(&gpud_cuda::kernels::MSM)?;
+        }
+        with_leaser(
+            &a,
+            started,
+            Arc::new(engine),
+            true,
+            work,
+            memory,
+            gpud,
+            context_total,
+        )?
+    } else {
+        with_leaser(
+            &a,
+            started,
+            Arc::new(CpuEngine),
+            false,
+            work,
+            memory,
+            gpud,
+            context_total,
+        )?
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    out.flush()?;
+    // Lanes still blocked in a lock are not waited for; the leases die with the process.
+    std::process::exit(0)
+}
+
+#[derive(Args)]
+pub struct PrepareArgs {
+    /// Bundle directory.
+    #[arg(long)]
+    bundle: PathBuf,
+    /// Circuit.
+    #[arg(long, default_value = "synthetic")]
+    circuit: String,
+    /// log2 of the constraint count.
+    #[arg(long, short = 'k')]
+    log_size: u32,
+    /// Witnesses to synthesize.
+    #[arg(long, default_value_t = 2)]
+    witnesses: usize,
+    /// Parameters' secrets and witnesses' seeds.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// G1 points of the parameters on the GPU (else all on the CPU).
+    #[arg(long)]
+    gpu: bool,
+    /// Regenerate even when the bundle's files exist.
+    #[arg(long)]
+    fresh: bool,
+}
+
+pub fn prepare(a: PrepareArgs) -> Result<()> {
+    let spec = CircuitSpec::parse(&a.circuit, a.log_size)?;
+    let key_path = bundle::key_path(&a.bundle, &spec);
+    let n = a.witnesses.max(1);
+    let all_there =
+        key_path.is_file() && (0..n).all(|i| bundle::witness_path(&a.bundle, &spec, i).is_file());
+    if all_there && !a.fresh {
+        println!(
+            "{}",
+            serde_json::json!({"spec": spec.to_string(), "reused": true})
+        );
+        return Ok(());
+    }
+    let t = Instant::now();
+    let toxic = Toxic::random(&mut ChaCha20Rng::seed_from_u64(a.seed));
+    let params = if a.gpu {
+        let gpu = gpud_cuda::driver::list_devices()?
+            .into_iter()
+            .next()
+            .context("no CUDA device is visible")?;
+        crate::bench_engines::gpu_params(&spec, &toxic, &gpu.uuid, gpu.ordinal as u32)?.0
+    } else {
+        paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu)?.0
+    };
+    let params_secs = t.elapsed().as_secs_f64();
+    bundle::write_key(&key_path, &spec, &params)?;
+    let t = Instant::now();
+    (0..n)
+        .into_par_iter()
+        .map(|i| -> Result<(), FarmError> {
+            let w = FarmWitness::synthesize(&spec, &params, a.seed.wrapping_add(1000 + i as u64))?;
+            w.write(&bundle::witness_path(&a.bundle, &spec, i), &spec)
+        })
+        .collect::<Result<Vec<()>, FarmError>>()?;
+    println!(
+        "{}",
+        serde_json::json!({
+            "spec": spec.to_string(), "reused": false, "params_secs": params_secs,
+            "witnesses": n, "witness_secs": t.elapsed().as_secs_f64(),
+            "params_on_gpu": a.gpu,
+        })
+    );
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct BallastArgs {
+    /// Memory to leave free on each GPU.
+    #[arg(long, default_value = "16GiB")]
+    leave: String,
+    /// Allocation size.
+    #[arg(long, default_value = "1GiB")]
+    chunk: String,
+}
+
+/// Holds all but `--leave` of every GPU until stdin closes: to the provers and to gpud (through
+/// NVML) it is another tenant's memory, as on a small card.
+pub fn ballast(a: BallastArgs) -> Result<()> {
+    let leave = size(&a.leave)?;
+    let chunk = size(&a.chunk)?.max(2 << 20);
+    let devices = gpud_cuda::driver::list_devices()?;
+    if devices.is_empty() {
+        bail!("no CUDA device is visible");
+    }
+    let mut held = Vec::new();
+    for d in &devices {
+        let dev = process_device(&d.uuid)?;
+        // The ballast is exactly an unmanaged squatter: nobody leases for it.
+        let claim: &'static ExclusiveDevice = Box::leak(Box::new(ExclusiveDevice::claim(
+            d.uuid.clone(),
+            d.ordinal as u32,
+            u64::MAX / 2,
+        )));
+        let token = claim
+            .compute_token()
+            .context("exclusive device without compute")?;
+        let arena: &'static gpud_cuda::Arena<'static> = Box::leak(Box::new(dev.reserve(claim)?));
+        let mut bytes = 0u64;
+        loop {
+            let (free, _) = dev.mem_info(&token)?;
+            let want = free.saturating_sub(leave).min(chunk) / (2 << 20) * (2 << 20);
+            if want == 0 {
+                break;
+            }
+            let mut buf = arena.alloc::<u8>(usize::try_from(want)?)?;
+            buf.fill_bytes(0x5a)?;
+            // Backed and written before the next reading of the free memory.
+            dev.synchronize(&token)?;
+            bytes += want;
+            held.push(buf);
+        }
+        dev.synchronize(&token)?;
+        let (free, total) = dev.mem_info(&token)?;
+        println!(
+            "{}",
+            serde_json::json!({"uuid": d.uuid, "held_bytes": bytes, "free_bytes": free,
+                               "total_bytes": total})
+        );
+    }
+    println!(
+        "{}",
+        serde_json::json!({"ready": true, "pid": std::process::id()})
+    );
+    std::io::stdout().flush()?;
+    // Until the driver closes stdin (or the process is killed).
+    let mut sink = String::new();
+    while std::io::stdin().lock().read_line(&mut sink)? > 0 {
+        sink.clear();
+    }
+    drop(held);
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct GpudArgs {
+    /// Socket.
+    #[arg(long)]
+    socket: PathBuf,
+    /// State directory (lease journal).
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// Config file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Simulated devices instead of NVML.
+    #[arg(long)]
+    simulate: Option<String>,
+}
+
+/// gpud from the library, as the `gpud` binary runs it (NVML unless --simulate).
+pub fn gpud(a: GpudArgs) -> Result<()> {
+    let mut config = match &a.config {
+        Some(p) => gpud::config::Config::load(p)?,
+        None => gpud::config::Config::default(),
+    };
+    // A private socket: the daemon's own uid (the driver's) may connect; no D-Bus name.
+    config.socket_group = None;
+    config.dbus = Some(gpud::dbus::BusChoice::None);
+    let backend: Box<dyn gpud::backend::Backend> = match &a.simulate {
+        Some(spec) => Box::new(gpud::backend::simulated::Simulated::new(spec)?),
+        None => Box::new(gpud::backend::nvml::Nvml::probe()?),
+    };
+    let daemon = gpud::server::Daemon {
+        config,
+        config_path: a.config.clone(),
+        socket: a.socket,
+        backend,
+        state_dir: Some(a.state_dir),
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(daemon.run())?;
+    Ok(())
+}

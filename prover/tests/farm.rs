@@ -1,0 +1,155 @@
+//! The farm driver (issue 8's benchmark) end to end on the CPU: gpud on simulated devices, the
+//! CPU engine, a simulated device memory shared by the prover processes. Checks the
+//! orchestration (every mode at every N, the priority runs, placement over two devices), the
+//! out-of-memory accounting, the JSON, the tables and the plot.
+
+use std::path::Path;
+use std::process::Command;
+
+use gpud_prover::farm::analysis::{CellMetrics, FarmResults};
+
+fn cell<'a>(cells: &'a [CellMetrics], name: &str) -> &'a CellMetrics {
+    cells
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no cell {name}"))
+}
+
+#[test]
+fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
+    let out = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_gpud-prover"))
+        .args(["farm", "--simulate", "--sim-gpus", "2"])
+        .args(["--log-size", "10", "--critical-log-size", "8"])
+        .args(["--ns", "1,2", "--duration", "1.5", "--calibrate-secs", "1"])
+        // Two 10 GiB phases do not fit on the 16 GiB device: uncoordinated provers collide.
+        .args(["--phase-vram", "10GiB", "--card", "16GiB"])
+        .args(["--priority-n", "2", "--priority-duration", "2.5"])
+        .args(["--critical-every", "0.25"])
+        .args(["--multi-gpu", "--multi-ns", "2"])
+        .arg("--out")
+        .arg(out.path())
+        .arg("--work-dir")
+        .arg(work.path())
+        .output()
+        .expect("running gpud-prover farm");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    println!("{stdout}");
+    assert!(run.status.success(), "farm failed: {stderr}\n{stdout}");
+
+    let text = std::fs::read_to_string(out.path().join("farm.json")).unwrap();
+    let r: FarmResults = serde_json::from_str(&text).unwrap();
+    assert!(r.host.simulated);
+    assert_eq!(r.host.gpus.len(), 2);
+    let cal = r.calibration.as_ref().expect("calibration");
+    assert!(cal.proofs > 0 && cal.phase.mean > 0.0);
+    // The modeled tail follows the calibrated phase (0.28 of it by default).
+    assert!((r.config.tail_secs - 0.28 * cal.phase.mean).abs() < 1e-6);
+    assert!(r.config.pad_bytes > 0 && r.config.formula_bytes + r.config.pad_bytes == 10 << 30);
+
+    assert_eq!(r.cells.len(), 8);
+    for mode in ["gpud", "ideal", "flock", "none"] {
+        for n in [1, 2] {
+            let c = cell(&r.cells, &format!("{mode}-n{n}"));
+            assert_eq!((c.mode.as_str(), c.n), (mode, n));
+            assert!(c.normal.proofs > 0, "{mode}-n{n}: {c:?}");
+            assert!(c.startup_errors.is_empty(), "{mode}-n{n}: {c:?}");
+            // The matrix is about one GPU, also when gpud sees two.
+            assert_eq!(
+                c.devices.iter().filter(|d| d.phases > 0).count(),
+                1,
+                "{c:?}"
+            );
+            if mode != "none" {
+                assert_eq!(
+                    (c.normal.oom, c.normal.failed),
+                    (0, 0),
+                    "{mode}-n{n}: {c:?}"
+                );
+            }
+            if mode == "ideal" {
+                assert_eq!(c.normal.processes, 1);
+                assert_eq!(c.normal.lanes, n);
+            } else {
+                assert_eq!(c.normal.processes, n);
+            }
+        }
+    }
+    // A single uncoordinated prover never collides; two do, and are counted, not crashed.
+    assert_eq!(cell(&r.cells, "none-n1").normal.oom, 0);
+    let none2 = cell(&r.cells, "none-n2");
+    assert!(none2.normal.oom > 0, "{none2:?}");
+    assert_eq!(none2.normal.failed, none2.normal.oom);
+    // With a lock, two provers wait for each other.
+    for name in ["gpud-n2", "ideal-n2", "flock-n2"] {
+        assert!(cell(&r.cells, name).normal.wait.max > 0.0, "{name}");
+    }
+
+    assert_eq!(r.priority.len(), 2);
+    for lock in ["gpud", "flock"] {
+        let p = cell(&r.priority, &format!("priority-{lock}"));
+        let c = p.critical.as_ref().expect("critical prover");
+        assert!(c.proofs > 0 && c.wait.n > 0, "{p:?}");
+        assert_eq!(
+            (c.oom, c.failed, p.normal.oom, p.normal.failed),
+            (0, 0, 0, 0)
+        );
+        assert_eq!(p.normal.processes, 2);
+    }
+
+    assert_eq!(r.multi_gpu.len(), 2);
+    let one = cell(&r.multi_gpu, "multi-one-n2");
+    let any = cell(&r.multi_gpu, "multi-any-n2");
+    assert_eq!(one.devices.iter().filter(|d| d.phases > 0).count(), 1);
+    assert_eq!(any.devices.iter().filter(|d| d.phases > 0).count(), 2);
+    assert_eq!((any.normal.oom, any.normal.failed), (0, 0));
+
+    // Targets, tables (printed last), per-cell raw reports, the plot.
+    assert!(
+        r.targets
+            .iter()
+            .any(|t| t.name.starts_with("gpud throughput"))
+    );
+    assert!(r.targets.iter().any(|t| t.name.starts_with("2 GPUs")));
+    let md = std::fs::read_to_string(out.path().join("farm.md")).unwrap();
+    assert!(md.contains("| mode | N | partitions/min |"), "{md}");
+    assert!(md.contains("| lock | critical proofs |"), "{md}");
+    assert!(md.contains("| placement | GPUs | N |"), "{md}");
+    assert!(
+        stdout.trim_end().ends_with(md.trim_end()),
+        "tables are not last"
+    );
+    for c in r.cells.iter().chain(&r.priority).chain(&r.multi_gpu) {
+        let raw = out.path().join("cells").join(format!("{}.json", c.name));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&raw).unwrap()).unwrap();
+        assert!(v["processes"].as_array().is_some_and(|p| !p.is_empty()));
+    }
+    assert_png(&out.path().join("farm.png"));
+    let again = out.path().join("again.png");
+    let plot = Command::new(env!("CARGO_BIN_EXE_gpud-prover"))
+        .arg("farm-plot")
+        .arg(out.path().join("farm.json"))
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(
+        plot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plot.stderr)
+    );
+    assert_png(&again);
+}
+
+fn assert_png(path: &Path) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (the plot needs a TrueType font: install fonts-dejavu-core)",
+            path.display()
+        )
+    });
+    assert!(bytes.len() > 10_000, "{} bytes", bytes.len());
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+}
