@@ -12,7 +12,10 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 
 BINS=(gpud-cuda-bench gpud-msm-bench)
 TESTS=(gpu msm_gpu)
-# gpud-prover: the CUDA engine's GPU tests and the engines benchmark (bench-engines).
+# gpud-prover: the CUDA engine's GPU tests, the engines benchmark (bench-engines) and the farm
+# (issue 8's sharing benchmark). The farm runs gpud from the library inside gpud-prover, in a
+# child process of its own (`gpud-prover farm-gpud`, the daemon binary's code with NVML): a
+# separate gpud binary would add 8 MiB to the 60 MiB a device call carries.
 PROVER_BINS=(gpud-prover)
 PROVER_TESTS=(prover_gpu)
 

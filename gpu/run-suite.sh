@@ -95,6 +95,27 @@ section prover-tests 300 "$G/tests/prover_gpu" --ignored --test-threads=1
 section prover-bench 420 "$G/bin/gpud-prover" bench-engines --sizes 20,22 --json "$OUT/prover-bench.json"
 [ -f "$OUT/prover-bench.log" ] && grep -A 12 "== engines summary" "$OUT/prover-bench.log" | head -n 20
 
+# --- farm: issue 8's sharing benchmark (gpud vs the in-process ideal, no lock, flock) ---------
+# Each takes a device call of its own and runs only when named:
+#   bash gpu/run-suite.sh farm       (1 GPU; about 7 minutes: bundle + ballast ~1 min, 16 cells of
+#                                     12 s, 2 priority runs of 16 s)
+#   bash gpu/run-suite.sh farm-x2    (the 2-GPU machine: placement any vs one GPU, N = 4 and 8;
+#                                     about 3 minutes)
+# A ballast process holds all but 16 GiB of each GPU (gpud sees it through NVML); each
+# partition's footprint is padded to 6 GiB. Results: $OUT/farm*/farm.json (metrics),
+# farm.md (the tables, also printed last), cells/ (every process's report), logs/. Shrink with
+# e.g. --duration 8 --priority-duration 10 --ns 1,2,8; plot here with
+#   gpud-prover farm-plot farm.json docs/farm.png
+if printf '%s\n' "${wanted[@]}" | grep -qx farm; then
+    section farm 570 "$G/bin/gpud-prover" farm --out "$OUT/farm" --duration 12 --priority-duration 16
+    [ -f "$OUT/farm/farm.md" ] && cat "$OUT/farm/farm.md"
+fi
+if printf '%s\n' "${wanted[@]}" | grep -qx farm-x2; then
+    section farm-x2 570 "$G/bin/gpud-prover" farm --out "$OUT/farm-x2" --multi-gpu --no-matrix \
+        --priority-n 0 --multi-ns 4,8 --duration 12
+    [ -f "$OUT/farm-x2/farm.md" ] && cat "$OUT/farm-x2/farm.md"
+fi
+
 echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}"

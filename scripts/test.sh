@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 
 # System packages the tests use: a C++ compiler (kernel arithmetic compiled on the host),
 # pip (NVRTC wheel), dbus-daemon, busctl and dbus-send (D-Bus tests), setpriv (calls as
-# another user), systemd tools (unit checks, socket activation, systemd-analyze security).
+# another user), systemd tools (unit checks, socket activation, systemd-analyze security), a font
+# (the farm's plot).
 missing=()
 command -v g++ >/dev/null || missing+=(build-essential)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
@@ -18,6 +19,8 @@ command -v setpriv >/dev/null || missing+=(util-linux)
 command -v busctl >/dev/null || missing+=(systemd)
 command -v systemd-socket-activate >/dev/null || missing+=(systemd)
 command -v pkill >/dev/null || missing+=(procps)
+# A TrueType font for the farm's plot (prover/tests/farm.rs draws one).
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

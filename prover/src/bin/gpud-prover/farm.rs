@@ -114,8 +114,8 @@ pub struct FarmArgs {
     /// (measured by the calibration through NVML), 0, or a size.
     #[arg(long, default_value = "auto")]
     context_vram: String,
-    /// The gpud binary [default: `gpud` beside this one, else gpud from the library in a child
-    /// process].
+    /// A gpud binary to run [default: gpud from the library inside this binary, in a child
+    /// process of its own (`farm-gpud`)].
     #[arg(long)]
     gpud: Option<PathBuf>,
     /// TrueType font for the plot [default: DejaVu Sans where installed].
@@ -823,11 +823,6 @@ impl Farm {
     }
 }
 
-fn sibling(me: &Path, name: &str) -> Option<PathBuf> {
-    let p = me.with_file_name(name);
-    p.is_file().then_some(p)
-}
-
 pub fn run(a: FarmArgs) -> Result<()> {
     let started = Instant::now();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -970,7 +965,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
          [devices]\npoll_interval = \"200ms\"\n",
     )?;
     let sim_spec = format!("{}x{}", farm.a.sim_gpus.max(1), card);
-    let gpud_bin = farm.a.gpud.clone().or_else(|| sibling(&me, "gpud"));
+    let gpud_bin = farm.a.gpud.clone();
     let mut cmd = match &gpud_bin {
         Some(bin) => {
             let mut c = Command::new(bin);

@@ -331,8 +331,12 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", serde_json::to_string(&report)?)?;
     out.flush()?;
-    // Lanes still blocked in a lock are not waited for; the leases die with the process.
-    std::process::exit(0)
+    // Lanes may still be blocked in a lock or inside a GPU phase: leave at once, without
+    // running exit handlers (the CUDA runtime's teardown would race with those threads). The
+    // kernel frees everything: the device memory, the lock files' locks, gpud's socket (and
+    // with it every lease of this process).
+    // SAFETY: _exit only ends the process; nothing of this process runs after it.
+    unsafe { libc::_exit(0) }
 }
 
 #[derive(Args)]
@@ -489,8 +493,16 @@ pub struct GpudArgs {
     simulate: Option<String>,
 }
 
-/// gpud from the library, as the `gpud` binary runs it (NVML unless --simulate).
+/// gpud from the library, as the `gpud` binary runs it (NVML unless --simulate), logging to
+/// stderr (`GPUD_LOG`, default info).
 pub fn gpud(a: GpudArgs) -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GPUD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .init();
     let mut config = match &a.config {
         Some(p) => gpud::config::Config::load(p)?,
         None => gpud::config::Config::default(),
