@@ -15,7 +15,7 @@
 //!   uploads and host gaps inside a phase do not count).
 //! - **OOM**: attempts whose GPU phase ran out of device memory; **failed**: every attempt
 //!   that did not end in a verified proof (OOM, other GPU-phase errors, unverified proofs,
-//!   acquire errors), plus processes that did not start.
+//!   acquire errors), plus processes that did not start or did not report.
 //! - **wait**: acquire → grant of the lease or lock; waits still open at `T` count as `T −
 //!   requested` (a lower bound), so a starving waiter is not left out. Percentiles are
 //!   nearest-rank: p99 of fewer than 100 samples is their maximum.
@@ -116,7 +116,7 @@ pub struct ClassMetrics {
     pub per_minute_window: f64,
     /// Out-of-memory failures.
     pub oom: usize,
-    /// Attempts that made no verified proof, and processes that did not start.
+    /// Attempts that made no verified proof, and processes that did not start or report.
     pub failed: usize,
     /// Acquire → grant.
     pub wait: Dist,
@@ -731,7 +731,7 @@ impl FarmResults {
             })
             .collect();
         if !errors.is_empty() {
-            s += "Processes that did not start:\n";
+            s += "Processes without a report (did not start, or died):\n";
             s += &errors.join("\n");
             s += "\n";
         }
@@ -934,6 +934,6 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("(1 open)"), "{md}");
-        assert!(md.contains("Processes that did not start"), "{md}");
+        assert!(md.contains("Processes without a report"), "{md}");
     }
 }

@@ -200,20 +200,28 @@ fn line_reader(out: std::process::ChildStdout) -> Receiver<String> {
     rx
 }
 
-/// The next JSON line with `key` set, before `deadline`.
-fn wait_json(rx: &Receiver<String>, key: &str, deadline: Instant) -> Result<Value, String> {
+/// The next JSON line, before `deadline` (other lines are skipped).
+fn next_json(rx: &Receiver<String>, deadline: Instant) -> Result<Value, String> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(line) => {
                 if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if !v[key].is_null() {
-                        return Ok(v);
-                    }
+                    return Ok(v);
                 }
             }
             Err(RecvTimeoutError::Timeout) => return Err("timed out".into()),
             Err(RecvTimeoutError::Disconnected) => return Err("exited".into()),
+        }
+    }
+}
+
+/// The next JSON line with `key` set, before `deadline`.
+fn wait_json(rx: &Receiver<String>, key: &str, deadline: Instant) -> Result<Value, String> {
+    loop {
+        let v = next_json(rx, deadline)?;
+        if !v[key].is_null() {
+            return Ok(v);
         }
     }
 }
@@ -937,21 +945,33 @@ pub fn run(a: FarmArgs) -> Result<()> {
             _stdin: stdin,
         };
         let deadline = Instant::now() + Duration::from_secs(120);
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        // Its lines: one per GPU (`held_bytes`), then `ready`.
         loop {
-            let v = wait_json(&lines, "pid", deadline).map_err(|why| {
+            let v = next_json(&lines, deadline).map_err(|why| {
                 anyhow::anyhow!(
                     "the ballast {why}: {}",
                     log_tail(&farm.logs.join("ballast.log"))
                 )
             })?;
+            if let (Some(uuid), Some(held), Some(free)) = (
+                v["uuid"].as_str(),
+                v["held_bytes"].as_u64(),
+                v["free_bytes"].as_u64(),
+            ) {
+                println!(
+                    "ballast: {uuid}: holds {:.1} GiB, {:.2} GiB left free",
+                    gib(held),
+                    gib(free)
+                );
+            }
             if v["ready"].as_bool() == Some(true) {
                 break;
             }
         }
-        // Its per-device lines came before `ready`; print what it holds.
         println!(
             "ballast up: each GPU keeps {:.1} GiB free for the provers",
-            card as f64 / (1u64 << 30) as f64
+            gib(card)
         );
         _ballast = Some(guard);
         farm.sampler = Some(Sampler::start(farm.a.nvml_hz)?);
