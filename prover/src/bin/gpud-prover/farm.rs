@@ -396,6 +396,17 @@ fn utc(unix_secs: u64) -> String {
     )
 }
 
+/// Writes the cells measured so far to `farm.json` and `farm.md`, so that a run cut short (a
+/// time limit, a crash in a later cell) still leaves its results.
+fn save_partial(results: &FarmResults, out: &Path) {
+    let mut partial = results.clone();
+    partial.evaluate_targets();
+    if let Ok(json) = serde_json::to_vec_pretty(&partial) {
+        let _ = std::fs::write(out.join("farm.json"), json);
+    }
+    let _ = std::fs::write(out.join("farm.md"), partial.markdown());
+}
+
 /// The commit of the build: `.gpu/BUILD` beside the binary, else git, else unknown.
 fn build_commit(me: &Path) -> String {
     if let Some(build) = me.parent().and_then(Path::parent).map(|d| d.join("BUILD")) {
@@ -1157,6 +1168,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
             let workers = farm.mode_workers(mode, n, one_gpu.clone())?;
             let m = farm.cell(spec, &workers, farm.a.duration)?;
             results.cells.push(m);
+            save_partial(&results, &farm.out);
         }
     }
 
@@ -1191,6 +1203,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
             });
             let m = farm.cell(spec, &workers, farm.a.priority_duration)?;
             results.priority.push(m);
+            save_partial(&results, &farm.out);
         }
     }
 
@@ -1221,6 +1234,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
                     let workers = farm.mode_workers("gpud", n, device)?;
                     let m = farm.cell(spec, &workers, farm.a.duration)?;
                     results.multi_gpu.push(m);
+                    save_partial(&results, &farm.out);
                 }
             }
         }
