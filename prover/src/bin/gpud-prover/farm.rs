@@ -7,8 +7,9 @@
 //! 2. Calibration: one prover alone, no lock: the GPU phase's length sets the modeled CPU tail
 //!    (`--tail-ratio` × phase), and NVML shows what an idle prover process holds (its CUDA
 //!    context), which each gpud-mode process then leases (`--context-vram auto`).
-//! 3. The matrix: every mode (`gpud`, `ideal`, `flock`, `none`) at every N, a window of
-//!    `--duration` seconds each, all processes started together by a `go` line.
+//! 3. The matrix: every mode (`gpud`, `ideal`, `flock`, `none`) at every N (N by N, the modes of
+//!    one N back to back), a window of `--duration` seconds each, all processes started
+//!    together by a `go` line.
 //! 4. Priority: N normal provers plus a critical prover starting a small proof every
 //!    `--critical-every` seconds, under gpud and under flock.
 //! 5. `--multi-gpu`: gpud with placement "any" over every GPU against the first GPU alone.
@@ -1156,8 +1157,10 @@ pub fn run(a: FarmArgs) -> Result<()> {
     if !modes.is_empty() {
         println!("matrix: modes {} × N {:?}", modes.join(", "), farm.a.ns);
     }
-    for mode in &modes {
-        for &n in &farm.a.ns {
+    // N outer, modes inner: the cells compared with each other (every mode at one N) run back to
+    // back, so that drift over the run (clocks, temperature, the host) weighs on all of them alike.
+    for &n in &farm.a.ns {
+        for mode in &modes {
             let spec = CellSpec {
                 name: format!("{mode}-n{n}"),
                 mode: mode.clone(),
