@@ -97,23 +97,34 @@ section prover-bench 420 "$G/bin/gpud-prover" bench-engines --sizes 20,22 --json
 
 # --- farm: issue 8's sharing benchmark (gpud vs the in-process ideal, no lock, flock) ---------
 # Each takes a device call of its own and runs only when named:
-#   bash gpu/run-suite.sh farm       (1 GPU; about 7 minutes: bundle + ballast ~1 min, 16 cells of
-#                                     12 s, 2 priority runs of 16 s)
-#   bash gpu/run-suite.sh farm-x2    (the 2-GPU machine: placement any vs one GPU, N = 4 and 8;
-#                                     about 3 minutes)
+#   bash gpu/run-suite.sh farm       (about 8 minutes: bundle + ballast ~40 s, 20 cells of 12 s
+#                                     (modes gpud, gpud2, ideal, flock, none at N 1, 2, 4, 8), 2
+#                                     priority runs of 16 s; on the 2-GPU machine also placement
+#                                     any vs one GPU at N = 8, 2 cells more)
+#   bash gpu/run-suite.sh farm-x2    (the 2-GPU machine, placement only: N = 4 and 8; ~3 minutes)
 # A ballast process holds all but 16 GiB of each GPU (gpud sees it through NVML); each
-# partition's footprint is padded to 6 GiB. Results: $OUT/farm*/farm.json (metrics),
-# farm.md (the tables, also printed last), cells/ (every process's report), logs/. Shrink with
-# e.g. --duration 8 --priority-duration 10 --ns 1,2,8; plot here with
+# partition's footprint is padded to 6 GiB. Results: $OUT/farm*/farm.json (metrics, written
+# after every cell), farm.md (the tables, also printed last), cells/ (every process's report),
+# logs/. Shrink with e.g. --duration 8 --priority-duration 10 --ns 1,2,8; plot here with
 #   gpud-prover farm-plot farm.json docs/farm.png
+# A device call brings back at most 8 files: the per-process reports and logs travel as one
+# archive (unpack with `tar xzf cells-logs.tgz` beside farm.json).
+pack_farm() {
+    [ -d "$1/cells" ] || return 0
+    (cd "$1" && tar czf cells-logs.tgz cells logs && rm -rf cells logs)
+}
 if printf '%s\n' "${wanted[@]}" | grep -qx farm; then
-    section farm 570 "$G/bin/gpud-prover" farm --out "$OUT/farm" --duration 12 --priority-duration 16
+    section farm 570 "$G/bin/gpud-prover" farm --out "$OUT/farm" --log-size 21 \
+        --modes gpud,gpud2,ideal,flock,none --duration 12 --priority-duration 16 \
+        --multi-gpu --multi-ns 8
     [ -f "$OUT/farm/farm.md" ] && cat "$OUT/farm/farm.md"
+    pack_farm "$OUT/farm"
 fi
 if printf '%s\n' "${wanted[@]}" | grep -qx farm-x2; then
-    section farm-x2 570 "$G/bin/gpud-prover" farm --out "$OUT/farm-x2" --multi-gpu --no-matrix \
-        --priority-n 0 --multi-ns 4,8 --duration 12
+    section farm-x2 570 "$G/bin/gpud-prover" farm --out "$OUT/farm-x2" --log-size 21 --multi-gpu \
+        --no-matrix --priority-n 0 --multi-ns 4,8 --duration 12
     [ -f "$OUT/farm-x2/farm.md" ] && cat "$OUT/farm-x2/farm.md"
+    pack_farm "$OUT/farm-x2"
 fi
 
 echo

@@ -23,6 +23,7 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
         .args(["farm", "--simulate", "--sim-gpus", "2"])
         .args(["--log-size", "10", "--critical-log-size", "8"])
         .args(["--ns", "1,2", "--duration", "1.5", "--calibrate-secs", "1"])
+        .args(["--modes", "gpud,gpud2,ideal,flock,none"])
         // Two 10 GiB phases do not fit on the 16 GiB device: uncoordinated provers collide.
         .args(["--phase-vram", "10GiB", "--card", "16GiB"])
         .args(["--priority-n", "2", "--priority-duration", "2.5"])
@@ -49,8 +50,8 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
     assert!((r.config.tail_secs - 0.28 * cal.phase.mean).abs() < 1e-6);
     assert!(r.config.pad_bytes > 0 && r.config.formula_bytes + r.config.pad_bytes == 10 << 30);
 
-    assert_eq!(r.cells.len(), 8);
-    for mode in ["gpud", "ideal", "flock", "none"] {
+    assert_eq!(r.cells.len(), 10);
+    for mode in ["gpud", "gpud2", "ideal", "flock", "none"] {
         for n in [1, 2] {
             let c = cell(&r.cells, &format!("{mode}-n{n}"));
             assert_eq!((c.mode.as_str(), c.n), (mode, n));
@@ -82,9 +83,12 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
     let none2 = cell(&r.cells, "none-n2");
     assert!(none2.normal.oom > 0, "{none2:?}");
     assert_eq!(none2.normal.failed, none2.normal.oom);
-    // With a lock, two provers wait for each other.
-    for name in ["gpud-n2", "ideal-n2", "flock-n2"] {
-        assert!(cell(&r.cells, name).normal.wait.max > 0.0, "{name}");
+    // With a lock, two provers wait for each other; so they do under gpud with two compute
+    // slots, because two 10 GiB phases do not fit: the VRAM lease keeps them apart.
+    for name in ["gpud-n2", "gpud2-n2", "ideal-n2", "flock-n2"] {
+        let c = cell(&r.cells, name);
+        assert!(c.normal.wait.max > 0.0, "{name}");
+        assert_eq!(c.phase_overlap, 0.0, "{name}: {c:?}");
     }
 
     assert_eq!(r.priority.len(), 2);

@@ -101,6 +101,30 @@ pub fn union_length(mut intervals: Vec<(f64, f64)>, end: f64) -> f64 {
     total
 }
 
+/// Length of `[0, end]` covered by two or more of `intervals` at once (phases overlapping on
+/// one GPU: what a single compute slot forbids and two slots, or no lock, allow).
+pub fn overlap_length(intervals: &[(f64, f64)], end: f64) -> f64 {
+    let mut edges: Vec<(f64, i32)> = Vec::with_capacity(2 * intervals.len());
+    for &(a, b) in intervals {
+        let (a, b) = (a.max(0.0), b.min(end));
+        if b > a {
+            edges.push((a, 1));
+            edges.push((b, -1));
+        }
+    }
+    // Ends before starts at the same instant: a handoff is not an overlap.
+    edges.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    let (mut depth, mut since, mut total) = (0, 0.0, 0.0);
+    for (t, step) in edges {
+        if depth >= 2 {
+            total += t - since;
+        }
+        depth += step;
+        since = t;
+    }
+    total
+}
+
 /// One class's numbers in a cell.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClassMetrics {
@@ -137,6 +161,9 @@ pub struct DeviceBusy {
     pub nvml_mem_max: Option<u64>,
     /// GPU phases that started on it.
     pub phases: usize,
+    /// Fraction of the window with two or more phases running at once on it.
+    #[serde(default)]
+    pub overlap: f64,
 }
 
 /// One cell: a mode at one N (plus, for the priority runs, the critical prover).
@@ -144,7 +171,7 @@ pub struct DeviceBusy {
 pub struct CellMetrics {
     /// Unique name (`gpud-n4`, `priority-flock`, `x2-any-n8`).
     pub name: String,
-    /// Mode: `gpud`, `ideal`, `none`, `flock`.
+    /// Mode: `gpud`, `gpud2` (two compute slots per GPU), `ideal`, `none`, `flock`.
     pub mode: String,
     /// Normal provers (processes, or lanes of the ideal's one process).
     pub n: usize,
@@ -158,6 +185,10 @@ pub struct CellMetrics {
     pub critical: Option<ClassMetrics>,
     /// Mean over the devices in play of their GPU-phase busy fraction.
     pub gpu_busy: f64,
+    /// Mean over the devices in play of the fraction of the window with two or more phases
+    /// running at once (0 under one compute slot or lock).
+    #[serde(default)]
+    pub phase_overlap: f64,
     /// Mean over the devices in play of NVML utilization, when sampled.
     pub nvml_util: Option<f64>,
     /// Per device.
@@ -314,6 +345,11 @@ pub fn cell_metrics(
                 .filter(|s| s.uuid == uuid && s.t >= 0.0 && s.t <= end)
                 .collect();
             DeviceBusy {
+                overlap: if end > 0.0 {
+                    overlap_length(&iv, end) / end
+                } else {
+                    0.0
+                },
                 phase_busy: if end > 0.0 {
                     union_length(iv, end) / end
                 } else {
@@ -347,6 +383,7 @@ pub fn cell_metrics(
         placement: spec.placement.clone(),
         duration,
         gpu_busy: mean(&|d| Some(d.phase_busy)).unwrap_or(0.0),
+        phase_overlap: mean(&|d| Some(d.overlap)).unwrap_or(0.0),
         nvml_util: mean(&|d| d.nvml_util),
         normal,
         critical,
@@ -513,7 +550,7 @@ impl FarmResults {
             .iter()
             .chain(&self.priority)
             .chain(&self.multi_gpu)
-            .filter(|c| c.mode == "gpud")
+            .filter(|c| c.mode.starts_with("gpud"))
             .collect();
         if !gpud_cells.is_empty() {
             let classes = || {
@@ -616,8 +653,8 @@ impl FarmResults {
             );
         }
         if !self.cells.is_empty() {
-            s += "| mode | N | partitions/min | × ideal | proofs | GPU busy (phases) | GPU busy (NVML) | OOM | failed | wait p50 ms | wait p99 ms | GPU phase ms |\n";
-            s += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+            s += "| mode | N | partitions/min | × ideal | proofs | GPU busy (phases) | phases overlapping | GPU busy (NVML) | OOM | failed | wait p50 ms | wait p99 ms | GPU phase ms |\n";
+            s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
             for cell in &self.cells {
                 let ideal = self
                     .cell("ideal", cell.n)
@@ -625,13 +662,14 @@ impl FarmResults {
                     .filter(|&p| p > 0.0);
                 let m = &cell.normal;
                 s += &format!(
-                    "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {}{} | {} |\n",
+                    "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {}{} | {} |\n",
                     cell.mode,
                     cell.n,
                     m.per_minute,
                     ideal.map_or("–".into(), |i| format!("{:.3}", m.per_minute / i)),
                     m.proofs,
                     pct(cell.gpu_busy),
+                    pct(cell.phase_overlap),
                     cell.nvml_util.map_or("–".into(), pct),
                     m.oom,
                     m.failed,
@@ -771,6 +809,21 @@ mod tests {
             union_length(vec![(0.0, 5.0), (1.0, 2.0), (4.0, 6.0)], 10.0),
             6.0
         );
+    }
+
+    #[test]
+    fn overlap_counts_only_time_with_two_or_more_phases() {
+        // A handoff (one ends as the next starts) is no overlap.
+        assert_eq!(overlap_length(&[(0.0, 1.0), (1.0, 2.0)], 10.0), 0.0);
+        assert_eq!(overlap_length(&[(0.0, 2.0), (1.0, 3.0)], 10.0), 1.0);
+        // Three deep counts once; clipped to the window.
+        assert_eq!(
+            overlap_length(&[(0.0, 4.0), (1.0, 3.0), (2.0, 5.0)], 10.0),
+            3.0
+        );
+        assert_eq!(overlap_length(&[(-2.0, 1.0), (-1.0, 12.0)], 10.0), 1.0);
+        assert_eq!(overlap_length(&[(9.0, 12.0), (9.5, 11.0)], 10.0), 0.5);
+        assert_eq!(overlap_length(&[], 10.0), 0.0);
     }
 
     fn rec(lane: usize, req: f64, g: f64, rel: f64, tail: f64, outcome: Outcome) -> Record {

@@ -39,6 +39,7 @@ const MODES: &[(&str, RGBColor)] = &[
     ("ideal", RGBColor(0x2c, 0xa0, 0x2c)),
     ("flock", RGBColor(0xff, 0x7f, 0x0e)),
     ("none", RGBColor(0xd6, 0x27, 0x28)),
+    ("gpud2", RGBColor(0x94, 0x67, 0xbd)),
 ];
 
 /// Draws `results`' mode × N matrix into `out` (PNG, 1200×500).

@@ -69,7 +69,8 @@ pub struct FarmArgs {
     /// Numbers of provers.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8])]
     ns: Vec<usize>,
-    /// Modes: gpud, ideal (one process, N threads, one in-process lock), flock, none.
+    /// Modes: gpud, ideal (one process, N threads, one in-process lock), flock, none; and
+    /// gpud2 (gpud with two compute slots per GPU: two phases overlap where their VRAM fits).
     #[arg(long, value_delimiter = ',', default_value = "gpud,ideal,flock,none")]
     modes: Vec<String>,
     /// Seconds each cell proves.
@@ -333,6 +334,8 @@ struct WorkerSpec {
     tail_ms: f64,
     interval: Option<f64>,
     device: Option<String>,
+    /// Leases from the second gpud (two compute slots per GPU): mode gpud2.
+    second_gpud: bool,
 }
 
 struct Proc {
@@ -359,6 +362,8 @@ struct Farm {
     out: PathBuf,
     bundle: PathBuf,
     socket: PathBuf,
+    /// The socket of the second gpud (two compute slots per GPU), for mode gpud2.
+    socket2: PathBuf,
     lock_dir: PathBuf,
     sim_dir: PathBuf,
     logs: PathBuf,
@@ -507,7 +512,16 @@ impl Farm {
             ("--seed", self.a.seed.to_string()),
             ("--index", w.index.to_string()),
             ("--engine", self.engine.to_string()),
-            ("--socket", self.socket.display().to_string()),
+            (
+                "--socket",
+                if w.second_gpud {
+                    &self.socket2
+                } else {
+                    &self.socket
+                }
+                .display()
+                .to_string(),
+            ),
             ("--lock-dir", self.lock_dir.display().to_string()),
             ("--gpu", format!("{uuid}:{index}")),
             ("--context-vram", self.context_vram.to_string()),
@@ -680,10 +694,15 @@ impl Farm {
         )?;
         let m = &metrics.normal;
         println!(
-            "  {:<18} {:>7.1} partitions/min  busy {:>5.1} %{}  OOM {:>3}  failed {:>3}  wait p50 {:>7.1} ms p99 {:>7.1} ms  phase {:>6.1} ms{}",
+            "  {:<18} {:>7.1} partitions/min  busy {:>5.1} %{}{}  OOM {:>3}  failed {:>3}  wait p50 {:>7.1} ms p99 {:>7.1} ms  phase {:>6.1} ms{}",
             spec.name,
             m.per_minute,
             100.0 * metrics.gpu_busy,
+            if metrics.phase_overlap > 0.0 {
+                format!(" (overlapping {:.1} %)", 100.0 * metrics.phase_overlap)
+            } else {
+                String::new()
+            },
             metrics
                 .nvml_util
                 .map_or(String::new(), |u| format!(" (NVML {:.1} %)", 100.0 * u)),
@@ -727,6 +746,7 @@ impl Farm {
             tail_ms: self.tail_ms,
             interval: None,
             device,
+            second_gpud: false,
         }
     }
 
@@ -739,18 +759,102 @@ impl Farm {
     ) -> Result<Vec<WorkerSpec>> {
         Ok(match mode {
             "ideal" => vec![self.normal("p0".into(), "local", n, 0, None)],
-            "gpud" | "flock" | "none" => {
+            "gpud" | "gpud2" | "flock" | "none" => {
                 let lock = match mode {
-                    "gpud" => "gpud",
+                    "gpud" | "gpud2" => "gpud",
                     "flock" => "flock",
                     _ => "none",
                 };
                 (0..n)
-                    .map(|i| self.normal(format!("p{i}"), lock, 1, i, device.clone()))
+                    .map(|i| {
+                        let mut w = self.normal(format!("p{i}"), lock, 1, i, device.clone());
+                        w.second_gpud = mode == "gpud2";
+                        w
+                    })
                     .collect()
             }
-            other => bail!("unknown mode {other:?} (gpud, ideal, flock, none)"),
+            other => bail!("unknown mode {other:?} (gpud, gpud2, ideal, flock, none)"),
         })
+    }
+
+    /// Starts gpud on `socket` with `compute_slots` per GPU (the library's gpud in a child
+    /// process of its own, or `--gpud`), and waits until it answers and, on GPUs, its capacity
+    /// reflects the ballast (NVML polls), at most 10 s. Its log goes to `logs/{name}.log`.
+    fn start_gpud(
+        &self,
+        name: &'static str,
+        socket: &Path,
+        compute_slots: u32,
+        run_dir: &Path,
+    ) -> Result<(Guard, gpud_client::proto::StatusReport)> {
+        let state = run_dir.join(format!("{name}-state"));
+        std::fs::create_dir_all(&state)?;
+        let config = run_dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "# farm: NVML read often, so capacity follows the ballast and the provers quickly\n\
+                 [devices]\npoll_interval = \"200ms\"\ncompute_slots = {compute_slots}\n"
+            ),
+        )?;
+        let mut cmd = match &self.a.gpud {
+            Some(bin) => {
+                let mut c = Command::new(bin);
+                c.args(["--dbus", "none"]);
+                c
+            }
+            None => {
+                let mut c = Command::new(&self.me);
+                c.arg("farm-gpud");
+                c
+            }
+        };
+        cmd.arg("--socket")
+            .arg(socket)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--config")
+            .arg(&config);
+        if self.a.simulate {
+            cmd.args([
+                "--simulate",
+                &format!("{}x{}", self.a.sim_gpus.max(1), self.card),
+            ]);
+        }
+        let log = self.logs.join(format!("{name}.log"));
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        let guard = Guard {
+            name,
+            child,
+            _stdin: None,
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let client = loop {
+            match gpud_client::blocking::Client::connect(socket) {
+                Ok(c) => break c,
+                Err(e) if Instant::now() > deadline => {
+                    bail!("{name} did not come up ({e}): {}", log_tail(&log))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            let s = client.status()?;
+            if self.a.simulate
+                || s.devices.iter().all(|d| d.capacity_bytes <= self.card)
+                || Instant::now() > deadline
+            {
+                break s;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        Ok((guard, status))
     }
 
     /// Returns the calibration, the formula and the pad of a phase.
@@ -914,6 +1018,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
         me: me.clone(),
         bundle: work.join("bundle"),
         socket: run_dir.join("gpud.sock"),
+        socket2: run_dir.join("gpud2.sock"),
         lock_dir: run_dir.join("locks"),
         sim_dir: run_dir.join("simvram"),
         logs,
@@ -988,72 +1093,13 @@ pub fn run(a: FarmArgs) -> Result<()> {
         _ballast = Some(guard);
         farm.sampler = Some(Sampler::start(farm.a.nvml_hz)?);
     }
-    let state = run_dir.join("state");
-    std::fs::create_dir_all(&state)?;
-    let config = run_dir.join("gpud.toml");
-    std::fs::write(
-        &config,
-        "# farm: NVML read often, so capacity follows the ballast and the provers quickly\n\
-         [devices]\npoll_interval = \"200ms\"\n",
-    )?;
-    let sim_spec = format!("{}x{}", farm.a.sim_gpus.max(1), card);
-    let gpud_bin = farm.a.gpud.clone();
-    let mut cmd = match &gpud_bin {
-        Some(bin) => {
-            let mut c = Command::new(bin);
-            c.args(["--dbus", "none"]);
-            c
-        }
-        None => {
-            let mut c = Command::new(&me);
-            c.arg("farm-gpud");
-            c
-        }
+    let (_gpud, status) = farm.start_gpud("gpud", &farm.socket, 1, &run_dir)?;
+    // Mode gpud2: a second gpud, two compute slots per GPU, for the cells that ask for it.
+    let _gpud2 = if modes.iter().any(|m| m == "gpud2") {
+        Some(farm.start_gpud("gpud2", &farm.socket2, 2, &run_dir)?.0)
+    } else {
+        None
     };
-    cmd.arg("--socket")
-        .arg(&farm.socket)
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--config")
-        .arg(&config);
-    if farm.a.simulate {
-        cmd.args(["--simulate", &sim_spec]);
-    }
-    let gpud_log = farm.logs.join("gpud.log");
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&gpud_log)?)
-        .spawn()
-        .context("starting gpud")?;
-    let _gpud = Guard {
-        name: "gpud",
-        child,
-        _stdin: None,
-    };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let client = loop {
-        match gpud_client::blocking::Client::connect(&farm.socket) {
-            Ok(c) => break c,
-            Err(e) if Instant::now() > deadline => {
-                bail!("gpud did not come up ({e}): {}", log_tail(&gpud_log))
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    };
-    // Wait until gpud's capacity reflects the ballast (NVML polls), at most 10 s.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        let s = client.status()?;
-        if farm.a.simulate
-            || s.devices.iter().all(|d| d.capacity_bytes <= card)
-            || Instant::now() > deadline
-        {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    drop(client);
     farm.devices = status
         .devices
         .iter()
@@ -1062,7 +1108,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
     for d in &status.devices {
         println!(
             "gpud ({}): device {} {} ({}), capacity {:.2} GiB of {:.1} GiB, unmanaged {:.1} GiB",
-            match &gpud_bin {
+            match &farm.a.gpud {
                 Some(b) => b.display().to_string(),
                 None => "library, child process".into(),
             },
@@ -1203,6 +1249,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
                 tail_ms: 0.0,
                 interval: Some(farm.a.critical_every),
                 device: one_gpu.clone(),
+                second_gpud: false,
             });
             let m = farm.cell(spec, &workers, farm.a.priority_duration)?;
             results.priority.push(m);
