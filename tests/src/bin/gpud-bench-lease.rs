@@ -5,6 +5,10 @@
 //! - Contended handoff: from one holder's release to the next holder's grant, with N clients
 //!   waiting, against N threads blocked in flock on the same file.
 //!
+//! - The floor under both on this machine: one round trip between two processes over a Unix
+//!   socket pair, nothing else (two wake-ups of a sleeping process; on a virtual machine with
+//!   idle vCPUs that alone can cost tens of µs and varies from hour to hour).
+//!
 //! Build release binaries first: `cargo build --release --workspace --bins`, then run
 //! `target/release/gpud-bench-lease [--iterations N] [--waiters N] [--json]`.
 
@@ -37,6 +41,10 @@ fn options() -> Result<Options> {
             "--iterations" => o.iterations = args.next().context("--iterations N")?.parse()?,
             "--waiters" => o.waiters = args.next().context("--waiters N")?.parse()?,
             "--json" => o.json = true,
+            "--echo" => {
+                echo()?;
+                std::process::exit(0);
+            }
             "--help" | "-h" => {
                 println!("gpud-bench-lease [--iterations N] [--waiters N] [--json]");
                 std::process::exit(0);
@@ -49,6 +57,47 @@ fn options() -> Result<Options> {
         "need --iterations >= 100 and --waiters >= 2"
     );
     Ok(o)
+}
+
+/// The child of [`kernel_round_trip`]: echoes every byte from stdin to stdout until EOF.
+fn echo() -> Result<()> {
+    use std::io::{Read, Write};
+    let (mut input, mut output) = (std::io::stdin().lock(), std::io::stdout().lock());
+    let mut b = [0u8; 1];
+    while input.read(&mut b)? == 1 {
+        output.write_all(&b)?;
+        output.flush()?;
+    }
+    Ok(())
+}
+
+/// One byte to a child process and back over a Unix socket pair: the kernel's cost of a
+/// request and its reply between two processes, the floor under every gpud round trip.
+fn kernel_round_trip(n: usize) -> Result<Summary> {
+    use std::io::{Read, Write};
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    let (mut ours, theirs) = UnixStream::pair()?;
+    let theirs_out = theirs.try_clone()?;
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .arg("--echo")
+        .stdin(OwnedFd::from(theirs))
+        .stdout(OwnedFd::from(theirs_out))
+        .spawn()
+        .context("starting the echo process")?;
+    let mut samples = Vec::with_capacity(n);
+    let mut b = [0u8; 1];
+    for i in 0..n + n / 10 {
+        let t = Instant::now();
+        ours.write_all(&[i as u8])?;
+        ours.read_exact(&mut b)?;
+        if i >= n / 10 {
+            samples.push(t.elapsed());
+        }
+    }
+    drop(ours);
+    child.wait()?;
+    Ok(summarize(&mut samples))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -345,6 +394,7 @@ fn main() -> Result<()> {
     let lock = daemon.dir.path().join("gpu.lock");
     let handoffs = (o.iterations / 2) as u64;
 
+    let kernel = kernel_round_trip(o.iterations)?;
     let raw_ping = raw_ping(&daemon, o.iterations)?;
     let gpud_ping = gpud_ping(&daemon, o.iterations)?;
     let gpud_rt = gpud_round_trip(&daemon, o.iterations)?;
@@ -359,6 +409,7 @@ fn main() -> Result<()> {
     if o.json {
         let v = serde_json::json!({
             "iterations": o.iterations, "waiters": o.waiters,
+            "kernel_round_trip": kernel,
             "ping": gpud_ping,
             "raw_socket_ping": raw_ping,
             "round_trip": { "gpud": gpud_rt, "gpud_guard_drop": gpud_rt_drop, "flock": flock_rt },
@@ -383,6 +434,7 @@ fn main() -> Result<()> {
             s.p50_us, s.p99_us, s.mean_us
         )
     };
+    row("kernel: round trip between two processes", &kernel);
     row("ping, bare socket (kernel + daemon only)", &raw_ping);
     row("gpud ping through the client library", &gpud_ping);
     row("gpud acquire + release (reply awaited)", &gpud_rt);
@@ -403,6 +455,13 @@ fn main() -> Result<()> {
         gpud_rt.p50_us / flock_rt.p50_us,
         gpud_ho.p50_us / flock_ho.p50_us,
         gpud_ho.p99_us / flock_ho.p99_us
+    );
+    println!(
+        "above the kernel floor (p50): ping {:+.1} µs; acquire + release {:+.1} µs over its two round trips ({:.2}x the floor); handoff {:+.1} µs over its two process wake-ups",
+        raw_ping.p50_us - kernel.p50_us,
+        gpud_rt.p50_us - 2.0 * kernel.p50_us,
+        gpud_rt.p50_us / (2.0 * kernel.p50_us),
+        gpud_ho.p50_us - kernel.p50_us
     );
     println!(
         "targets: round trip p50 <= 30 µs: {}; handoff p99 <= 100 µs: {}; handoff p99 no worse than flock: {}",
