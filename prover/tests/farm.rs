@@ -157,3 +157,51 @@ fn assert_png(path: &Path) {
     assert!(bytes.len() > 10_000, "{} bytes", bytes.len());
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
 }
+
+/// A worker asked to pin itself near a GPU that NVML cannot name (here: no NVML at all, or no
+/// such GPU) says why in its report and proves on, unpinned.
+#[test]
+fn a_worker_that_cannot_pin_says_why_and_proves_on() {
+    let bundle = tempfile::tempdir().unwrap();
+    let exe = env!("CARGO_BIN_EXE_gpud-prover");
+    let prep = Command::new(exe)
+        .args(["farm-prepare", "--log-size", "8", "--witnesses", "1"])
+        .arg("--bundle")
+        .arg(bundle.path())
+        .output()
+        .unwrap();
+    assert!(
+        prep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&prep.stderr)
+    );
+    let run = Command::new(exe)
+        .args(["farm-worker", "--log-size", "8", "--witnesses", "1"])
+        .args(["--lock", "none", "--engine", "cpu", "--duration", "0.5"])
+        .args(["--pin-near", "GPU-00000000-0000-0000-0000-000000000000"])
+        .arg("--bundle")
+        .arg(bundle.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let report: gpud_prover::farm::worker::WorkerReport = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .expect("a report");
+    let why = match report.pinned {
+        Some(Err(why)) => why,
+        other => panic!("pinning should have failed and said why: {other:?}"),
+    };
+    assert!(why.contains("NVML"), "{why}");
+    assert!(
+        report.records.iter().any(|r| r.tail_end.is_some()),
+        "no proof: {:?}",
+        report.records
+    );
+}

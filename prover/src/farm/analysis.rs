@@ -858,6 +858,7 @@ mod tests {
             context_lease_bytes: 0,
             tail_secs: 0.1,
             setup_secs: 0.1,
+            pinned: None,
             window_secs: 10.0,
             records,
             open,

@@ -305,6 +305,10 @@ pub struct WorkerReport {
     pub tail_secs: f64,
     /// Seconds from process start to ready.
     pub setup_secs: f64,
+    /// CPUs the process was pinned to (those NVML names nearest its GPU), or why it was not
+    /// pinned; none when not asked to.
+    #[serde(default)]
+    pub pinned: Option<Result<usize, String>>,
     /// The window's length, seconds.
     pub window_secs: f64,
     /// Every finished attempt (some may end after the window; the driver clips).

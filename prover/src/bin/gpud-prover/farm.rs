@@ -132,6 +132,11 @@ pub struct FarmArgs {
     /// NVML samples per second.
     #[arg(long, default_value_t = 10.0)]
     nvml_hz: f64,
+    /// Leave the prover processes unpinned (by default, on GPUs, each is pinned to the CPUs
+    /// NVML names nearest the GPU of its cell, so that every mode's host-side work runs on the
+    /// same NUMA node; the several-GPU "any" cells are never pinned).
+    #[arg(long)]
+    no_pin: bool,
 }
 
 #[derive(Args)]
@@ -546,6 +551,16 @@ impl Farm {
             v.push("--device".into());
             v.push(d.clone());
         }
+        // The GPU of the cell: the one named, or the only one; none for "any" over several.
+        let cell_gpu = match (&w.device, self.devices.len()) {
+            (Some(d), _) => Some(d.clone()),
+            (None, 1) => Some(uuid.clone()),
+            (None, _) => None,
+        };
+        if let (true, false, Some(gpu)) = (self.cuda(), self.a.no_pin, cell_gpu) {
+            v.push("--pin-near".into());
+            v.push(gpu);
+        }
         Ok(v)
     }
 
@@ -721,6 +736,19 @@ impl Farm {
         );
         for e in &metrics.startup_errors {
             println!("    did not run: {e}");
+        }
+        let pinning: Vec<String> = names
+            .iter()
+            .zip(&processes)
+            .filter_map(
+                |((name, _), p)| match p.report.as_ref().ok()?.pinned.as_ref()? {
+                    Ok(_) => None,
+                    Err(why) => Some(format!("{name}: {why}")),
+                },
+            )
+            .collect();
+        if !pinning.is_empty() {
+            println!("    not pinned: {}", pinning.join("; "));
         }
         Ok(metrics)
     }

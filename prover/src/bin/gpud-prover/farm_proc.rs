@@ -129,6 +129,40 @@ pub struct WorkerArgs {
     /// Without --sync: prove for this many seconds, starting now.
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
+    /// Pin the process to the CPUs NVML names nearest this GPU (UUID) before any thread
+    /// starts, so the host side of the GPU phase (staging copies, preparation) runs on the
+    /// GPU's NUMA node, alike in every mode.
+    #[arg(long)]
+    pin_near: Option<String>,
+}
+
+/// Pins this process (and every thread it starts afterwards) to the CPUs that NVML names as
+/// nearest GPU `uuid`; returns how many there are.
+fn pin_near_gpu(uuid: &str) -> Result<usize> {
+    use nix::sched::{CpuSet, sched_setaffinity};
+    let nvml = nvml_wrapper::Nvml::init().context("NVML")?;
+    let device = nvml
+        .device_by_uuid(uuid)
+        .with_context(|| format!("NVML has no GPU {uuid}"))?;
+    let bits = std::mem::size_of::<std::ffi::c_ulong>() * 8;
+    let mask = device
+        .cpu_affinity(CpuSet::count().div_ceil(bits))
+        .context("NVML's CPU affinity")?;
+    let mut set = CpuSet::new();
+    let mut n = 0;
+    for (word, value) in mask.iter().enumerate() {
+        for bit in 0..bits {
+            if value >> bit & 1 == 1 {
+                set.set(word * bits + bit)?;
+                n += 1;
+            }
+        }
+    }
+    if n == 0 {
+        bail!("NVML names no CPU near {uuid}");
+    }
+    sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).context("sched_setaffinity")?;
+    Ok(n)
 }
 
 fn device_arg(gpu: &Option<String>, cuda: bool) -> Result<(String, u32)> {
@@ -213,6 +247,7 @@ where
         context_lease_bytes,
         tail_secs: opts.tail.as_secs_f64(),
         setup_secs,
+        pinned: None,
         window_secs: window.duration(),
         records: out.records,
         open: out.open,
@@ -255,6 +290,11 @@ fn with_leaser<E: Engine + 'static>(
 
 pub fn worker(a: WorkerArgs) -> Result<()> {
     let started = Instant::now();
+    // Before any thread exists (gpud's client, rayon, the lanes): threads inherit it.
+    let pinned = a
+        .pin_near
+        .as_deref()
+        .map(|uuid| pin_near_gpu(uuid).map_err(|e| format!("{e:#}")));
     let spec = CircuitSpec::parse(&a.circuit, a.log_size)?;
     a.class
         .parse::<gpud_client::Class>()
@@ -295,7 +335,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         Workload::load(&a.bundle, &spec, a.witnesses)
             .with_context(|| format!("loading the bundle in {}", a.bundle.display()))?,
     );
-    let report = if cuda {
+    let mut report = if cuda {
         let engine = CudaEngine::new(CudaOptions {
             resident_bases: false,
         })
@@ -328,6 +368,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
             context_total,
         )?
     };
+    report.pinned = pinned;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", serde_json::to_string(&report)?)?;
     out.flush()?;
