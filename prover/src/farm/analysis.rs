@@ -984,7 +984,7 @@ mod tests {
         assert!(!results.targets[2].met); // an OOM under gpud
         let md = results.markdown();
         assert!(
-            md.contains("| gpud | 3 | 30.0 | 0.980 | 3 | 85.0 % | 90.0 % | 1 | 2 |"),
+            md.contains("| gpud | 3 | 30.0 | 0.980 | 3 | 85.0 % | 0.0 % | 90.0 % | 1 | 2 |"),
             "{md}"
         );
         assert!(md.contains("(1 open)"), "{md}");
