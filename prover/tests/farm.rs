@@ -121,6 +121,24 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
     assert!(md.contains("| mode | N | partitions/min |"), "{md}");
     assert!(md.contains("| lock | critical proofs |"), "{md}");
     assert!(md.contains("| placement | GPUs | N |"), "{md}");
+    // Where the phase's time goes, from the engine's own split (the CPU engine reports H and
+    // the MSMs too): the parts fit inside the phase held.
+    assert!(md.contains("| mode | N | phase held | engine |"), "{md}");
+    for c in &r.cells {
+        if c.normal.proofs == 0 {
+            continue;
+        }
+        let p = c
+            .normal
+            .phase_parts
+            .unwrap_or_else(|| panic!("{}: no split", c.name));
+        assert!(
+            p.engine > 0.0 && p.h + p.msms <= p.engine * 1.05,
+            "{}: {p:?}",
+            c.name
+        );
+        assert!(p.engine <= c.normal.phase.max, "{}: {p:?}", c.name);
+    }
     assert!(
         stdout.trim_end().ends_with(md.trim_end()),
         "tables are not last"

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::worker::{Outcome, WorkerReport};
+use super::worker::{Outcome, PhaseSecs, WorkerReport};
 
 /// One NVML reading of one device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -146,6 +146,9 @@ pub struct ClassMetrics {
     pub wait: Dist,
     /// GPU phases (granted → released) that finished.
     pub phase: Dist,
+    /// Medians of the parts of the phases that succeeded (where the engine reported them).
+    #[serde(default)]
+    pub phase_parts: Option<PhaseSecs>,
 }
 
 /// A device's busy fractions in a cell.
@@ -230,6 +233,7 @@ fn class_metrics(reports: &[&WorkerReport], startup_failures: usize, end: f64) -
     };
     let (mut waits, mut censored, mut phases) = (Vec::new(), 0, Vec::new());
     let mut completions = Vec::new();
+    let mut parts: Vec<PhaseSecs> = Vec::new();
     for r in reports {
         for rec in &r.records {
             if rec.requested > end {
@@ -253,6 +257,7 @@ fn class_metrics(reports: &[&WorkerReport], startup_failures: usize, end: f64) -
             if let (Some(g), Some(rel)) = (rec.granted, rec.released) {
                 phases.push(rel - g);
             }
+            parts.extend(rec.phase);
         }
         for o in &r.open {
             match o.granted {
@@ -283,7 +288,27 @@ fn class_metrics(reports: &[&WorkerReport], startup_failures: usize, end: f64) -
     };
     m.wait = Dist::of(waits, censored);
     m.phase = Dist::of(phases, 0);
+    m.phase_parts = median_parts(&parts);
     m
+}
+
+/// The median of each part over `parts` (each part's own median), none when empty.
+fn median_parts(parts: &[PhaseSecs]) -> Option<PhaseSecs> {
+    if parts.is_empty() {
+        return None;
+    }
+    let median = |f: fn(&PhaseSecs) -> f64| -> f64 {
+        let v: Vec<f64> = parts.iter().map(f).collect();
+        Dist::of(v, 0).p50
+    };
+    Some(PhaseSecs {
+        pad: median(|p| p.pad),
+        h: median(|p| p.h),
+        msms: median(|p| p.msms),
+        bases_upload: median(|p| p.bases_upload),
+        finish: median(|p| p.finish),
+        engine: median(|p| p.engine),
+    })
 }
 
 /// The metrics of one cell.
@@ -685,6 +710,33 @@ impl FarmResults {
             }
             s += "\n";
         }
+        let split: Vec<(&CellMetrics, PhaseSecs)> = self
+            .cells
+            .iter()
+            .filter_map(|c| Some((c, c.normal.phase_parts?)))
+            .collect();
+        if !split.is_empty() {
+            s += "Where a GPU phase's time goes (normal provers, medians of the phases that \
+                  succeeded, ms; `other` is the phase held minus the engine and the pad: \
+                  allocation, synchronize and trim, the release):\n\n";
+            s += "| mode | N | phase held | engine | bases upload | H | MSMs | pad | other |\n";
+            s += "|---|---|---|---|---|---|---|---|---|\n";
+            for (cell, p) in split {
+                s += &format!(
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    cell.mode,
+                    cell.n,
+                    ms(cell.normal.phase.p50),
+                    ms(p.engine),
+                    ms(p.bases_upload),
+                    ms(p.h),
+                    ms(p.msms),
+                    ms(p.pad),
+                    ms((cell.normal.phase.p50 - p.engine - p.pad).max(0.0)),
+                );
+            }
+            s += "\n";
+        }
         if !self.priority.is_empty() {
             s += "| lock | critical proofs | critical wait p50 ms | p99 ms | max ms | normal GPU phase ms | p99 / phase | normal partitions/min | OOM | failed |\n";
             s += "|---|---|---|---|---|---|---|---|---|---|\n";
@@ -824,6 +876,26 @@ mod tests {
         assert_eq!(overlap_length(&[(-2.0, 1.0), (-1.0, 12.0)], 10.0), 1.0);
         assert_eq!(overlap_length(&[(9.0, 12.0), (9.5, 11.0)], 10.0), 0.5);
         assert_eq!(overlap_length(&[], 10.0), 0.0);
+    }
+
+    #[test]
+    fn phase_parts_are_medians_part_by_part() {
+        let p = |x: f64| PhaseSecs {
+            pad: x,
+            h: 2.0 * x,
+            msms: 3.0 * x,
+            bases_upload: 4.0 * x,
+            finish: 5.0 * x,
+            engine: 10.0 * x,
+        };
+        assert_eq!(median_parts(&[]), None);
+        let m = median_parts(&[p(3.0), p(1.0), p(2.0)]).unwrap();
+        assert_eq!(m, p(2.0));
+        // Each part on its own: the medians need not come from one phase.
+        let mut odd = p(1.0);
+        odd.h = 100.0;
+        let m = median_parts(&[odd, p(2.0), p(3.0)]).unwrap();
+        assert_eq!((m.pad, m.h, m.engine), (2.0, 6.0, 20.0));
     }
 
     fn rec(lane: usize, req: f64, g: f64, rel: f64, tail: f64, outcome: Outcome) -> Record {
