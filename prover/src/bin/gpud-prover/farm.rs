@@ -38,9 +38,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-fn size(s: &str) -> Result<u64> {
-    gpud_client::proto::parse_size(s).with_context(|| format!("size {s:?}"))
-}
+use crate::size;
 
 #[derive(Args)]
 pub struct FarmArgs {

@@ -28,11 +28,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
 
-use crate::EngineArg;
-
-fn size(s: &str) -> Result<u64> {
-    gpud_client::proto::parse_size(s).with_context(|| format!("size {s:?}"))
-}
+use crate::{EngineArg, size};
 
 /// Lock choice on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

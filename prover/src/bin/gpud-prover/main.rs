@@ -60,6 +60,11 @@ enum Command {
     FarmGpud(farm_proc::GpudArgs),
 }
 
+/// A byte size on the command line (`6GiB`, `4096`).
+fn size(s: &str) -> Result<u64> {
+    gpud_client::proto::parse_size(s).with_context(|| format!("size {s:?}"))
+}
+
 #[derive(Args, Clone)]
 struct CircuitArgs {
     /// Circuit: synthetic, poseidon or sha256.
