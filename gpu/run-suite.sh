@@ -20,10 +20,12 @@ summary=()
 failed=0
 
 wanted=("$@")
+# Whether section $1 was named on the command line.
+named() { printf '%s\n' "${wanted[@]}" | grep -qx "$1"; }
 section() {
     local name=$1 limit=$2
     shift 2
-    if [ "${#wanted[@]}" -gt 0 ] && ! printf '%s\n' "${wanted[@]}" | grep -qx "$name"; then
+    if [ "${#wanted[@]}" -gt 0 ] && ! named "$name"; then
         return 0
     fi
     echo "=== $name: $*"
@@ -63,7 +65,7 @@ section cuda-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$G/bin/gpud-cuda-bench" --check --max-log 10
 # Shared-memory races (a missing barrier between the radix kernel's rounds, the tiled bit
 # reversal's two phases): only when named, e.g. bash gpu/run-suite.sh cuda-racecheck.
-if printf '%s\n' "${wanted[@]}" | grep -qx cuda-racecheck; then
+if named cuda-racecheck; then
     section cuda-racecheck 180 compute-sanitizer --tool racecheck --racecheck-report hazard \
         --error-exitcode 1 "$G/bin/gpud-cuda-bench" --check --max-log 10
 fi
@@ -113,14 +115,14 @@ pack_farm() {
     [ -d "$1/cells" ] || return 0
     (cd "$1" && tar czf cells-logs.tgz cells logs && rm -rf cells logs)
 }
-if printf '%s\n' "${wanted[@]}" | grep -qx farm; then
+if named farm; then
     section farm 570 "$G/bin/gpud-prover" farm --out "$OUT/farm" --log-size 21 \
         --modes gpud,gpud2,ideal,flock,none --duration 12 --priority-duration 16 \
         --multi-gpu --multi-ns 8
     [ -f "$OUT/farm/farm.md" ] && cat "$OUT/farm/farm.md"
     pack_farm "$OUT/farm"
 fi
-if printf '%s\n' "${wanted[@]}" | grep -qx farm-x2; then
+if named farm-x2; then
     section farm-x2 570 "$G/bin/gpud-prover" farm --out "$OUT/farm-x2" --log-size 21 --multi-gpu \
         --no-matrix --priority-n 0 --multi-ns 4,8 --duration 12
     [ -f "$OUT/farm-x2/farm.md" ] && cat "$OUT/farm-x2/farm.md"
