@@ -27,7 +27,7 @@ use crate::ledger::{
 use super::access::Access;
 use super::audit::{Action, Auditor, Footprint};
 use super::observer::{Notice, Observer};
-use super::peer::{Peer, process_name};
+use super::peer::{Peer, nearest_ancestor, process_name};
 
 /// Longest wait a request may ask for (a year): beyond it, "for ever" is the honest request.
 const MAX_TIMEOUT_MS: u64 = 365 * 24 * 3600 * 1000;
@@ -810,20 +810,11 @@ impl Hub {
     fn apply_usage(&mut self, now: Instant, usage: Vec<Vec<ProcessUsage>>) {
         let mut footprints = Vec::new();
         for (d, procs) in usage.iter().enumerate() {
-            let mut owners: BTreeMap<u32, u64> = BTreeMap::new();
-            for l in self.ledger.leases().filter(|l| l.device == d) {
-                if let Some(s) = self.sessions.get(&l.session) {
-                    *owners.entry(s.peer.pid).or_default() += l.vram_bytes;
-                }
-            }
-            // Owners whose leases were revoked for over-use stay watched until the memory goes.
-            for (owner, _) in self.auditor.revoked_owners().filter(|(_, dev)| *dev == d) {
-                owners.entry(owner).or_default();
-            }
+            let owners = self.owners(d);
             let mut used: BTreeMap<u32, (u64, Vec<u32>)> = BTreeMap::new();
             let mut unmanaged = 0;
             for p in procs {
-                match owner_of(p.pid, &owners) {
+                match nearest_ancestor(p.pid, |o| owners.contains_key(&o)) {
                     Some(o) => {
                         let e = used.entry(o).or_default();
                         e.0 += p.used_bytes;
@@ -1155,24 +1146,32 @@ fn ledger_error(e: LedgerError) -> ErrorBody {
 }
 
 impl Hub {
-    /// Processes using memory on a device at the last poll, with their owners.
-    fn process_status(&self, d: usize) -> Vec<ProcessStatus> {
+    /// The pids of lease holders on device `d`, with the bytes they reserve there. A process
+    /// belongs to the holder it is, or its nearest ancestor among them.
+    fn owners(&self, d: usize) -> BTreeMap<u32, u64> {
         let mut owners: BTreeMap<u32, u64> = BTreeMap::new();
         for l in self.ledger.leases().filter(|l| l.device == d) {
             if let Some(s) = self.sessions.get(&l.session) {
                 *owners.entry(s.peer.pid).or_default() += l.vram_bytes;
             }
         }
+        // Owners whose leases were revoked for over-use stay watched until the memory goes.
         for (owner, _) in self.auditor.revoked_owners().filter(|(_, dev)| *dev == d) {
             owners.entry(owner).or_default();
         }
+        owners
+    }
+
+    /// Processes using memory on a device at the last poll, with their owners.
+    fn process_status(&self, d: usize) -> Vec<ProcessStatus> {
+        let owners = self.owners(d);
         self.usage
             .get(d)
             .map(|procs| {
                 procs
                     .iter()
                     .map(|p| {
-                        let owner_pid = owner_of(p.pid, &owners);
+                        let owner_pid = nearest_ancestor(p.pid, |o| owners.contains_key(&o));
                         ProcessStatus {
                             pid: p.pid,
                             process: process_name(p.pid),
@@ -1185,21 +1184,6 @@ impl Hub {
             })
             .unwrap_or_default()
     }
-}
-
-/// The lease holder a process belongs to: itself or its nearest ancestor among `owners`.
-fn owner_of(pid: u32, owners: &BTreeMap<u32, u64>) -> Option<u32> {
-    let mut p = pid;
-    for _ in 0..32 {
-        if owners.contains_key(&p) {
-            return Some(p);
-        }
-        match super::peer::parent_pid(p) {
-            Some(parent) if parent != 0 && parent != p => p = parent,
-            _ => return None,
-        }
-    }
-    None
 }
 
 fn unix_ms() -> u64 {

@@ -76,18 +76,23 @@ pub fn parent_pid(pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Whether `pid` is `ancestor` or descends from it (within 32 generations).
-pub fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+/// The nearest of `pid` and its ancestors (within 32 generations) that `wanted` accepts.
+pub fn nearest_ancestor(mut pid: u32, wanted: impl Fn(u32) -> bool) -> Option<u32> {
     for _ in 0..32 {
-        if pid == ancestor {
-            return true;
+        if wanted(pid) {
+            return Some(pid);
         }
         match parent_pid(pid) {
             Some(p) if p != 0 && p != pid => pid = p,
-            _ => return false,
+            _ => return None,
         }
     }
-    false
+    None
+}
+
+/// Whether `pid` is `ancestor` or descends from it (within 32 generations).
+pub fn descends_from(pid: u32, ancestor: u32) -> bool {
+    nearest_ancestor(pid, |p| p == ancestor).is_some()
 }
 
 #[cfg(test)]
