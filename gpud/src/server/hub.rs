@@ -205,9 +205,7 @@ impl Hub {
                 }
             }
         }
-        if let Some(Err(e)) = self.journal.as_mut().map(Journal::flush) {
-            error!("{e}");
-        }
+        self.write_journal();
         if kept > 0 {
             self.orphan_deadline = Some(now + grace);
         }
@@ -291,13 +289,7 @@ impl Hub {
     fn flush(&mut self) {
         while let Some(change) = self.ledger.poll_change() {
             match change {
-                LeaseChange::Granted(id) => {
-                    if let Some(record) = self.record(id) {
-                        if let Some(j) = &mut self.journal {
-                            j.grant(record);
-                        }
-                    }
-                }
+                LeaseChange::Granted(id) => self.journal_grant(id),
                 LeaseChange::Resized { lease, vram_bytes } => {
                     if let Some(j) = &mut self.journal {
                         j.resize(lease, vram_bytes);
@@ -326,6 +318,15 @@ impl Hub {
         if let Some(Err(e)) = self.journal.as_mut().map(Journal::flush) {
             // Clients are still served; a restart would then not know these changes.
             error!("{e}");
+        }
+    }
+
+    /// Records a lease as its holder now has it.
+    fn journal_grant(&mut self, id: LeaseId) {
+        if let Some(record) = self.record(id) {
+            if let Some(j) = &mut self.journal {
+                j.grant(record);
+            }
         }
     }
 
@@ -644,11 +645,7 @@ impl Hub {
         }
         self.ledger.transfer(lease, session).map_err(ledger_error)?;
         // The owner may come back as another process: record who holds it now.
-        if let Some(record) = self.record(lease) {
-            if let Some(j) = &mut self.journal {
-                j.grant(record);
-            }
-        }
+        self.journal_grant(lease);
         info!(lease, session, "lease re-adopted");
         if self.ledger.session_leases(ORPHANS).is_empty() {
             self.orphan_deadline = None;
