@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use gpud_client::LeaseId;
 use gpud_client::proto::{AcquireArgs, Class, Op, Outcome, Placement, Reply};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{Connection, fdo, interface};
 
-use crate::server::hub::{Command, Inspect};
+use crate::server::hub::{Command, Inspect, inspect};
 
 use super::callers::Callers;
 use super::error::BusError;
@@ -33,12 +33,9 @@ impl Manager {
     }
 
     async fn snapshot(&self) -> Result<gpud_client::proto::StatusReport, BusError> {
-        let (tx, rx) = oneshot::channel();
-        self.hub
-            .send(Command::Inspect(Inspect::Status(tx)))
+        inspect(&self.hub, Inspect::Status)
             .await
-            .map_err(|_| BusError::failed("gpud is stopping"))?;
-        rx.await.map_err(|_| BusError::failed("gpud is stopping"))
+            .ok_or_else(|| BusError::failed("gpud is stopping"))
     }
 
     /// Sends `op` on behalf of the caller and returns the successful reply.

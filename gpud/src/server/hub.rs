@@ -86,6 +86,17 @@ pub enum Inspect {
     Metrics(oneshot::Sender<String>),
 }
 
+/// Asks the hub a read-only question, e.g. `inspect(hub, Inspect::Status)`; `None` once it
+/// has stopped.
+pub async fn inspect<T>(
+    hub: &mpsc::Sender<Command>,
+    question: impl FnOnce(oneshot::Sender<T>) -> Inspect,
+) -> Option<T> {
+    let (tx, rx) = oneshot::channel();
+    hub.send(Command::Inspect(question(tx))).await.ok()?;
+    rx.await.ok()
+}
+
 struct SessionEntry {
     peer: Peer,
     outbound: mpsc::Sender<ServerFrame>,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpud_client::proto::{Bytes, StatusReport};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tracing::info;
 
@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::dbus::{self, BusChoice};
 use crate::systemd::notify::Notifier;
 
-use super::hub::{Command, Inspect};
+use super::hub::{Command, Inspect, inspect};
 use super::observer::Notice;
 use super::scrape::{self, Scrape};
 use super::{DaemonError, SessionIds};
@@ -84,7 +84,10 @@ impl Services {
         if !self.notifier.enabled() {
             return;
         }
-        let first = ask(hub).await.map(|s| summary(&s)).unwrap_or_default();
+        let first = inspect(hub, Inspect::Status)
+            .await
+            .map(|s| summary(&s))
+            .unwrap_or_default();
         self.notifier.ready(&first);
         self.heartbeat = Some(tokio::spawn(heartbeat(
             self.notifier.clone(),
@@ -110,7 +113,7 @@ async fn heartbeat(notifier: Arc<Notifier>, hub: mpsc::Sender<Command>, mut last
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
-        let Some(status) = ask(&hub).await else {
+        let Some(status) = inspect(&hub, Inspect::Status).await else {
             return;
         };
         if watchdog.is_some_and(|w| fed.elapsed() + every > w) {
@@ -123,12 +126,6 @@ async fn heartbeat(notifier: Arc<Notifier>, hub: mpsc::Sender<Command>, mut last
             last = line;
         }
     }
-}
-
-async fn ask(hub: &mpsc::Sender<Command>) -> Option<StatusReport> {
-    let (tx, rx) = oneshot::channel();
-    hub.send(Command::Inspect(Inspect::Status(tx))).await.ok()?;
-    rx.await.ok()
 }
 
 /// The one-line `STATUS=`: `2 GPUs, 3 leases (24.0 GiB reserved), 1 waiting, 4 sessions`.
