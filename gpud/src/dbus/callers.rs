@@ -16,6 +16,7 @@ use zbus::object_server::SignalEmitter;
 use crate::ledger::SessionId;
 use crate::server::SessionIds;
 use crate::server::hub::Command;
+use crate::server::observer::wire_name;
 use crate::server::peer::Peer;
 
 use super::PATH;
@@ -187,11 +188,11 @@ async fn pump(
                         revoke_in_ms,
                     } => {
                         emitter
-                            .yield_requested(lease, &wire(&reason), revoke_in_ms.unwrap_or(0))
+                            .yield_requested(lease, &wire_name(&reason), revoke_in_ms.unwrap_or(0))
                             .await
                     }
                     Event::Revoked { lease, reason } => {
-                        emitter.lease_revoked(lease, &wire(&reason)).await
+                        emitter.lease_revoked(lease, &wire_name(&reason)).await
                     }
                     // Bus callers see over-use in Status and the metrics; no signal for it.
                     Event::ShuttingDown | Event::OverUse { .. } => Ok(()),
@@ -242,12 +243,4 @@ fn primary_gid(pid: i32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find_map(|l| l.strip_prefix("Gid:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// A protocol enum's snake_case name.
-fn wire<T: serde::Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => "unknown".into(),
-    }
 }

@@ -283,9 +283,10 @@ impl Observer {
         };
         let held = now.saturating_duration_since(b.granted_at);
         match reason {
-            EndReason::Released => self.metrics.released(b.class, "released", held),
-            EndReason::Disconnected => self.metrics.released(b.class, "disconnected", held),
             EndReason::Revoked(why) => self.metrics.revoked(b.class, wire_name(&why), held),
+            EndReason::Released | EndReason::Disconnected => {
+                self.metrics.released(b.class, reason.as_str(), held)
+            }
         }
         self.notify(Notice::LeaseEnded {
             lease,
@@ -314,7 +315,7 @@ fn granted_notice(lease: &Lease, uuid: String) -> Notice {
 }
 
 /// A protocol enum's snake_case wire name (`never_fits`, `critical_waiting`).
-fn wire_name<T: Serialize>(value: &T) -> String {
+pub(crate) fn wire_name<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(s)) => s,
         _ => "unknown".into(),
