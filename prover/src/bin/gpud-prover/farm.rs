@@ -364,9 +364,8 @@ struct Farm {
     me: PathBuf,
     out: PathBuf,
     bundle: PathBuf,
-    socket: PathBuf,
-    /// The socket of the second gpud (two compute slots per GPU), for mode gpud2.
-    socket2: PathBuf,
+    /// This run's scratch: gpud's sockets, state and config, the locks, the simulated VRAM.
+    run_dir: PathBuf,
     lock_dir: PathBuf,
     sim_dir: PathBuf,
     logs: PathBuf,
@@ -375,7 +374,6 @@ struct Farm {
     /// gpud's devices: (UUID, index, name, total bytes).
     devices: Vec<(String, u32, String, u64)>,
     card: u64,
-    formula: u64,
     phase_vram: u64,
     tail_ms: f64,
     context_vram: u64,
@@ -517,13 +515,9 @@ impl Farm {
             ("--engine", self.engine.to_string()),
             (
                 "--socket",
-                if w.second_gpud {
-                    &self.socket2
-                } else {
-                    &self.socket
-                }
-                .display()
-                .to_string(),
+                self.socket(if w.second_gpud { "gpud2" } else { "gpud" })
+                    .display()
+                    .to_string(),
             ),
             ("--lock-dir", self.lock_dir.display().to_string()),
             ("--gpu", format!("{uuid}:{index}")),
@@ -803,19 +797,24 @@ impl Farm {
         })
     }
 
-    /// Starts gpud on `socket` with `compute_slots` per GPU (the library's gpud in a child
-    /// process of its own, or `--gpud`), and waits until it answers and, on GPUs, its capacity
-    /// reflects the ballast (NVML polls), at most 10 s. Its log goes to `logs/{name}.log`.
+    /// The socket of gpud `name` ("gpud", or "gpud2" with two compute slots per GPU).
+    fn socket(&self, name: &str) -> PathBuf {
+        self.run_dir.join(format!("{name}.sock"))
+    }
+
+    /// Starts gpud `name` on [`Farm::socket`] with `compute_slots` per GPU (the library's gpud
+    /// in a child process of its own, or `--gpud`), and waits until it answers and, on GPUs,
+    /// its capacity reflects the ballast (NVML polls), at most 10 s. Its log goes to
+    /// `logs/{name}.log`.
     fn start_gpud(
         &self,
         name: &'static str,
-        socket: &Path,
         compute_slots: u32,
-        run_dir: &Path,
     ) -> Result<(Guard, gpud_client::proto::StatusReport)> {
-        let state = run_dir.join(format!("{name}-state"));
+        let socket = self.socket(name);
+        let state = self.run_dir.join(format!("{name}-state"));
         std::fs::create_dir_all(&state)?;
-        let config = run_dir.join(format!("{name}.toml"));
+        let config = self.run_dir.join(format!("{name}.toml"));
         std::fs::write(
             &config,
             format!(
@@ -836,7 +835,7 @@ impl Farm {
             }
         };
         cmd.arg("--socket")
-            .arg(socket)
+            .arg(&socket)
             .arg("--state-dir")
             .arg(&state)
             .arg("--config")
@@ -861,7 +860,7 @@ impl Farm {
         };
         let deadline = Instant::now() + Duration::from_secs(15);
         let client = loop {
-            match gpud_client::blocking::Client::connect(socket) {
+            match gpud_client::blocking::Client::connect(&socket) {
                 Ok(c) => break c,
                 Err(e) if Instant::now() > deadline => {
                     bail!("{name} did not come up ({e}): {}", log_tail(&log))
@@ -1043,8 +1042,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
     let mut farm = Farm {
         me: me.clone(),
         bundle: work.join("bundle"),
-        socket: run_dir.join("gpud.sock"),
-        socket2: run_dir.join("gpud2.sock"),
+        run_dir: run_dir.clone(),
         lock_dir: run_dir.join("locks"),
         sim_dir: run_dir.join("simvram"),
         logs,
@@ -1053,8 +1051,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
         engine,
         devices: Vec::new(),
         card,
-        formula: 0,
-        phase_vram: 0,
+        phase_vram,
         tail_ms: a.tail_ms.unwrap_or(0.0),
         context_vram: 0,
         sampler: None,
@@ -1119,10 +1116,10 @@ pub fn run(a: FarmArgs) -> Result<()> {
         _ballast = Some(guard);
         farm.sampler = Some(Sampler::start(farm.a.nvml_hz)?);
     }
-    let (_gpud, status) = farm.start_gpud("gpud", &farm.socket, 1, &run_dir)?;
+    let (_gpud, status) = farm.start_gpud("gpud", 1)?;
     // Mode gpud2: a second gpud, two compute slots per GPU, for the cells that ask for it.
     let _gpud2 = if modes.iter().any(|m| m == "gpud2") {
-        Some(farm.start_gpud("gpud2", &farm.socket2, 2, &run_dir)?.0)
+        Some(farm.start_gpud("gpud2", 2)?.0)
     } else {
         None
     };
@@ -1155,9 +1152,6 @@ pub fn run(a: FarmArgs) -> Result<()> {
             .collect();
     }
 
-    // Each prover computes its pad as --phase-vram minus its engine's formula on this device;
-    // the calibration prover's report says what they are.
-    farm.phase_vram = phase_vram;
     let mut results = FarmResults {
         date: utc(std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -1178,8 +1172,9 @@ pub fn run(a: FarmArgs) -> Result<()> {
     };
 
     // 2. Calibration.
+    // Each prover computes its pad as --phase-vram minus its engine's formula on this device;
+    // the calibration prover's report says what they are.
     let (cal, formula, pad) = farm.calibrate()?;
-    farm.formula = formula;
     println!(
         "a partition's phase: formula {:.3} GiB + pad {:.3} GiB = {:.3} GiB",
         formula as f64 / (1u64 << 30) as f64,
