@@ -38,21 +38,7 @@ impl Device {
     /// Opens the device with this UUID (`GPU-…`, as NVML and gpud write it). Without a driver
     /// this is [`Error::NoDriver`], never a panic.
     pub fn open(uuid: &str) -> Result<Self> {
-        Self::with_info(driver::find_device(uuid)?)
-    }
-
-    /// Opens the device with this CUDA ordinal (after `CUDA_VISIBLE_DEVICES`).
-    pub fn open_ordinal(ordinal: usize) -> Result<Self> {
-        let info = driver::list_devices()?
-            .into_iter()
-            .find(|d| d.ordinal == ordinal)
-            .ok_or_else(|| Error::DeviceNotFound {
-                uuid: format!("ordinal {ordinal}"),
-            })?;
-        Self::with_info(info)
-    }
-
-    fn with_info(info: DeviceInfo) -> Result<Self> {
+        let info = driver::find_device(uuid)?;
         let ctx = CudaContext::new(info.ordinal)?;
         // cudarc's event tracking makes the first new stream synchronize the whole context (a
         // device-global wait, which needs the compute slot). We order all work ourselves
