@@ -3,9 +3,7 @@
 //! byte for byte, for random and edge-case scalars. Fresh random inputs each run (the seed is
 //! printed; `FIXED_BASE_SEED` replays one).
 
-use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+mod common;
 
 use blst::blst_p1_affine;
 use blstrs::{G1Affine, G1Projective, Scalar};
@@ -14,19 +12,6 @@ use gpud_cuda::fixed_base::{canonical_limbs, table};
 use group::{Curve, Group};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-
-fn harness() -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/host/fixed_base_harness.cpp");
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixed_base_harness");
-    let status = Command::new(std::env::var("CXX").unwrap_or_else(|_| "g++".into()))
-        .args(["-O2", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("a C++ compiler (g++) is needed for the host tests");
-    assert!(status.success(), "compiling {} failed", src.display());
-    out
-}
 
 fn affine_bytes(p: &G1Affine) -> Vec<u8> {
     let raw: &blst_p1_affine = p.as_ref();
@@ -74,22 +59,7 @@ fn fixed_base_code_matches_blstrs_byte_for_byte() {
             input.extend(limb.to_le_bytes());
         }
     }
-    let mut child = Command::new(harness())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("harness starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let writer = std::thread::spawn(move || stdin.write_all(&input).expect("harness input"));
-    let mut out = Vec::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_end(&mut out)
-        .expect("harness output");
-    writer.join().expect("writer");
-    assert!(child.wait().expect("harness exits").success());
+    let out = common::run_harness(&common::compile_harness("fixed_base_harness"), input);
     assert_eq!(out.len(), 96 * scalars.len());
     for (i, s) in scalars.iter().enumerate() {
         let want = affine_bytes(&(g * s).to_affine());

@@ -5,9 +5,9 @@
 //! flag and every kernel body runs over all its thread indices. Inputs are fresh random draws
 //! each run (the seed is printed, and `MSM_HOST_SEED` replays one).
 
-use std::io::{Read, Write};
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use blst::{blst_fp, blst_p1, blst_p1_affine};
@@ -21,42 +21,11 @@ use rand_chacha::ChaCha20Rng;
 
 fn harness() -> &'static PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/host/fq_harness.cpp");
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fq_harness");
-        let status = Command::new(std::env::var("CXX").unwrap_or_else(|_| "g++".into()))
-            .args(["-O2", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .expect("a C++ compiler (g++) is needed for the host tests");
-        assert!(status.success(), "compiling {} failed", src.display());
-        out
-    })
+    BIN.get_or_init(|| common::compile_harness("fq_harness"))
 }
 
 fn run_harness(input: Vec<u8>) -> Vec<u8> {
-    let mut child = Command::new(harness())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("harness starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let writer =
-        std::thread::spawn(move || stdin.write_all(&input).expect("harness reads its input"));
-    let mut out = Vec::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_end(&mut out)
-        .expect("harness output");
-    writer.join().expect("writer thread");
-    assert!(
-        child.wait().expect("harness exits").success(),
-        "harness failed"
-    );
-    out
+    common::run_harness(harness(), input)
 }
 
 fn rng() -> ChaCha20Rng {
