@@ -206,6 +206,17 @@ struct LeaseEntry {
     token: String,
 }
 
+impl LeaseEntry {
+    /// The lease did not survive the connection: tell its holder.
+    fn lose(self, lease: LeaseId) {
+        self.flags.lost.store(true, Ordering::Release);
+        let _ = self.events.send(Event::Revoked {
+            lease,
+            reason: RevokeReason::Lost,
+        });
+    }
+}
+
 struct Driver {
     path: PathBuf,
     name: Option<String>,
@@ -281,8 +292,7 @@ impl Driver {
                     let Some(Ok(bytes)) = frame else { return End::Lost };
                     let Ok(frame) = from_payload::<ServerFrame>(&bytes) else { return End::Lost };
                     for lease in self.dispatch(frame) {
-                        let id = self.ids.fetch_add(1, Ordering::Relaxed);
-                        self.pending.insert(id, Pending { op: Op::Release { lease }, answer: None, resent: false });
+                        let id = self.own(Op::Release { lease });
                         if self.write(writer, id).await.is_err()
                             || SinkExt::<bytes::Bytes>::flush(writer).await.is_err()
                         {
@@ -292,6 +302,20 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Queues a request of the driver's own, whose answer nobody waits for.
+    fn own(&mut self, op: Op) -> RequestId {
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        self.pending.insert(
+            id,
+            Pending {
+                op,
+                answer: None,
+                resent: false,
+            },
+        );
+        id
     }
 
     fn queue(&mut self, command: ToDriver) -> RequestId {
@@ -365,33 +389,20 @@ impl Driver {
 
     /// On a fresh connection: adopt every lease, then send every pending request again.
     async fn resume(&mut self, writer: &mut Writer) -> std::io::Result<()> {
-        let adoptions: Vec<(LeaseId, String)> = self
+        // Taken before the adoptions join `pending`.
+        let rest: Vec<RequestId> = self.pending.keys().copied().collect();
+        let adoptions: Vec<Op> = self
             .leases
             .iter()
-            .map(|(id, e)| (*id, e.token.clone()))
+            .map(|(&lease, e)| Op::Adopt {
+                lease,
+                token: e.token.clone(),
+            })
             .collect();
-        let mut first = Vec::new();
-        for (lease, token) in adoptions {
-            let id = self.ids.fetch_add(1, Ordering::Relaxed);
-            self.pending.insert(
-                id,
-                Pending {
-                    op: Op::Adopt { lease, token },
-                    answer: None,
-                    resent: false,
-                },
-            );
-            first.push(id);
-        }
-        for &id in &first {
+        let first: Vec<RequestId> = adoptions.into_iter().map(|op| self.own(op)).collect();
+        for id in first {
             self.write(writer, id).await?;
         }
-        let rest: Vec<RequestId> = self
-            .pending
-            .keys()
-            .copied()
-            .filter(|id| !first.contains(id))
-            .collect();
         for id in rest {
             if let Some(p) = self.pending.get_mut(&id) {
                 p.resent = true;
@@ -409,11 +420,7 @@ impl Driver {
             }
         }
         for (lease, e) in self.leases.drain() {
-            e.flags.lost.store(true, Ordering::Release);
-            let _ = e.events.send(Event::Revoked {
-                lease,
-                reason: RevokeReason::Lost,
-            });
+            e.lose(lease);
         }
     }
 
@@ -448,11 +455,7 @@ impl Driver {
                     (Outcome::Error(body), Op::Adopt { lease, .. }) => {
                         // The restarted daemon did not keep this lease: it is lost.
                         if let Some(e) = self.leases.remove(lease) {
-                            e.flags.lost.store(true, Ordering::Release);
-                            let _ = e.events.send(Event::Revoked {
-                                lease: *lease,
-                                reason: RevokeReason::Lost,
-                            });
+                            e.lose(*lease);
                         }
                         Err(ClientError::Daemon(body))
                     }
