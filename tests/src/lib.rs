@@ -4,7 +4,6 @@
 //! Binaries are taken from the cargo target directory this test runs from; the README's test
 //! command builds them first (`cargo build --workspace --bins`).
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -58,12 +57,8 @@ impl Daemon {
 
     /// Starts gpud with extra config text and a log level.
     pub fn start_logging(simulate: &str, config: &str, log: &str) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("gpud-test")
-            .tempdir()
-            .expect("tempdir");
         // Let other uids reach the socket, so that access control is gpud's to decide.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = ops::tempdir("gpud-test");
         let socket = dir.path().join("gpud.sock");
         let config_path = dir.path().join("gpud.toml");
         std::fs::write(&config_path, config).unwrap();
@@ -171,18 +166,7 @@ impl Daemon {
 
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        None
+        ops::terminate(&mut self.child, limit)
     }
 }
 

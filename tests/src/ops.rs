@@ -2,7 +2,7 @@
 //! environment, a private dbus-daemon, metrics scrapes.
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -100,6 +100,20 @@ impl Drop for Gpud {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The stdout lines of `child` (spawned with a piped stdout), as they come.
+pub fn stdout_lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    let out = child.stdout.take().expect("a piped stdout");
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
 }
 
 /// SIGTERM, then the exit status within `limit`.

@@ -2,13 +2,13 @@
 //! and gpud itself killed and restarted while clients hold leases.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use gpud_client::proto::StatusReport;
 use gpud_client::{LeaseRequest, blocking::Client};
+use gpud_tests::ops::stdout_lines;
 use gpud_tests::{Daemon, bin, wait_until};
 
 /// A chaos client process with its stdout lines on a channel.
@@ -25,15 +25,7 @@ impl Worker {
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn gpud-chaos-client");
-        let stdout: ChildStdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = stdout_lines(&mut child);
         let w = Self { child, lines };
         assert_eq!(
             w.expect_line(Duration::from_secs(10)).as_deref(),

@@ -2,13 +2,12 @@
 //! project's policy file: introspection, bus leases freed with their owner, access control,
 //! and fair competition with socket clients.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use gpud_client::LeaseRequest;
-use gpud_tests::ops::{Bus, Gpud};
+use gpud_tests::ops::{Bus, Gpud, stdout_lines};
 use gpud_tests::{bin, wait_until};
 
 const GIB: u64 = 1 << 30;
@@ -33,15 +32,7 @@ impl BusClient {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let lines = stdout_lines(&mut child);
         Self { child, lines }
     }
 
