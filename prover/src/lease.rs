@@ -48,9 +48,7 @@ pub trait Leaser {
 #[derive(Debug, Clone)]
 pub struct LocalLeaser {
     slot: Arc<(Mutex<bool>, Condvar)>,
-    next_id: Arc<AtomicUsize>,
-    device_uuid: String,
-    device_index: u32,
+    device: FixedDevice,
 }
 
 impl Default for LocalLeaser {
@@ -66,76 +64,30 @@ impl LocalLeaser {
     pub fn on_device(uuid: impl Into<String>, index: u32) -> Self {
         Self {
             slot: Arc::default(),
-            next_id: Arc::default(),
-            device_uuid: uuid.into(),
-            device_index: index,
+            device: FixedDevice::new(uuid, index),
         }
     }
 }
 
 /// A lease from [`LocalLeaser`]; frees the compute slot (if it holds it) when dropped.
-#[derive(Debug)]
-pub struct LocalLease {
-    device: ExclusiveDevice,
-    id: LeaseId,
-    compute: bool,
-    slot: Arc<(Mutex<bool>, Condvar)>,
-}
+pub type LocalLease = FixedLease;
 
 impl Leaser for LocalLeaser {
     type Lease = LocalLease;
 
     fn acquire(&self, request: &LeaseRequest) -> Result<LocalLease> {
-        if request.compute {
+        let hold = if request.compute {
             let (lock, cv) = &*self.slot;
             let mut busy = lock.lock().unwrap_or_else(|e| e.into_inner());
             while *busy {
                 busy = cv.wait(busy).unwrap_or_else(|e| e.into_inner());
             }
             *busy = true;
-        }
-        Ok(LocalLease {
-            device: ExclusiveDevice::claim(
-                self.device_uuid.clone(),
-                self.device_index,
-                request.vram_bytes,
-            ),
-            id: self.next_id.fetch_add(1, Ordering::Relaxed) as LeaseId + 1,
-            compute: request.compute,
-            slot: self.slot.clone(),
-        })
-    }
-}
-
-impl Drop for LocalLease {
-    fn drop(&mut self) {
-        if self.compute {
-            let (lock, cv) = &*self.slot;
-            *lock.lock().unwrap_or_else(|e| e.into_inner()) = false;
-            cv.notify_one();
-        }
-    }
-}
-
-impl Reservation for LocalLease {
-    fn lease_id(&self) -> LeaseId {
-        self.id
-    }
-    fn device_uuid(&self) -> &str {
-        self.device.device_uuid()
-    }
-    fn device_index(&self) -> u32 {
-        self.device.device_index()
-    }
-    fn vram_bytes(&self) -> u64 {
-        self.device.vram_bytes()
-    }
-    fn compute_token(&self) -> Option<ComputeToken<'_>> {
-        if self.compute {
-            self.device.compute_token()
+            Hold::Slot(self.slot.clone())
         } else {
-            None
-        }
+            Hold::Nothing
+        };
+        Ok(self.device.claim(request, hold))
     }
 }
 
@@ -193,17 +145,41 @@ impl Leaser for GpudLeaser {
     }
 }
 
-/// A lease of a baseline leaser ([`FlockLeaser`], [`UnlockedLeaser`]): the device and bytes
-/// are claimed without any accounting, and the per-GPU lock file (if any) is held until drop.
+/// A lease of a leaser without a daemon ([`LocalLeaser`], [`FlockLeaser`], [`UnlockedLeaser`]):
+/// the device and bytes are claimed without any accounting; what it holds (the in-process
+/// compute slot, the per-GPU lock file) is released when it drops.
 #[derive(Debug)]
-pub struct BaselineLease {
+pub struct FixedLease {
     device: ExclusiveDevice,
     id: LeaseId,
     compute: bool,
-    _lock: Option<Flock<File>>,
+    _hold: Hold,
 }
 
-impl Reservation for BaselineLease {
+/// A lease of a baseline leaser ([`FlockLeaser`], [`UnlockedLeaser`]).
+pub type BaselineLease = FixedLease;
+
+/// What a [`FixedLease`] holds until it drops.
+#[derive(Debug)]
+enum Hold {
+    Nothing,
+    /// [`LocalLeaser`]'s compute slot, freed on drop.
+    Slot(Arc<(Mutex<bool>, Condvar)>),
+    /// [`FlockLeaser`]'s lock, released with its file.
+    Lock(#[expect(dead_code, reason = "held only to be dropped")] Flock<File>),
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Hold::Slot(slot) = self {
+            let (lock, cv) = &**slot;
+            *lock.lock().unwrap_or_else(|e| e.into_inner()) = false;
+            cv.notify_one();
+        }
+    }
+}
+
+impl Reservation for FixedLease {
     fn lease_id(&self) -> LeaseId {
         self.id
     }
@@ -225,7 +201,7 @@ impl Reservation for BaselineLease {
     }
 }
 
-/// The device a baseline leaser hands out (it has no daemon to place requests).
+/// The device a leaser without a daemon hands out (it has nothing to place requests).
 #[derive(Debug, Clone)]
 struct FixedDevice {
     uuid: String,
@@ -234,12 +210,20 @@ struct FixedDevice {
 }
 
 impl FixedDevice {
-    fn claim(&self, request: &LeaseRequest, lock: Option<Flock<File>>) -> BaselineLease {
-        BaselineLease {
+    fn new(uuid: impl Into<String>, index: u32) -> Self {
+        Self {
+            uuid: uuid.into(),
+            index,
+            next_id: Arc::default(),
+        }
+    }
+
+    fn claim(&self, request: &LeaseRequest, hold: Hold) -> FixedLease {
+        FixedLease {
             device: ExclusiveDevice::claim(self.uuid.clone(), self.index, request.vram_bytes),
             id: self.next_id.fetch_add(1, Ordering::Relaxed) as LeaseId + 1,
             compute: request.compute,
-            _lock: lock,
+            _hold: hold,
         }
     }
 }
@@ -259,11 +243,7 @@ impl FlockLeaser {
     pub fn new(dir: impl AsRef<Path>, uuid: impl Into<String>, index: u32) -> Self {
         Self {
             path: dir.as_ref().join(format!("gpu-{index}.lock")),
-            device: FixedDevice {
-                uuid: uuid.into(),
-                index,
-                next_id: Arc::default(),
-            },
+            device: FixedDevice::new(uuid, index),
         }
     }
 
@@ -278,7 +258,7 @@ impl Leaser for FlockLeaser {
 
     fn acquire(&self, request: &LeaseRequest) -> Result<BaselineLease> {
         if !request.compute {
-            return Ok(self.device.claim(request, None));
+            return Ok(self.device.claim(request, Hold::Nothing));
         }
         let lock_err =
             |e: String| ProverError::Lease(format!("lock file {}: {e}", self.path.display()));
@@ -296,7 +276,7 @@ impl Leaser for FlockLeaser {
                 Err((_, e)) => return Err(lock_err(e.to_string())),
             }
         };
-        Ok(self.device.claim(request, Some(lock)))
+        Ok(self.device.claim(request, Hold::Lock(lock)))
     }
 }
 
@@ -312,11 +292,7 @@ impl UnlockedLeaser {
     /// Leases on device `uuid` (index `index`).
     pub fn new(uuid: impl Into<String>, index: u32) -> Self {
         Self {
-            device: FixedDevice {
-                uuid: uuid.into(),
-                index,
-                next_id: Arc::default(),
-            },
+            device: FixedDevice::new(uuid, index),
         }
     }
 }
@@ -325,6 +301,6 @@ impl Leaser for UnlockedLeaser {
     type Lease = BaselineLease;
 
     fn acquire(&self, request: &LeaseRequest) -> Result<BaselineLease> {
-        Ok(self.device.claim(request, None))
+        Ok(self.device.claim(request, Hold::Nothing))
     }
 }
