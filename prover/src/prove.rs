@@ -11,7 +11,7 @@ use std::time::Instant;
 use bellperson::Circuit;
 use bellperson::SynthesisError;
 use bellperson::groth16::Proof;
-use blstrs::{Bls12, G1Projective, G2Projective, Scalar};
+use blstrs::{Bls12, G1Projective, G2Affine, G2Projective, Scalar};
 use gpud_client::Reservation;
 use group::Curve;
 use group::prime::PrimeCurveAffine;
@@ -137,10 +137,26 @@ pub fn gpu_phase<E: Engine + ?Sized>(
 
 /// The G2 MSM for B over the key's dense B bases.
 pub fn b_g2_msm(key: &ProvingKey, out: &GpuPhaseOutput) -> G2Projective {
-    let bases = &key.params().b_g2;
-    let b_in = out.b_input_density.count();
-    msm::g2(&bases[..b_in], &out.b_input_density.select(&out.input))
-        + msm::g2(&bases[b_in..], &out.b_aux_density.select(&out.aux))
+    b_g2_sum(
+        &key.params().b_g2,
+        &out.input,
+        &out.aux,
+        &out.b_input_density,
+        &out.b_aux_density,
+    )
+}
+
+/// `Σ b_i·B_i` over the B query's G2 bases: the inputs present in B, then the aux variables.
+pub(crate) fn b_g2_sum(
+    bases: &[G2Affine],
+    input: &[Scalar],
+    aux: &[Scalar],
+    b_input_density: &Density,
+    b_aux_density: &Density,
+) -> G2Projective {
+    let b_in = b_input_density.count();
+    msm::g2(&bases[..b_in], &b_input_density.select(input))
+        + msm::g2(&bases[b_in..], &b_aux_density.select(aux))
 }
 
 /// The host work after the lease: the G2 MSM and the assembly with the blinding `r`, `s`.

@@ -22,7 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bellperson::groth16::{Parameters, VerifyingKey};
-use blstrs::{Bls12, G1Affine, G2Affine, G2Projective, Scalar};
+use blstrs::{Bls12, G1Affine, G2Affine, Scalar};
 use group::Curve;
 use rayon::prelude::*;
 
@@ -30,7 +30,6 @@ use super::{FarmError, FarmResult, io_err};
 use crate::circuits::{CircuitKind, CircuitSpec};
 use crate::engine::G1Scalars;
 use crate::fft::Domain;
-use crate::msm;
 use crate::params::ProvingKey;
 use crate::synthesis::{Density, SynthesisOptions};
 
@@ -148,8 +147,8 @@ impl FarmWitness {
             ))
             .into());
         }
-        let b_g2: G2Projective = msm::g2(&params.b_g2[..b_in], &b_input_density.select(&input))
-            + msm::g2(&params.b_g2[b_in..], &b_aux_density.select(&aux));
+        let b_g2 =
+            crate::prove::b_g2_sum(&params.b_g2, &input, &aux, &b_input_density, &b_aux_density);
         Ok(Self {
             seed,
             domain,
@@ -484,6 +483,7 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
     use crate::paramgen::{self, G1Backend, Toxic};
+    use blstrs::G2Projective;
     use rand::SeedableRng;
 
     #[test]
