@@ -97,6 +97,7 @@ struct RawMetrics {
 struct RawDevices {
     headroom: Option<String>,
     compute_slots: Option<u32>,
+    critical_slots: Option<u32>,
     simulate: Option<String>,
     poll_interval: Option<String>,
 }
@@ -227,6 +228,8 @@ pub struct Config {
     pub headroom_bytes: u64,
     /// Compute slots per device.
     pub compute_slots: u32,
+    /// Compute slots per device beyond `compute_slots` that only the critical class may take.
+    pub critical_slots: u32,
     /// Simulated devices (`2x16GiB`, `16GiB,24GiB`) instead of NVML.
     pub simulate: Option<String>,
     /// How often NVML is read for unmanaged usage.
@@ -257,6 +260,7 @@ impl Default for Config {
             readopt_grace: Duration::from_secs(10),
             headroom_bytes: 512 << 20,
             compute_slots: 1,
+            critical_slots: 0,
             simulate: None,
             poll_interval: Duration::from_secs(1),
             scheduler: LedgerConfig::default(),
@@ -344,6 +348,15 @@ impl Config {
                 ));
             }
             c.compute_slots = s;
+        }
+        if let Some(s) = raw.devices.critical_slots {
+            if s > 64 {
+                return Err(value_err(
+                    "devices.critical_slots",
+                    format!("{s} is not in 0..=64"),
+                ));
+            }
+            c.critical_slots = s;
         }
         if let Some(sim) = raw.devices.simulate {
             crate::backend::simulated::parse_spec(&sim)
@@ -524,6 +537,7 @@ socket = "/tmp/x.sock"
 [devices]
 headroom = "1GiB"
 compute_slots = 2
+critical_slots = 1
 simulate = "2x16GiB"
 poll_interval = "250ms"
 [scheduler]
@@ -541,6 +555,7 @@ max_sessions = 10
         .unwrap();
         assert_eq!(c.headroom_bytes, 1 << 30);
         assert_eq!(c.compute_slots, 2);
+        assert_eq!(c.critical_slots, 1);
         assert_eq!(c.scheduler.max_overtakes, 7);
         assert_eq!(c.scheduler.max_hold.normal, Some(Duration::from_secs(300)));
         assert_eq!(
@@ -587,6 +602,10 @@ max_sessions = 10
             .unwrap_err()
             .to_string();
         assert!(e.contains("headroomm") && e.contains("line 3"), "{e}");
+        let e = parse("[devices]\ncritical_slots = 65\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("devices.critical_slots"), "{e}");
         let e = parse("[devices]\ncompute_slots = \"two\"\n")
             .unwrap_err()
             .to_string();

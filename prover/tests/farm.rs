@@ -91,8 +91,8 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
         assert_eq!(c.phase_overlap, 0.0, "{name}: {c:?}");
     }
 
-    assert_eq!(r.priority.len(), 2);
-    for lock in ["gpud", "flock"] {
+    assert_eq!(r.priority.len(), 3);
+    for lock in ["gpud", "gpudc", "flock"] {
         let p = cell(&r.priority, &format!("priority-{lock}"));
         let c = p.critical.as_ref().expect("critical prover");
         assert!(c.proofs > 0 && c.wait.n > 0, "{p:?}");
@@ -102,6 +102,12 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
         );
         assert_eq!(p.normal.processes, 2);
     }
+    // One exclusive slot: the critical proof's phase never runs beside a normal one. With a
+    // critical slot it does (the normal provers keep the device busy and the small proof's
+    // VRAM fits beside a 10 GiB phase), and still nothing runs out of memory.
+    assert_eq!(cell(&r.priority, "priority-gpud").phase_overlap, 0.0);
+    let gpudc = cell(&r.priority, "priority-gpudc");
+    assert!(gpudc.phase_overlap > 0.0, "{gpudc:?}");
 
     assert_eq!(r.multi_gpu.len(), 2);
     let one = cell(&r.multi_gpu, "multi-one-n2");

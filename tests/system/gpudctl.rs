@@ -69,6 +69,47 @@ fn status_json_matches_what_is_held() {
 }
 
 #[test]
+fn a_critical_slot_grants_critical_work_beside_a_phase_and_status_shows_it() {
+    let daemon = Daemon::start_with("16GiB", "[devices]\ncritical_slots = 1\n");
+    let c = daemon.client();
+    let phase = c
+        .acquire(&LeaseRequest::new().vram(6 * GIB).compute())
+        .unwrap();
+    // The critical lease is granted at once beside the running phase.
+    let critical = c
+        .acquire(
+            &LeaseRequest::new()
+                .vram(6 * GIB)
+                .compute()
+                .class(Class::Critical)
+                .timeout(Duration::from_secs(2)),
+        )
+        .unwrap();
+    // A normal request does not get the critical slot: it times out.
+    let normal = c.acquire(
+        &LeaseRequest::new()
+            .vram(GIB)
+            .compute()
+            .timeout(Duration::from_millis(200)),
+    );
+    assert!(normal.is_err(), "{normal:?}");
+    let out = daemon.gpudctl(&["status", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dev = &v["devices"][0];
+    assert_eq!(dev["compute_slots"], 1);
+    assert_eq!(dev["critical_slots"], 1);
+    let holders: Vec<u64> = dev["compute_holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["lease"].as_u64().unwrap())
+        .collect();
+    assert_eq!(holders, vec![phase.id(), critical.id()]);
+    let text = String::from_utf8(daemon.gpudctl(&["status"]).stdout).unwrap();
+    assert!(text.contains("SLOTS") && text.contains("1+1c"), "{text}");
+}
+
+#[test]
 fn run_passes_exit_codes_and_releases_on_exit() {
     let daemon = Daemon::start("16GiB");
     for code in [0, 3, 42] {

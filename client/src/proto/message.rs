@@ -425,6 +425,9 @@ pub struct DeviceStatus {
     pub drained: bool,
     /// How many leases may hold compute at once.
     pub compute_slots: u32,
+    /// Further compute slots only critical-class leases may take.
+    #[serde(default)]
+    pub critical_slots: u32,
     /// The (first) compute holder, if any.
     pub compute_holder: Option<ComputeHolder>,
     /// All compute holders.

@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 
 use gpud_client::LeaseId;
+use gpud_client::proto::Class;
 
 use super::types::DeviceSpec;
 
@@ -42,12 +43,15 @@ impl Device {
         self.capacity().saturating_sub(self.reserved)
     }
 
-    pub fn free_slots(&self) -> usize {
-        (self.spec.compute_slots as usize).saturating_sub(self.holders.len())
+    /// Compute slots a request of `class` could take now. Holders of any class count against
+    /// both budgets, so a non-critical request waits while critical work fills the device's
+    /// ordinary slots.
+    pub fn free_slots(&self, class: Class) -> usize {
+        (self.spec.slots_for(class) as usize).saturating_sub(self.holders.len())
     }
 
     /// Nothing more can be granted here until something is released.
     pub fn exhausted(&self) -> bool {
-        self.drained || (self.free() == 0 && self.free_slots() == 0)
+        self.drained || (self.free() == 0 && self.free_slots(Class::Critical) == 0)
     }
 }

@@ -20,7 +20,7 @@
 //! let gib = 1u64 << 30;
 //! let device = DeviceSpec {
 //!     uuid: "GPU-sim-0".into(), name: "sim".into(), total_bytes: 16 * gib,
-//!     headroom_bytes: 0, unmanaged_bytes: 0, compute_slots: 1,
+//!     headroom_bytes: 0, unmanaged_bytes: 0, compute_slots: 1, critical_slots: 0,
 //! };
 //! let mut ledger = Ledger::new(LedgerConfig::default(), vec![device]);
 //! let now = Instant::now();
@@ -589,8 +589,22 @@ impl Ledger {
                     "device {d}: holders {holders:?} != compute leases {compute:?}"
                 ));
             }
-            if dev.holders.len() > dev.spec.compute_slots as usize {
+            if dev.holders.len() > dev.spec.slots_for(Class::Critical) as usize {
                 return Err(format!("device {d}: {} holders > slots", dev.holders.len()));
+            }
+            let ordinary = dev
+                .holders
+                .iter()
+                .filter(|id| {
+                    self.leases
+                        .get(id)
+                        .is_some_and(|l| l.class != Class::Critical)
+                })
+                .count();
+            if ordinary > dev.spec.compute_slots as usize {
+                return Err(format!(
+                    "device {d}: {ordinary} non-critical holders > compute slots"
+                ));
             }
             if dev.queue.len() != dev.by_age.len() {
                 return Err(format!("device {d}: queue and age index differ"));
@@ -692,7 +706,7 @@ impl Ledger {
         let dev = &self.devices[d];
         !dev.drained
             && waiter.need.vram_bytes <= dev.free()
-            && (!waiter.need.compute || dev.free_slots() > 0)
+            && (!waiter.need.compute || dev.free_slots(waiter.class) > 0)
             && !self.blocked_by_oldest(waiter, d)
     }
 
@@ -927,7 +941,11 @@ impl Ledger {
                 .filter(|&d| !self.devices[d].drained)
                 .collect();
             // A free slot somewhere means compute is not what it waits for.
-            if usable.is_empty() || usable.iter().any(|&d| self.devices[d].free_slots() > 0) {
+            if usable.is_empty()
+                || usable
+                    .iter()
+                    .any(|&d| self.devices[d].free_slots(Class::Critical) > 0)
+            {
                 continue;
             }
             let target = usable

@@ -18,6 +18,7 @@ fn device(uuid: &str, gib: u64) -> DeviceSpec {
         headroom_bytes: 0,
         unmanaged_bytes: 0,
         compute_slots: 1,
+        critical_slots: 0,
     }
 }
 
@@ -207,6 +208,100 @@ fn critical_overtakes_normal_and_asks_the_holder_to_yield() {
         t(10, 1),
         "the other critical is next in line"
     );
+}
+
+#[test]
+fn a_critical_slot_serves_critical_work_beside_the_running_phase() {
+    let now = Instant::now();
+    let mut dev = device("GPU-a", 16);
+    dev.critical_slots = 1;
+    let mut l = Ledger::new(LedgerConfig::default(), vec![dev]);
+    let phase = granted(
+        &mut l,
+        now,
+        t(1, 1),
+        spec(Placement::Any, 6 * GIB, true, Class::Normal),
+    );
+    // A normal request may not take the critical slot; a high one neither.
+    for (s, class) in [(2, Class::Normal), (3, Class::High)] {
+        assert_eq!(
+            l.acquire(now, t(s, 1), spec(Placement::Any, GIB, true, class)),
+            Ok(None)
+        );
+    }
+    // The critical request is granted beside the phase, and nobody is asked to yield.
+    let critical = granted(
+        &mut l,
+        now,
+        t(9, 1),
+        spec(Placement::Any, 6 * GIB, true, Class::Critical),
+    );
+    assert!(drain_decisions(&mut l).is_empty(), "no yield notice");
+    assert_eq!(l.device(0).unwrap().compute_holders().count(), 2);
+    // A second critical request finds the critical slot taken: it waits and asks for a yield.
+    assert_eq!(
+        l.acquire(
+            now,
+            t(10, 1),
+            spec(Placement::Any, GIB, true, Class::Critical)
+        ),
+        Ok(None)
+    );
+    assert!(matches!(
+        drain_decisions(&mut l).as_slice(),
+        [Decision::YieldRequested { lease, .. }] if *lease == phase
+    ));
+    // The phase ends: the waiting critical comes first, and the ordinary slot stays counted
+    // while critical work holds the device, so the normal and high waiters keep waiting.
+    l.release(now, 1, phase).unwrap();
+    let d = drain_decisions(&mut l);
+    assert!(
+        matches!(d.as_slice(), [Decision::Granted { ticket, .. }] if *ticket == t(10, 1)),
+        "{d:?}"
+    );
+    l.release(now, 9, critical).unwrap();
+    assert!(
+        drain_decisions(&mut l).is_empty(),
+        "critical work still holds the ordinary slot"
+    );
+    let second = l.leases().find(|x| x.session == 10).map(|x| x.id).unwrap();
+    l.release(now, 10, second).unwrap();
+    let d = drain_decisions(&mut l);
+    assert!(
+        matches!(d.as_slice(), [Decision::Granted { ticket, .. }] if *ticket == t(3, 1)),
+        "the high waiter is next: {d:?}"
+    );
+    l.check_invariants().unwrap();
+}
+
+#[test]
+fn a_critical_slot_still_needs_the_vram() {
+    let now = Instant::now();
+    let mut dev = device("GPU-a", 16);
+    dev.critical_slots = 1;
+    let mut l = Ledger::new(LedgerConfig::default(), vec![dev]);
+    let phase = granted(
+        &mut l,
+        now,
+        t(1, 1),
+        spec(Placement::Any, 12 * GIB, true, Class::Normal),
+    );
+    // 12 + 6 > 16: the slot is free but the memory is not, so the critical request waits
+    // (no yield notice: compute is not what it waits for).
+    assert_eq!(
+        l.acquire(
+            now,
+            t(9, 1),
+            spec(Placement::Any, 6 * GIB, true, Class::Critical)
+        ),
+        Ok(None)
+    );
+    assert!(drain_decisions(&mut l).is_empty());
+    l.release(now, 1, phase).unwrap();
+    assert!(matches!(
+        drain_decisions(&mut l).as_slice(),
+        [Decision::Granted { ticket, .. }] if *ticket == t(9, 1)
+    ));
 }
 
 #[test]
@@ -714,7 +809,7 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(max_overtakes: u32, slots: u32) -> Self {
+    fn new(max_overtakes: u32, slots: u32, critical_slots: u32) -> Self {
         let devices = (0..3)
             .map(|i| DeviceSpec {
                 uuid: format!("GPU-{i}"),
@@ -723,6 +818,7 @@ impl Harness {
                 headroom_bytes: GIB / 2,
                 unmanaged_bytes: 0,
                 compute_slots: slots,
+                critical_slots,
             })
             .collect();
         let config = LedgerConfig {
@@ -1001,7 +1097,23 @@ impl Harness {
                 );
             }
             let holders = dev.compute_holders().count();
-            assert!(holders <= dev.spec().compute_slots as usize);
+            assert!(holders <= dev.spec().slots_for(Class::Critical) as usize);
+            let ordinary = self
+                .live
+                .iter()
+                .filter(|(id, v)| {
+                    v.1 == d
+                        && v.3
+                        && self
+                            .ledger
+                            .lease(**id)
+                            .is_some_and(|l| l.class != Class::Critical)
+                })
+                .count();
+            assert!(
+                ordinary <= dev.spec().compute_slots as usize,
+                "device {d}: a non-critical lease took a critical slot"
+            );
             let compute_live = self.live.values().filter(|v| v.1 == d && v.3).count();
             assert_eq!(holders, compute_live);
         }
@@ -1064,8 +1176,9 @@ proptest! {
         steps in proptest::collection::vec(step(), 1..120),
         max_overtakes in 0..5u32,
         slots in 1..3u32,
+        critical_slots in 0..2u32,
     ) {
-        let mut h = Harness::new(max_overtakes, slots);
+        let mut h = Harness::new(max_overtakes, slots, critical_slots);
         for s in &steps {
             h.apply(s);
         }
@@ -1076,7 +1189,7 @@ proptest! {
     #[test]
     fn runs_are_deterministic(steps in proptest::collection::vec(step(), 1..60)) {
         let run = |steps: &[Step]| {
-            let mut h = Harness::new(2, 1);
+            let mut h = Harness::new(2, 1, 1);
             let start = h.now;
             let mut trace = Vec::new();
             for s in steps {
@@ -1096,7 +1209,7 @@ fn every_request_gets_one_answer_in_a_long_random_run() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let strategy = proptest::collection::vec(step(), 2000);
     let steps = proptest::strategy::ValueTree::current(&strategy.new_tree(&mut runner).unwrap());
-    let mut h = Harness::new(3, 1);
+    let mut h = Harness::new(3, 1, 0);
     let mut seen = HashSet::new();
     for s in &steps {
         h.apply(s);

@@ -36,6 +36,9 @@ pub struct DeviceSpec {
     pub unmanaged_bytes: u64,
     /// Leases that may hold compute at once (at least 1).
     pub compute_slots: u32,
+    /// Further compute slots only the critical class may take: a critical request is granted
+    /// beside the running phases instead of waiting for one to end (its VRAM must still fit).
+    pub critical_slots: u32,
 }
 
 impl DeviceSpec {
@@ -44,6 +47,16 @@ impl DeviceSpec {
         self.total_bytes
             .saturating_sub(self.headroom_bytes)
             .saturating_sub(self.unmanaged_bytes)
+    }
+
+    /// Compute slots a request of `class` may count on: every class has `compute_slots`; the
+    /// critical class also has the `critical_slots`.
+    pub fn slots_for(&self, class: Class) -> u32 {
+        if class == Class::Critical {
+            self.compute_slots.saturating_add(self.critical_slots)
+        } else {
+            self.compute_slots
+        }
     }
 }
 

@@ -43,6 +43,8 @@ pub struct DeviceSample {
     pub drained: bool,
     /// Compute slots.
     pub compute_slots: u32,
+    /// Compute slots only the critical class may take.
+    pub critical_slots: u32,
     /// Leases holding a compute slot.
     pub compute_holders: usize,
     /// Leases on the device.
@@ -175,7 +177,7 @@ impl Metrics {
                 escape(&d.name)
             );
         }
-        let gauges: [Gauge; 10] = [
+        let gauges: [Gauge; 11] = [
             (
                 "gpud_device_memory_total_bytes",
                 "Total device memory.",
@@ -215,6 +217,11 @@ impl Metrics {
                 "gpud_device_compute_slots",
                 "Compute slots of the device.",
                 |d| u64::from(d.compute_slots),
+            ),
+            (
+                "gpud_device_critical_slots",
+                "Further compute slots only the critical class may take.",
+                |d| u64::from(d.critical_slots),
             ),
             (
                 "gpud_device_compute_holders",
@@ -396,6 +403,7 @@ mod tests {
             over_use_bytes: 0,
             drained: false,
             compute_slots: 1,
+            critical_slots: 0,
             compute_holders: 1,
             leases: 1,
             queued: QueueCounts::default(),

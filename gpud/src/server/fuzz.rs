@@ -40,7 +40,8 @@ pub(super) fn hub_with(config: &Config, pid: u32) -> (Hub, mpsc::Receiver<Server
             total_bytes: 16 << 30,
             headroom_bytes: 0,
             unmanaged_bytes: 0,
-            compute_slots: 1,
+            compute_slots: config.compute_slots,
+            critical_slots: config.critical_slots,
         })
         .collect();
     let mut hub = Hub::new(

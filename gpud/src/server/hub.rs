@@ -1048,6 +1048,7 @@ impl Hub {
                     free_bytes: d.free(),
                     drained: d.drained(),
                     compute_slots: spec.compute_slots,
+                    critical_slots: spec.critical_slots,
                     compute_holder: holders.first().cloned(),
                     compute_holders: holders,
                     queued: d.queued(),

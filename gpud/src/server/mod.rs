@@ -113,6 +113,7 @@ impl Daemon {
                 headroom_bytes: config.headroom_bytes.min(d.total_bytes),
                 unmanaged_bytes: 0,
                 compute_slots: config.compute_slots,
+                critical_slots: config.critical_slots,
             })
             .collect();
         for (i, d) in specs.iter().enumerate() {

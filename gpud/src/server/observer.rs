@@ -246,6 +246,7 @@ impl Observer {
                     over_use_bytes: over_use.get(d.index()).copied().unwrap_or(0),
                     drained: d.drained(),
                     compute_slots: spec.compute_slots,
+                    critical_slots: spec.critical_slots,
                     compute_holders: d.compute_holders().count(),
                     leases: leases.get(d.index()).copied().unwrap_or(0),
                     queued: d.queued(),

@@ -593,11 +593,14 @@ impl FarmResults {
                 met: oom == 0 && failed == 0,
             });
         }
-        if let Some(p) = self.priority.iter().find(|c| c.mode == "gpud") {
+        for p in self.priority.iter().filter(|c| c.mode != "flock") {
             if let Some(c) = &p.critical {
                 let phase = p.normal.phase.mean;
                 t.push(Target {
-                    name: "critical wait p99 under gpud vs one GPU phase".into(),
+                    name: format!(
+                        "critical wait p99 under {} vs one GPU phase",
+                        priority_label(&p.mode)
+                    ),
                     measured: format!(
                         "p99 {} ms vs a {} ms phase ({} waits)",
                         ms(c.wait.p99),
@@ -745,7 +748,7 @@ impl FarmResults {
                 let phase = cell.normal.phase.mean;
                 s += &format!(
                     "| {} | {} | {} | {} | {}{} | {} | {} | {:.1} | {} | {} |\n",
-                    cell.mode,
+                    priority_label(&cell.mode),
                     c.proofs,
                     ms(c.wait.p50),
                     ms(c.wait.p99),
@@ -826,6 +829,15 @@ impl FarmResults {
             s += "\n";
         }
         s
+    }
+}
+
+/// How the priority runs' modes are named in the tables.
+fn priority_label(mode: &str) -> &str {
+    match mode {
+        "gpud" => "gpud",
+        "gpudc" => "gpud, critical slot",
+        other => other,
     }
 }
 

@@ -55,6 +55,7 @@ pub fn status(s: &StatusReport) -> String {
             "CAPACITY",
             "RESERVED",
             "FREE",
+            "SLOTS",
             "COMPUTE",
             "QUEUE c/h/n/b",
         ]
@@ -91,6 +92,12 @@ pub fn status(s: &StatusReport) -> String {
             Bytes(dev.capacity_bytes).to_string(),
             Bytes(dev.reserved_bytes).to_string(),
             Bytes(dev.free_bytes).to_string(),
+            // Ordinary slots, and the critical class's own after a `+`.
+            if dev.critical_slots > 0 {
+                format!("{}+{}c", dev.compute_slots, dev.critical_slots)
+            } else {
+                dev.compute_slots.to_string()
+            },
             compute,
             format!("{}/{}/{}/{}", q.critical, q.high, q.normal, q.background),
         ]);

@@ -337,9 +337,14 @@ struct WorkerSpec {
     tail_ms: f64,
     interval: Option<f64>,
     device: Option<String>,
-    /// Leases from the second gpud (two compute slots per GPU): mode gpud2.
-    second_gpud: bool,
+    /// The gpud its leases come from ([`Farm::socket`]): "gpud", "gpud2" (two compute slots
+    /// per GPU) or "gpudc" (one compute slot and one critical slot per GPU).
+    gpud: &'static str,
 }
+
+/// The priority runs: gpud with one exclusive compute slot, gpud with a critical slot beside
+/// it (`devices.critical_slots = 1`), and flock.
+const PRIORITY_LOCKS: [&str; 3] = ["gpud", "gpudc", "flock"];
 
 struct Proc {
     name: String,
@@ -513,12 +518,7 @@ impl Farm {
             ("--seed", self.a.seed.to_string()),
             ("--index", w.index.to_string()),
             ("--engine", self.engine.to_string()),
-            (
-                "--socket",
-                self.socket(if w.second_gpud { "gpud2" } else { "gpud" })
-                    .display()
-                    .to_string(),
-            ),
+            ("--socket", self.socket(w.gpud).display().to_string()),
             ("--lock-dir", self.lock_dir.display().to_string()),
             ("--gpu", format!("{uuid}:{index}")),
             ("--context-vram", self.context_vram.to_string()),
@@ -766,7 +766,7 @@ impl Farm {
             tail_ms: self.tail_ms,
             interval: None,
             device,
-            second_gpud: false,
+            gpud: "gpud",
         }
     }
 
@@ -779,16 +779,20 @@ impl Farm {
     ) -> Result<Vec<WorkerSpec>> {
         Ok(match mode {
             "ideal" => vec![self.normal("p0".into(), "local", n, 0, None)],
-            "gpud" | "gpud2" | "flock" | "none" => {
+            "gpud" | "gpud2" | "gpudc" | "flock" | "none" => {
                 let lock = match mode {
-                    "gpud" | "gpud2" => "gpud",
+                    "gpud" | "gpud2" | "gpudc" => "gpud",
                     "flock" => "flock",
                     _ => "none",
                 };
                 (0..n)
                     .map(|i| {
                         let mut w = self.normal(format!("p{i}"), lock, 1, i, device.clone());
-                        w.second_gpud = mode == "gpud2";
+                        w.gpud = match mode {
+                            "gpud2" => "gpud2",
+                            "gpudc" => "gpudc",
+                            _ => "gpud",
+                        };
                         w
                     })
                     .collect()
@@ -797,12 +801,14 @@ impl Farm {
         })
     }
 
-    /// The socket of gpud `name` ("gpud", or "gpud2" with two compute slots per GPU).
+    /// The socket of gpud `name` ("gpud"; "gpud2" with two compute slots per GPU; "gpudc" with
+    /// one compute slot and one critical slot per GPU).
     fn socket(&self, name: &str) -> PathBuf {
         self.run_dir.join(format!("{name}.sock"))
     }
 
-    /// Starts gpud `name` on [`Farm::socket`] with `compute_slots` per GPU (the library's gpud
+    /// Starts gpud `name` on [`Farm::socket`] with `compute_slots` and `critical_slots` per GPU
+    /// (the library's gpud
     /// in a child process of its own, or `--gpud`), and waits until it answers and, on GPUs,
     /// its capacity reflects the ballast (NVML polls), at most 10 s. Its log goes to
     /// `logs/{name}.log`.
@@ -810,6 +816,7 @@ impl Farm {
         &self,
         name: &'static str,
         compute_slots: u32,
+        critical_slots: u32,
     ) -> Result<(Guard, gpud_client::proto::StatusReport)> {
         let socket = self.socket(name);
         let state = self.run_dir.join(format!("{name}-state"));
@@ -819,7 +826,8 @@ impl Farm {
             &config,
             format!(
                 "# farm: NVML read often, so capacity follows the ballast and the provers quickly\n\
-                 [devices]\npoll_interval = \"200ms\"\ncompute_slots = {compute_slots}\n"
+                 [devices]\npoll_interval = \"200ms\"\ncompute_slots = {compute_slots}\n\
+                 critical_slots = {critical_slots}\n"
             ),
         )?;
         let mut cmd = match &self.a.gpud {
@@ -1010,7 +1018,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
     let matrix_cells = modes.len() * a.ns.len();
     let estimate = matrix_cells as f64 * (a.duration + 3.0)
         + if a.priority_n > 0 {
-            2.0 * (a.priority_duration + 4.0)
+            PRIORITY_LOCKS.len() as f64 * (a.priority_duration + 4.0)
         } else {
             0.0
         }
@@ -1027,7 +1035,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
         matrix_cells,
         a.duration,
         if a.priority_n > 0 {
-            ", 2 priority runs"
+            ", 3 priority runs"
         } else {
             ""
         },
@@ -1116,10 +1124,16 @@ pub fn run(a: FarmArgs) -> Result<()> {
         _ballast = Some(guard);
         farm.sampler = Some(Sampler::start(farm.a.nvml_hz)?);
     }
-    let (_gpud, status) = farm.start_gpud("gpud", 1)?;
+    let (_gpud, status) = farm.start_gpud("gpud", 1, 0)?;
     // Mode gpud2: a second gpud, two compute slots per GPU, for the cells that ask for it.
     let _gpud2 = if modes.iter().any(|m| m == "gpud2") {
-        Some(farm.start_gpud("gpud2", 2)?.0)
+        Some(farm.start_gpud("gpud2", 2, 0)?.0)
+    } else {
+        None
+    };
+    // The priority run "gpudc": one compute slot and one critical slot per GPU.
+    let _gpudc = if farm.a.priority_n > 0 {
+        Some(farm.start_gpud("gpudc", 1, 1)?.0)
     } else {
         None
     };
@@ -1248,15 +1262,16 @@ pub fn run(a: FarmArgs) -> Result<()> {
             "priority: {} normal provers and a critical 2^{} prover every {} s",
             farm.a.priority_n, farm.a.critical_log_size, farm.a.critical_every
         );
-        for lock in ["gpud", "flock"] {
+        for mode in PRIORITY_LOCKS {
+            let lock = if mode == "flock" { "flock" } else { "gpud" };
             let spec = CellSpec {
-                name: format!("priority-{lock}"),
-                mode: lock.into(),
+                name: format!("priority-{mode}"),
+                mode: mode.into(),
                 n: farm.a.priority_n,
                 placement: "one".into(),
                 devices: vec![dev0.clone()],
             };
-            let mut workers = farm.mode_workers(lock, farm.a.priority_n, one_gpu.clone())?;
+            let mut workers = farm.mode_workers(mode, farm.a.priority_n, one_gpu.clone())?;
             workers.push(WorkerSpec {
                 name: "critical".into(),
                 critical: true,
@@ -1270,7 +1285,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
                 tail_ms: 0.0,
                 interval: Some(farm.a.critical_every),
                 device: one_gpu.clone(),
-                second_gpud: false,
+                gpud: if mode == "gpudc" { "gpudc" } else { "gpud" },
             });
             let m = farm.cell(spec, &workers, farm.a.priority_duration)?;
             results.priority.push(m);
