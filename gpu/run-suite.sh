@@ -100,10 +100,11 @@ section prover-bench 420 "$G/bin/gpud-prover" bench-engines --sizes 20,22 --json
 # --- farm: issue 8's sharing benchmark (gpud vs the in-process ideal, no lock, flock) ---------
 # Each takes a device call of its own and runs only when named:
 #   bash gpu/run-suite.sh farm       (about 8 minutes: bundle + ballast ~40 s, 20 cells of 12 s
-#                                     (modes gpud, gpud2, ideal, flock, none at N 1, 2, 4, 8), 2
+#                                     (modes gpud, gpud2, ideal, flock, none at N 1, 2, 4, 8), 3
 #                                     priority runs of 16 s; on the 2-GPU machine also placement
 #                                     any vs one GPU at N = 8, 2 cells more)
 #   bash gpu/run-suite.sh farm-x2    (the 2-GPU machine, placement only: N = 4 and 8; ~3 minutes)
+#   bash gpu/run-suite.sh farm-priority (the priority runs alone; ~2 minutes)
 # A ballast process holds all but 16 GiB of each GPU (gpud sees it through NVML); each
 # partition's footprint is padded to 6 GiB. Results: $OUT/farm*/farm.json (metrics, written
 # after every cell), farm.md (the tables, also printed last), cells/ (every process's report),
@@ -121,6 +122,14 @@ if named farm; then
         --multi-gpu --multi-ns 8
     [ -f "$OUT/farm/farm.md" ] && cat "$OUT/farm/farm.md"
     pack_farm "$OUT/farm"
+fi
+# farm-priority: the priority runs alone (8 normal provers, a critical 2^16 proof every second;
+# gpud, gpud with a critical slot, flock), about 2 minutes.
+if named farm-priority; then
+    section farm-priority 300 "$G/bin/gpud-prover" farm --out "$OUT/farm-priority" --log-size 21 \
+        --no-matrix --priority-n 8 --priority-duration 16
+    [ -f "$OUT/farm-priority/farm.md" ] && cat "$OUT/farm-priority/farm.md"
+    pack_farm "$OUT/farm-priority"
 fi
 if named farm-x2; then
     section farm-x2 570 "$G/bin/gpud-prover" farm --out "$OUT/farm-x2" --log-size 21 --multi-gpu \
