@@ -12,11 +12,15 @@
 //
 // Limbs: 8 x 32 bits. Hopper has no 64-bit integer multiplier (a 64 x 64 product is four
 // 32-bit ones plus carries), and ptxas fuses a chain's `madc.lo.cc; madc.hi.cc` of one product
-// into a single wide multiply-add with carry (IMAD.WIDE.U32.X). fr_mul is arranged so that
+// into a single wide multiply-add with carry (IMAD.WIDE.U32.X). fr_mul_cios is arranged so that
 // every product (a*b and m*r) gets that form: 232 SASS instructions per product, of which 111.5
 // IMAD.WIDE.U32(.X) and 2 IMAD — the multiply pipe's minimum for schoolbook CIOS with r's two
 // free low limbs — against 288 (160 on the multiply pipe) before the opaque negation below, and
 // 624 for the textbook row-by-row CIOS (cuobjdump of sm_90 CUBIN, CUDA 13.0 NVRTC, 2026-11-30).
+// fr_mul_karatsuba (used where FR_MUL_KARATSUBA=1) needs 96 wide multiply-adds but ~70 more
+// additions: 286.5 instructions per product in fr_bench_kara, of which 96 IMAD.WIDE.U32(.X) and
+// 35 other IMAD (ptxas moves additions and moves there), against 234 / 112 / 5 for fr_mul_cios
+// in fr_bench (CUDA 13.0 NVRTC, sm_90).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -207,6 +211,19 @@ FR_FN fr_u32 madc_hi(fr_carry &k, fr_u32 a, fr_u32 b, fr_u32 c) {
     return d;
 }
 
+// a * b, 64 bits. On the device an opaque mul.wide.u32: NVVM otherwise turns a product of
+// zero-extended words into a 64-bit multiply when one factor's extension is loop-invariant,
+// and ptxas then adds the (zero) cross products.
+FR_FN fr_u64 mul_wide(fr_u32 a, fr_u32 b) {
+#if defined(__CUDA_ARCH__)
+    fr_u64 d;
+    asm("mul.wide.u32 %0, %1, %2;" : "=l"(d) : "r"(a), "r"(b));
+    return d;
+#else
+    return (fr_u64)a * b;
+#endif
+}
+
 FR_FN fr_t fr_zero() {
     fr_t z;
 #pragma unroll
@@ -337,7 +354,7 @@ FR_FN fr_u32 fr_negate_opaque(fr_u32 x) {
 // new O is E's limbs 2..8, the new pend is E's limb 1. No limb ever moves between registers.
 // Bounds: V < 2^33 r < 2^288 throughout (CIOS), so E fits 9 limbs, O 8, and no chain carries
 // out of its top limb.
-FR_FN fr_t fr_mul(const fr_t &a, const fr_t &b) {
+FR_FN fr_t fr_mul_cios(const fr_t &a, const fr_t &b) {
     fr_u32 E[9], O[8], pend = 0;
 #pragma unroll
     for (int k = 0; k < 9; k++) E[k] = 0;
@@ -427,6 +444,242 @@ FR_FN fr_t fr_mul(const fr_t &a, const fr_t &b) {
     r.l[6] = addc_cc(k, O[6], E[7]);
     r.l[7] = addc(k, O[7], E[8]);
     return fr_reduce_once(r);
+}
+
+// z = a * b + c * 2^128 mod 2^256 for 4-limb a, b, c (the 128 x 128-bit products of
+// fr_mul_karatsuba). As in fr_mul_cios, products go to two accumulators so that each one's low
+// and high words are an aligned register pair (one wide multiply-add each, no moves): a_j * b_i
+// lands at limbs i + j, i + j + 1, in E when i + j is even and in O when it is odd. Row 0 is
+// plain products; each later row is one chain per accumulator, whose carry goes to the limb
+// above the chain (fresh, or holding only an earlier carry: no overflow). c rides for free in
+// the multiply-adds whose addend would be a fresh zero limb (4 and 5 in row 1, 6 and 7 in rows
+// 2 and 3). Every chain that could carry out of limb 7 ends there, as the result is mod 2^256.
+FR_FN void fr_mul_128(fr_u32 z[8], const fr_u32 a[4], const fr_u32 b[4], const fr_u32 c[4]) {
+    fr_u32 E[8], O[8];
+    fr_u64 p;
+    p = mul_wide(a[0], b[0]);
+    E[0] = (fr_u32)p;
+    E[1] = (fr_u32)(p >> 32);
+    p = mul_wide(a[2], b[0]);
+    E[2] = (fr_u32)p;
+    E[3] = (fr_u32)(p >> 32);
+    p = mul_wide(a[1], b[0]);
+    O[1] = (fr_u32)p;
+    O[2] = (fr_u32)(p >> 32);
+    p = mul_wide(a[3], b[0]);
+    O[3] = (fr_u32)p;
+    O[4] = (fr_u32)(p >> 32);
+    {
+        // Row 1: a_1, a_3 to E at limbs 2..5 (4, 5 fresh: c_0, c_1); a_0, a_2 to O at 1..4.
+        const fr_u32 bi = b[1];
+        fr_carry ke, ko;
+        E[2] = mad_lo_cc(ke, a[1], bi, E[2]);
+        E[3] = madc_hi_cc(ke, a[1], bi, E[3]);
+        E[4] = madc_lo_cc(ke, a[3], bi, c[0]);
+        E[5] = madc_hi_cc(ke, a[3], bi, c[1]);
+        E[6] = addc(ke, 0u, 0u);
+        O[1] = mad_lo_cc(ko, a[0], bi, O[1]);
+        O[2] = madc_hi_cc(ko, a[0], bi, O[2]);
+        O[3] = madc_lo_cc(ko, a[2], bi, O[3]);
+        O[4] = madc_hi_cc(ko, a[2], bi, O[4]);
+        O[5] = addc(ko, 0u, 0u);
+    }
+    {
+        // Row 2: a_0, a_2 to E at limbs 2..5; a_1, a_3 to O at 3..6 (6 fresh: c_2).
+        const fr_u32 bi = b[2];
+        fr_carry ke, ko;
+        E[2] = mad_lo_cc(ke, a[0], bi, E[2]);
+        E[3] = madc_hi_cc(ke, a[0], bi, E[3]);
+        E[4] = madc_lo_cc(ke, a[2], bi, E[4]);
+        E[5] = madc_hi_cc(ke, a[2], bi, E[5]);
+        E[6] = addc(ke, E[6], 0u);
+        O[3] = mad_lo_cc(ko, a[1], bi, O[3]);
+        O[4] = madc_hi_cc(ko, a[1], bi, O[4]);
+        O[5] = madc_lo_cc(ko, a[3], bi, O[5]);
+        O[6] = madc_hi_cc(ko, a[3], bi, c[2]);
+        O[7] = addc(ko, 0u, 0u);
+    }
+    {
+        // Row 3: a_1, a_3 to E at limbs 4..7 (7 fresh: c_3); a_0, a_2 to O at 3..6.
+        const fr_u32 bi = b[3];
+        fr_carry ke, ko;
+        E[4] = mad_lo_cc(ke, a[1], bi, E[4]);
+        E[5] = madc_hi_cc(ke, a[1], bi, E[5]);
+        E[6] = madc_lo_cc(ke, a[3], bi, E[6]);
+        E[7] = madc_hi(ke, a[3], bi, c[3]);
+        O[3] = mad_lo_cc(ko, a[0], bi, O[3]);
+        O[4] = madc_hi_cc(ko, a[0], bi, O[4]);
+        O[5] = madc_lo_cc(ko, a[2], bi, O[5]);
+        O[6] = madc_hi_cc(ko, a[2], bi, O[6]);
+        O[7] = addc(ko, O[7], 0u);
+    }
+    fr_carry k;
+    z[0] = E[0];
+    z[1] = add_cc(k, E[1], O[1]);
+#pragma unroll
+    for (int j = 2; j < 7; j++) z[j] = addc_cc(k, E[j], O[j]);
+    z[7] = addc(k, E[7], O[7]);
+}
+
+// fr_mul_cios's result with one level of Karatsuba for a * b (48 wide products instead of 64),
+// then a word-by-word Montgomery reduction of the 512-bit product (48 more): fewer multiply-pipe
+// instructions for more additions (see the top of the file), so it pays only where the ALU pipe
+// has room; kept as a variant to time (fr_bench_kara, ntt_kara). Needs a, b < r.
+// With A = A0 + A1 2^128, B = B0 + B1 2^128 (A0 = limbs 0..3):
+//   a b = z0 + mid 2^128 + z2 2^256,  z0 = A0 B0,  z2 = A1 B1,
+//   mid = A0 B1 + A1 B0 = (A0 + A1)(B0 + B1) - z0 - z2.
+// A1, B1 < 2^127 (r < 2^255), so mid < 2^256 and is computed mod 2^256: with
+// A0 + A1 = sa + ca 2^128 and B0 + B1 = sb + cb 2^128, (A0 + A1)(B0 + B1) = sa sb +
+// (ca sb + cb sa) 2^128 mod 2^256 (ca cb 2^256 drops out), the correction riding in the
+// sa * sb product's free addends.
+// Reduction: for T = T_lo + T_hi 2^256, (T + M r) / 2^256 = (T_lo + M r) / 2^256 + T_hi with M
+// the Montgomery factor of T_lo alone. The first term is fr_mul_cios's loop without the a * b
+// rows (same E/O layout), so its running value stays below 2^256 + 2^32 r < 2^288 (E 9 limbs,
+// O 8, no chain carries out) and ends at most r; T_hi <= a b / 2^256 < r^2 / 2^256 < 0.46 r, so
+// the sum is below 2r < 2^256 and one conditional subtraction finishes.
+FR_FN fr_t fr_mul_karatsuba(const fr_t &a, const fr_t &b) {
+    fr_u32 sa[4], sb[4], ca, cb;
+    {
+        fr_carry k;
+        sa[0] = add_cc(k, a.l[0], a.l[4]);
+        sa[1] = addc_cc(k, a.l[1], a.l[5]);
+        sa[2] = addc_cc(k, a.l[2], a.l[6]);
+        sa[3] = addc_cc(k, a.l[3], a.l[7]);
+        ca = addc(k, 0u, 0u);
+    }
+    {
+        fr_carry k;
+        sb[0] = add_cc(k, b.l[0], b.l[4]);
+        sb[1] = addc_cc(k, b.l[1], b.l[5]);
+        sb[2] = addc_cc(k, b.l[2], b.l[6]);
+        sb[3] = addc_cc(k, b.l[3], b.l[7]);
+        cb = addc(k, 0u, 0u);
+    }
+    // ca sb + cb sa mod 2^128.
+    fr_u32 corr[4];
+    {
+        fr_carry k;
+        corr[0] = add_cc(k, ca ? sb[0] : 0u, cb ? sa[0] : 0u);
+        corr[1] = addc_cc(k, ca ? sb[1] : 0u, cb ? sa[1] : 0u);
+        corr[2] = addc_cc(k, ca ? sb[2] : 0u, cb ? sa[2] : 0u);
+        corr[3] = addc(k, ca ? sb[3] : 0u, cb ? sa[3] : 0u);
+    }
+    const fr_u32 none[4] = {0u, 0u, 0u, 0u};
+    fr_u32 z0[8], z1[8], z2[8];
+    fr_mul_128(z0, a.l, b.l, none);
+    fr_mul_128(z2, a.l + 4, b.l + 4, none);
+    fr_mul_128(z1, sa, sb, corr);
+    // mid = z1 - z0 - z2 mod 2^256.
+    fr_u32 mid[8];
+    {
+        fr_carry k;
+        mid[0] = sub_cc(k, z1[0], z0[0]);
+#pragma unroll
+        for (int j = 1; j < 7; j++) mid[j] = subc_cc(k, z1[j], z0[j]);
+        mid[7] = subc(k, z1[7], z0[7]);
+    }
+    {
+        fr_carry k;
+        mid[0] = sub_cc(k, mid[0], z2[0]);
+#pragma unroll
+        for (int j = 1; j < 7; j++) mid[j] = subc_cc(k, mid[j], z2[j]);
+        mid[7] = subc(k, mid[7], z2[7]);
+    }
+    // Montgomery reduction of T_lo = z0 + mid_lo 2^128 (mid_lo = mid mod 2^128, T_lo < 2^257)
+    // by fr_mul_cios's steps (see there; V = E + O 2^32 + pend), starting from E = z0 and O =
+    // mid_lo at limbs 4..7 (O[j] is limb j + 1): no addition needed, and the carry of z0 +
+    // mid_lo 2^128 into limb 8 stays in V. Each step's limb-0 sum s = E[0] + pend starts the
+    // E chain, whose carry then goes to limb 1 with the m * r carry c0.
+    fr_u32 E[9], O[8], pend = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) E[j] = z0[j];
+    E[8] = 0;
+    O[0] = O[1] = O[2] = 0;
+    O[3] = mid[0];
+    O[4] = mid[1];
+    O[5] = mid[2];
+    O[6] = mid[3];
+    O[7] = 0;
+#pragma unroll
+    for (int i = 0; i < FR_LIMBS; i++) {
+        {
+            fr_carry k;
+            const fr_u32 s = add_cc(k, E[0], pend);
+            const fr_u32 m = fr_negate_opaque(s);
+            const fr_u32 c0 = s != 0u ? 1u : 0u;
+            const fr_u32 hi1 = m - c0;
+            E[1] = addc_cc(k, E[1], c0);
+            E[2] = madc_lo_cc(k, m, FR_P2, E[2]);
+            E[3] = madc_hi_cc(k, m, FR_P2, E[3]);
+            E[4] = madc_lo_cc(k, m, FR_P4, E[4]);
+            E[5] = madc_hi_cc(k, m, FR_P4, E[5]);
+            E[6] = madc_lo_cc(k, m, FR_P6, E[6]);
+            E[7] = madc_hi_cc(k, m, FR_P6, E[7]);
+            E[8] = addc(k, E[8], 0u);
+            fr_carry q;
+            O[0] = add_cc(q, O[0], s);
+            O[1] = addc_cc(q, O[1], hi1);
+            O[2] = madc_lo_cc(q, m, FR_P3, O[2]);
+            O[3] = madc_hi_cc(q, m, FR_P3, O[3]);
+            O[4] = madc_lo_cc(q, m, FR_P5, O[4]);
+            O[5] = madc_hi_cc(q, m, FR_P5, O[5]);
+            O[6] = madc_lo_cc(q, m, FR_P7, O[6]);
+            O[7] = madc_hi(q, m, FR_P7, O[7]);
+        }
+        if (i + 1 < FR_LIMBS) {
+            pend = E[1];
+            fr_u32 ne[9], no[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) ne[j] = O[j];
+            ne[8] = 0;
+#pragma unroll
+            for (int j = 0; j < 7; j++) no[j] = E[j + 2];
+            no[7] = 0;
+#pragma unroll
+            for (int j = 0; j < 9; j++) E[j] = ne[j];
+#pragma unroll
+            for (int j = 0; j < 8; j++) O[j] = no[j];
+        }
+    }
+    // T_hi = z2 + (mid >> 128), without the carry out of T_lo (inside V). Meanwhile
+    // (T_lo + M r) / 2^256 = O + E[1..9) < (2^257 + 2^256 r) / 2^256 <= r + 1.
+    fr_t h, r;
+    {
+        fr_carry k;
+        h.l[0] = add_cc(k, z2[0], mid[4]);
+        h.l[1] = addc_cc(k, z2[1], mid[5]);
+        h.l[2] = addc_cc(k, z2[2], mid[6]);
+        h.l[3] = addc_cc(k, z2[3], mid[7]);
+        h.l[4] = addc_cc(k, z2[4], 0u);
+        h.l[5] = addc_cc(k, z2[5], 0u);
+        h.l[6] = addc_cc(k, z2[6], 0u);
+        h.l[7] = addc(k, z2[7], 0u);
+    }
+    {
+        fr_carry k;
+        r.l[0] = add_cc(k, O[0], E[1]);
+#pragma unroll
+        for (int j = 1; j < 7; j++) r.l[j] = addc_cc(k, O[j], E[j + 1]);
+        r.l[7] = addc(k, O[7], E[8]);
+    }
+    {
+        fr_carry k;
+        r.l[0] = add_cc(k, r.l[0], h.l[0]);
+#pragma unroll
+        for (int j = 1; j < 7; j++) r.l[j] = addc_cc(k, r.l[j], h.l[j]);
+        r.l[7] = addc(k, r.l[7], h.l[7]);
+    }
+    return fr_reduce_once(r);
+}
+
+// The Montgomery product every kernel uses: fr_mul_cios, or fr_mul_karatsuba where the module
+// defines FR_MUL_KARATSUBA=1 (kernels/fr_bench_kara.cu, ntt_kara.cu; timed side by side).
+FR_FN fr_t fr_mul(const fr_t &a, const fr_t &b) {
+#if defined(FR_MUL_KARATSUBA) && FR_MUL_KARATSUBA
+    return fr_mul_karatsuba(a, b);
+#else
+    return fr_mul_cios(a, b);
+#endif
 }
 
 FR_FN fr_t fr_sqr(const fr_t &a) {

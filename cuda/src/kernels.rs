@@ -74,6 +74,15 @@ pub static NTT_V0: KernelModule = KernelModule {
     kernels: NTT_KERNELS,
 };
 
+/// The NTT kernels with the Karatsuba field multiplication (`FR_MUL_KARATSUBA`; benchmark
+/// comparisons).
+pub static NTT_KARA: KernelModule = KernelModule {
+    name: "ntt_kara",
+    source: include_str!("../kernels/ntt_kara.cu"),
+    headers: &[FR_CUH, NTT_CUH, NTT_CU],
+    kernels: NTT_KERNELS,
+};
+
 /// Field multiplication throughput (benchmark only): the compute ceiling of the NTT.
 pub static FR_BENCH: KernelModule = KernelModule {
     name: "fr_bench",
@@ -92,6 +101,14 @@ pub const FR_BENCH_CU: Header = Header {
 pub static FR_BENCH_V0: KernelModule = KernelModule {
     name: "fr_bench_v0",
     source: include_str!("../kernels/fr_bench_v0.cu"),
+    headers: &[FR_CUH, FR_BENCH_CU],
+    kernels: &["fr_mul_throughput"],
+};
+
+/// Field multiplication throughput with the Karatsuba multiplication.
+pub static FR_BENCH_KARA: KernelModule = KernelModule {
+    name: "fr_bench_kara",
+    source: include_str!("../kernels/fr_bench_kara.cu"),
     headers: &[FR_CUH, FR_BENCH_CU],
     kernels: &["fr_mul_throughput"],
 };
@@ -175,8 +192,10 @@ pub static FIXED_BASE: KernelModule = KernelModule {
 pub static ALL_MODULES: &[&KernelModule] = &[
     &NTT,
     &NTT_V0,
+    &NTT_KARA,
     &FR_BENCH,
     &FR_BENCH_V0,
+    &FR_BENCH_KARA,
     &MSM,
     &MSM_NOINLINE,
     &MSM_NOCAP,

@@ -18,11 +18,25 @@ use gpud_cuda::ntt::tables;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-fn harness() -> &'static PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
+/// Which field multiplication the harness is built with: fr.cuh's default (`fr_mul_cios`) or
+/// `fr_mul_karatsuba` (`-DFR_MUL_KARATSUBA=1`, as the `ntt_kara` and `fr_bench_kara` modules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Build {
+    Default,
+    Karatsuba,
+}
+
+const BUILDS: [Build; 2] = [Build::Default, Build::Karatsuba];
+
+fn harness(build: Build) -> &'static PathBuf {
+    static BINS: [OnceLock<PathBuf>; 2] = [OnceLock::new(), OnceLock::new()];
+    let (slot, name, defines): (_, _, &[&str]) = match build {
+        Build::Default => (&BINS[0], "fr_ntt_harness", &[]),
+        Build::Karatsuba => (&BINS[1], "fr_ntt_harness_kara", &["-DFR_MUL_KARATSUBA=1"]),
+    };
+    slot.get_or_init(|| {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fr_ntt_harness");
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
         let status = Command::new("g++")
             .args([
                 "-std=c++17",
@@ -33,6 +47,7 @@ fn harness() -> &'static PathBuf {
                 "-Werror",
                 "-Wno-unknown-pragmas",
             ])
+            .args(defines)
             // Out-of-bounds indexing in the kernels' index math (shared memory is a vector of
             // exactly the kernel's size here) fails the tests instead of passing silently.
             .args(["-fsanitize=address,undefined", "-fno-sanitize-recover=all"])
@@ -45,14 +60,14 @@ fn harness() -> &'static PathBuf {
             .unwrap_or_else(|e| panic!("cannot run g++ (install build-essential): {e}"));
         assert!(
             status.success(),
-            "g++ failed to compile the kernel headers as C++"
+            "g++ failed to compile the kernel headers as C++ ({build:?} build)"
         );
         out
     })
 }
 
-fn run_harness(input: &[u8]) -> Vec<u8> {
-    let mut child = Command::new(harness())
+fn run_harness(build: Build, input: &[u8]) -> Vec<u8> {
+    let mut child = Command::new(harness(build))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -139,16 +154,121 @@ fn field_ops_match_blstrs_bit_for_bit() {
         put_scalars(&mut input, &[*a, *b]);
         input.extend_from_slice(&e.to_le_bytes());
     }
-    let out = get_scalars(&run_harness(&input));
-    assert_eq!(out.len(), cases.len() * 6);
-    for (i, (a, b, e)) in cases.iter().enumerate() {
-        let got = &out[6 * i..6 * i + 6];
-        let want = [*a + b, *a - b, *a * b, a.square(), -*a, a.pow_vartime([*e])];
-        for (op, (g, w)) in ["add", "sub", "mul", "sqr", "neg", "pow"]
-            .iter()
-            .zip(got.iter().zip(want))
-        {
-            assert_eq!(*g, w, "{op} of case {i}: a={a:?} b={b:?} e={e}");
+    let want: Vec<[Scalar; 6]> = cases
+        .iter()
+        .map(|(a, b, e)| [*a + b, *a - b, *a * b, a.square(), -*a, a.pow_vartime([*e])])
+        .collect();
+    for build in BUILDS {
+        let out = get_scalars(&run_harness(build, &input));
+        assert_eq!(out.len(), cases.len() * 6);
+        for (i, ((a, b, e), want)) in cases.iter().zip(&want).enumerate() {
+            let got = &out[6 * i..6 * i + 6];
+            for (op, (g, w)) in ["add", "sub", "mul", "sqr", "neg", "pow"]
+                .iter()
+                .zip(got.iter().zip(want))
+            {
+                assert_eq!(
+                    g, w,
+                    "{build:?} build: {op} of case {i}: a={a:?} b={b:?} e={e}"
+                );
+            }
+        }
+    }
+}
+
+/// Raw Montgomery limb values (what the multiplication sees) at the edges of its carries: 0, 1,
+/// r - 1 and r - 2, R mod r (one), -R mod r, words of all ones (every subset of the 7 lower
+/// 32-bit limbs), r - 1 with subsets of limbs set to all ones where still below r, and halves
+/// whose sum carries (limbs 0..3 all ones under a large upper half).
+fn edge_values() -> Vec<Scalar> {
+    const R: [u64; 4] = [
+        0xffff_ffff_0000_0001,
+        0x53bd_a402_fffe_5bfe,
+        0x3339_d808_09a1_d805,
+        0x73ed_a753_299d_7d48,
+    ];
+    let words =
+        |l: [u64; 4]| -> [u32; 8] { std::array::from_fn(|i| (l[i / 2] >> (32 * (i % 2))) as u32) };
+    let limbs = |w: [u32; 8]| -> [u64; 4] {
+        std::array::from_fn(|i| w[2 * i] as u64 | (w[2 * i + 1] as u64) << 32)
+    };
+    let r_minus = |k: u64| {
+        let mut l = R;
+        l[0] -= k;
+        l
+    };
+    let mut raw: Vec<[u64; 4]> = vec![
+        [0; 4],
+        [1, 0, 0, 0],
+        [2, 0, 0, 0],
+        r_minus(1),
+        r_minus(2),
+        to_limbs(&Scalar::ONE),
+        to_limbs(&-Scalar::ONE),
+        [u64::MAX, u64::MAX, 0, 0],
+        [0, 0, 1, 0],
+        // 2^128 (r >> 128) - 1: every lower limb all ones, the largest upper half below it.
+        [u64::MAX, u64::MAX, R[2] - 1, R[3]],
+    ];
+    for mask in 0u32..256 {
+        let pick = |base: [u32; 8]| -> [u64; 4] {
+            let mut w = base;
+            for (i, x) in w.iter_mut().enumerate() {
+                if mask >> i & 1 == 1 {
+                    *x = u32::MAX;
+                }
+            }
+            limbs(w)
+        };
+        raw.push(pick([0; 8]));
+        raw.push(pick(words(r_minus(1))));
+        let mut w = words(r_minus(1));
+        for (i, x) in w.iter_mut().enumerate() {
+            if mask >> i & 1 == 1 {
+                *x = 0;
+            }
+        }
+        raw.push(limbs(w));
+    }
+    let mut out: Vec<Scalar> = Vec::new();
+    for l in raw {
+        if let Some(s) = gpud_cuda::fr::from_limbs(l) {
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn products_of_edge_values_match_blstrs() {
+    let edges = edge_values();
+    assert!(edges.len() > 200, "{} edge values", edges.len());
+    let mut rng = ChaCha20Rng::seed_from_u64(0xed9e);
+    let mut pairs: Vec<(Scalar, Scalar)> = Vec::new();
+    for a in &edges {
+        for b in &edges {
+            pairs.push((*a, *b));
+        }
+        for _ in 0..8 {
+            pairs.push((*a, Scalar::random(&mut rng)));
+        }
+    }
+    let mut input = 3u32.to_le_bytes().to_vec();
+    input.extend_from_slice(&(pairs.len() as u64).to_le_bytes());
+    for (a, b) in &pairs {
+        put_scalars(&mut input, &[*a, *b]);
+    }
+    for build in BUILDS {
+        let out = get_scalars(&run_harness(build, &input));
+        assert_eq!(out.len(), pairs.len());
+        for (i, ((a, b), got)) in pairs.iter().zip(&out).enumerate() {
+            assert_eq!(
+                *got,
+                *a * b,
+                "{build:?} build: product {i}: a={a:?} b={b:?}"
+            );
         }
     }
 }
@@ -165,7 +285,13 @@ enum Kernels {
 
 /// Serializes a plan for the harness: regions are consecutive `region_len`-element slices of
 /// `data`; every table the steps read is built the way the GPU engine builds it.
-fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step], kernels: Kernels) -> Vec<Scalar> {
+fn run_plan(
+    data: &[Scalar],
+    region_len: usize,
+    steps: &[Step],
+    kernels: Kernels,
+    build: Build,
+) -> Vec<Scalar> {
     let keys = plan::tables_used(steps);
     let mut tables: Vec<(TableKey, Vec<Scalar>)> = Vec::new();
     let mut prelude: Vec<[u64; 13]> = Vec::new();
@@ -294,7 +420,7 @@ fn run_plan(data: &[Scalar], region_len: usize, steps: &[Step], kernels: Kernels
             input.extend_from_slice(&v.to_le_bytes());
         }
     }
-    get_scalars(&run_harness(&input))
+    get_scalars(&run_harness(build, &input))
 }
 
 fn random(rng: &mut ChaCha20Rng, n: usize) -> Vec<Scalar> {
@@ -328,13 +454,14 @@ fn ntt_launch_plans_match_the_cpu_reference() {
         (18, 1),
     ];
     // Both kernels with both plans (the H computation runs the default plan whatever the
-    // engine's kernels).
+    // engine's kernels), and the default engine's (radix-4) with the Karatsuba product.
     let variants = [
-        (Kernels::Legacy, plan::LEGACY_PASS_STAGES),
-        (Kernels::Legacy, plan::MAX_PASS_STAGES),
-        (Kernels::Radix, plan::LEGACY_PASS_STAGES),
-        (Kernels::Radix, plan::MAX_PASS_STAGES),
-        (Kernels::Radix4, plan::MAX_PASS_STAGES),
+        (Kernels::Legacy, plan::LEGACY_PASS_STAGES, Build::Default),
+        (Kernels::Legacy, plan::MAX_PASS_STAGES, Build::Default),
+        (Kernels::Radix, plan::LEGACY_PASS_STAGES, Build::Default),
+        (Kernels::Radix, plan::MAX_PASS_STAGES, Build::Default),
+        (Kernels::Radix4, plan::MAX_PASS_STAGES, Build::Default),
+        (Kernels::Radix4, plan::MAX_PASS_STAGES, Build::Karatsuba),
     ];
     for &(log_n, batch) in cases {
         for kind in [
@@ -347,7 +474,7 @@ fn ntt_launch_plans_match_the_cpu_reference() {
             let x = random(&mut rng, n * batch as usize);
             let mut want = x.clone();
             cpu::ntt(&mut want, kind, log_n).unwrap();
-            for (kernels, max) in variants {
+            for (kernels, max, build) in variants {
                 // The two plans coincide where the pass count is the same.
                 let default_plan = max == plan::MAX_PASS_STAGES;
                 let first_of_kernel =
@@ -359,10 +486,11 @@ fn ntt_launch_plans_match_the_cpu_reference() {
                     continue;
                 }
                 let steps = plan::ntt_steps_max(kind, log_n, batch, max);
-                let got = run_plan(&x, x.len(), &steps, kernels);
+                let got = run_plan(&x, x.len(), &steps, kernels, build);
                 assert!(
                     got == want,
-                    "{kind:?} 2^{log_n} x {batch}, {kernels:?} kernels, passes <= {max}: mismatch"
+                    "{kind:?} 2^{log_n} x {batch}, {kernels:?} kernels, passes <= {max}, \
+                     {build:?} build: mismatch"
                 );
             }
         }
@@ -387,20 +515,21 @@ fn h_launch_plan_matches_the_cpu_reference() {
             data.resize(data.len() + n - len, Scalar::ZERO);
         }
         let want = cpu::h_poly(&a, &b, &c).unwrap();
-        for (kernels, max) in [
-            (Kernels::Legacy, plan::LEGACY_PASS_STAGES),
-            (Kernels::Radix, plan::MAX_PASS_STAGES),
-            (Kernels::Radix4, plan::MAX_PASS_STAGES),
+        for (kernels, max, build) in [
+            (Kernels::Legacy, plan::LEGACY_PASS_STAGES, Build::Default),
+            (Kernels::Radix, plan::MAX_PASS_STAGES, Build::Default),
+            (Kernels::Radix4, plan::MAX_PASS_STAGES, Build::Default),
+            (Kernels::Radix4, plan::MAX_PASS_STAGES, Build::Karatsuba),
         ] {
             let mut steps = Vec::new();
             for r in 0..3 {
                 steps.extend(plan::h_input_steps_max(log_n, r, max));
             }
             steps.extend(plan::h_tail_steps_max(log_n, 0, 1, 2, max));
-            let got = run_plan(&data, n, &steps, kernels);
+            let got = run_plan(&data, n, &steps, kernels, build);
             assert!(
                 got[..n] == want[..],
-                "H 2^{log_n}, {kernels:?} kernels: mismatch"
+                "H 2^{log_n}, {kernels:?} kernels, {build:?} build: mismatch"
             );
         }
     }

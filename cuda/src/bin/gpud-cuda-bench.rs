@@ -4,9 +4,10 @@
 //!
 //! --quick (alone, about a minute): every NTT kernel variant (`NttVariant`: the first measured
 //!   version, its passes with the current multiplication, the register-radix passes with 8- and
-//!   9-stage plans) checked against the CPU at a few sizes and against each other at 2^20, 2^24
-//!   and 2^27, then timed there and on H 2^22 and 2^24, with the Fr product rate of both
-//!   multiplications; one table of every variant's times at the end.
+//!   9-stage plans, radix-4 with the CIOS and the Karatsuba multiplication) checked against the
+//!   CPU at a few sizes and against each other at 2^20, 2^24 and 2^27, then timed there and on
+//!   H 2^22 and 2^24, with the Fr product rate of the three multiplications (first version,
+//!   current, Karatsuba); one table of every variant's times at the end.
 //! --check: every transform kind at 2^1..2^max-log (and odd batches at small sizes), and the H
 //!   polynomial at sizes up to 2^min(max-log, 26), against the rayon CPU reference, bit for bit,
 //!   on fresh random inputs; the reservation overflow check.
@@ -240,7 +241,8 @@ fn mul_rate(dev: &Arena, seed: &mut ChaCha20Rng) -> Res<f64> {
     mul_rate_of(dev, &gpud_cuda::kernels::FR_BENCH, seed)
 }
 
-/// [`mul_rate`] of the multiplication built into `module` (FR_BENCH or FR_BENCH_V0).
+/// [`mul_rate`] of the multiplication built into `module` (FR_BENCH, FR_BENCH_V0 or
+/// FR_BENCH_KARA).
 fn mul_rate_of(
     dev: &Arena,
     module: &'static gpud_cuda::kernels::KernelModule,
@@ -474,6 +476,7 @@ fn variant_name(v: NttVariant) -> &'static str {
         NttVariant::Radix8 => "radix, passes <= 8",
         NttVariant::Radix => "radix, passes <= 9",
         NttVariant::Radix4 => "radix-4, passes <= 9 (default)",
+        NttVariant::Radix4Karatsuba => "radix-4, passes <= 9, Karatsuba",
     }
 }
 
@@ -483,16 +486,21 @@ fn quick(dev: &Arena, seed: &mut ChaCha20Rng, report: &mut Vec<Value>) -> Res<bo
     let copy_bw = copy_bandwidth(dev)?;
     let muls_v0 = mul_rate_of(dev, &gpud_cuda::kernels::FR_BENCH_V0, seed)?;
     let muls = mul_rate(dev, seed)?;
+    let muls_kara = mul_rate_of(dev, &gpud_cuda::kernels::FR_BENCH_KARA, seed)?;
     println!(
-        "\n== copy {:.0} GB/s; Fr products: first version {:.1} G/s, current {:.1} G/s ({:+.1} %)",
+        "\n== copy {:.0} GB/s; Fr products: first version {:.1} G/s, current {:.1} G/s ({:+.1} %), \
+         Karatsuba {:.1} G/s ({:+.1} % vs current)",
         copy_bw / 1e9,
         muls_v0 / 1e9,
         muls / 1e9,
-        100.0 * (muls / muls_v0 - 1.0)
+        100.0 * (muls / muls_v0 - 1.0),
+        muls_kara / 1e9,
+        100.0 * (muls_kara / muls - 1.0)
     );
     report.push(json!({"bench": "copy", "bytes_per_s": copy_bw}));
     report.push(json!({"bench": "fr_mul", "variant": "first version", "per_s": muls_v0}));
     report.push(json!({"bench": "fr_mul", "variant": "current", "per_s": muls}));
+    report.push(json!({"bench": "fr_mul", "variant": "karatsuba", "per_s": muls_kara}));
 
     // Correctness of every variant against the CPU at small sizes (every kind, odd batches).
     println!("\n== quick check: every variant = CPU reference (fresh random inputs)");
@@ -532,7 +540,7 @@ fn quick(dev: &Arena, seed: &mut ChaCha20Rng, report: &mut Vec<Value>) -> Res<bo
             }
         }
         println!(
-            "  {:<30} {}",
+            "  {:<32} {}",
             variant_name(v),
             if all { "ok" } else { "MISMATCH" }
         );
@@ -592,7 +600,7 @@ fn quick(dev: &Arena, seed: &mut ChaCha20Rng, report: &mut Vec<Value>) -> Res<bo
                 }
             }
             println!(
-                "  2^{log_n} {:<30} {ms:>8.3} ms  {} {}",
+                "  2^{log_n} {:<32} {ms:>8.3} ms  {} {}",
                 variant_name(v),
                 if same { "" } else { "MISMATCH" },
                 launches.join(" | ")
@@ -664,7 +672,7 @@ fn quick(dev: &Arena, seed: &mut ChaCha20Rng, report: &mut Vec<Value>) -> Res<bo
             let ms = median(times);
             h_ms[vi][si] = ms;
             println!(
-                "  H 2^{log_n} {:<30} {ms:>8.3} ms  {}",
+                "  H 2^{log_n} {:<32} {ms:>8.3} ms  {}",
                 variant_name(v),
                 if same { "" } else { "MISMATCH" }
             );
@@ -677,12 +685,12 @@ fn quick(dev: &Arena, seed: &mut ChaCha20Rng, report: &mut Vec<Value>) -> Res<bo
 
     println!("\n== NTT variants (ms; targets: NTT 2^24 <= 3, NTT 2^27 <= 40, H 2^24 <= 30)");
     println!(
-        "{:<30} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:<32} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "variant", "ntt 2^20", "ntt 2^24", "ntt 2^27", "H 2^22", "H 2^24"
     );
     for (vi, v) in NttVariant::ALL.into_iter().enumerate() {
         println!(
-            "{:<30} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+            "{:<32} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
             variant_name(v),
             ntt_ms[vi][0],
             ntt_ms[vi][1],
@@ -692,9 +700,10 @@ fn quick(dev: &Arena, seed: &mut ChaCha20Rng, report: &mut Vec<Value>) -> Res<bo
         );
     }
     println!(
-        "Fr products: first version {:.1} G/s, current {:.1} G/s; copy {:.0} GB/s; checks {}",
+        "Fr products: first version {:.1} G/s, current {:.1} G/s, Karatsuba {:.1} G/s; copy {:.0} GB/s; checks {}",
         muls_v0 / 1e9,
         muls / 1e9,
+        muls_kara / 1e9,
         copy_bw / 1e9,
         if ok { "ok" } else { "FAILED" }
     );

@@ -26,7 +26,8 @@ const ELEMENTWISE_THREADS: u32 = 256;
 
 /// Which kernels run a plan. [`NttVariant::Radix4`] is the default (fastest on the H200 for
 /// 2^20..2^24 and the H polynomial; [`NttVariant::Radix`] is 5 % faster at 2^27); the others are the earlier
-/// versions, kept so that one GPU run can time them side by side (gpud-cuda-bench).
+/// versions and a candidate multiplication, kept so that one GPU run can time them side by side
+/// (gpud-cuda-bench).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NttVariant {
     /// The first measured version: one shared-memory stage per barrier (`ntt_pass_kernel`),
@@ -44,22 +45,28 @@ pub enum NttVariant {
     /// [`NttVariant::Radix`] with 4 elements per thread (`ntt_radix4_kernel`: rounds of at
     /// most 2 stages, 256 threads, 80 registers instead of 124). The default.
     Radix4,
+    /// [`NttVariant::Radix4`] with the Karatsuba field multiplication (module `ntt_kara`:
+    /// 96 wide multiply-adds per product instead of 111.5, more additions).
+    Radix4Karatsuba,
 }
 
 impl NttVariant {
     /// Every variant, oldest first.
-    pub const ALL: [NttVariant; 5] = [
+    pub const ALL: [NttVariant; 6] = [
         NttVariant::Baseline,
         NttVariant::LegacyPasses,
         NttVariant::Radix8,
         NttVariant::Radix,
         NttVariant::Radix4,
+        NttVariant::Radix4Karatsuba,
     ];
 
     /// Most stages per pass in this variant's plans.
     pub fn max_stages(self) -> u32 {
         match self {
-            NttVariant::Radix | NttVariant::Radix4 => plan::MAX_PASS_STAGES,
+            NttVariant::Radix | NttVariant::Radix4 | NttVariant::Radix4Karatsuba => {
+                plan::MAX_PASS_STAGES
+            }
             _ => plan::LEGACY_PASS_STAGES,
         }
     }
@@ -68,13 +75,22 @@ impl NttVariant {
     pub fn radix(self) -> bool {
         matches!(
             self,
-            NttVariant::Radix8 | NttVariant::Radix | NttVariant::Radix4
+            NttVariant::Radix8
+                | NttVariant::Radix
+                | NttVariant::Radix4
+                | NttVariant::Radix4Karatsuba
         )
+    }
+
+    /// Whether passes run on `ntt_radix4_kernel` (4 elements per thread).
+    pub fn radix4(self) -> bool {
+        matches!(self, NttVariant::Radix4 | NttVariant::Radix4Karatsuba)
     }
 
     fn module(self) -> &'static KernelModule {
         match self {
             NttVariant::Baseline => &kernels::NTT_V0,
+            NttVariant::Radix4Karatsuba => &kernels::NTT_KARA,
             _ => &kernels::NTT,
         }
     }
@@ -263,7 +279,7 @@ impl<'d> NttEngine<'d> {
                     let blocks = u32::try_from(params.blocks()).map_err(|_| {
                         Error::InvalidArgument("batch too large for one launch".into())
                     })?;
-                    let (f, threads, smem) = if self.variant == NttVariant::Radix4 {
+                    let (f, threads, smem) = if self.variant.radix4() {
                         (
                             &self.k.radix4,
                             params.radix_threads_for(2),

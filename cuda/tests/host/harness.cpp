@@ -7,6 +7,9 @@
 //                   -> stdout count x { a+b, a-b, a*b, a^2, -a, a^e } (8 x u32 each)
 //   2 (program):    u64 len, len elements; u32 tables, each { u64 len, len elements };
 //                   u32 steps, each 13 x u64 (see run_step) -> stdout the len elements
+//   3 (products):   u64 count, count x { a, b } -> stdout count x a*b
+//
+// Built once as is and once with -DFR_MUL_KARATSUBA=1 (fr_mul = fr_mul_karatsuba).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,6 +53,15 @@ static void field_ops() {
         fr_u64 e = read_val<fr_u64>();
         fr_t out[6] = {fr_add(a, b), fr_sub(a, b), fr_mul(a, b), fr_sqr(a), fr_neg(a), fr_pow_u64(a, e)};
         write_exact(out, sizeof out);
+    }
+}
+
+static void products() {
+    fr_u64 count = read_val<fr_u64>();
+    for (fr_u64 i = 0; i < count; i++) {
+        fr_t a = read_val<fr_t>(), b = read_val<fr_t>();
+        fr_t p = fr_mul(a, b);
+        write_exact(&p, sizeof p);
     }
 }
 
@@ -184,6 +196,7 @@ int main() {
     fr_u32 cmd = read_val<fr_u32>();
     if (cmd == 1) field_ops();
     else if (cmd == 2) program();
+    else if (cmd == 3) products();
     else {
         fprintf(stderr, "harness: unknown command %u\n", cmd);
         return 2;
