@@ -57,6 +57,14 @@ section cuda-quick 300 "$G/bin/gpud-cuda-bench" --quick --json "$OUT/cuda-quick.
 section msm-quick 300 "$G/bin/gpud-msm-bench" --check --bench --quick --json "$OUT/msm-quick.json"
 [ -f "$OUT/msm-quick.log" ] && grep -A 9 "== MSM key sizes (ms" "$OUT/msm-quick.log"
 
+# ntt-profile (only when named): Nsight Compute on the second forward NTT of 2^24 (its three
+# radix-4 passes), every section; needs a runtime where ncu reads the counters.
+if named ntt-profile; then
+    section ntt-profile 240 ncu --clock-control none --kernel-name regex:ntt_radix4_kernel \
+        --launch-skip 3 --launch-count 3 --set full --import-source no \
+        "$G/bin/gpud-cuda-bench" --repeat-ntt 24
+fi
+
 # --- gpud-cuda: device layer, NTT, H polynomial ----------------------------------------------
 # About 5 minutes together; if a call must stay under 600 s with the MSM sections, split:
 #   bash gpu/run-suite.sh cuda-tests cuda-memcheck cuda-check   and   ... cuda-bench

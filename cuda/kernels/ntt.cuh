@@ -514,8 +514,10 @@ FR_FN bool ntt_bitrev_tiles(fr_u64 b, fr_u32 log_n, fr_u64 &base, fr_u32 &c, fr_
     return c <= c2;
 }
 
-// Thread tid reads element (a, c, d) with a = tid / 16, d = tid % 16 of both tiles.
-FR_FN void ntt_bitrev_tile_load(const fr_t *data, fr_u64 b, fr_u32 log_n, fr_u32 *sm, fr_u32 tid) {
+// Thread tid puts value(x) of element x = (a, c, d), a = tid / 16, d = tid % 16, of both tiles
+// into shared memory.
+template <class Value>
+FR_FN void ntt_tiles_load(Value value, fr_u64 b, fr_u32 log_n, fr_u32 *sm, fr_u32 tid) {
     fr_u64 base;
     fr_u32 c, c2;
     if (!ntt_bitrev_tiles(b, log_n, base, c, c2)) return;
@@ -524,10 +526,24 @@ FR_FN void ntt_bitrev_tile_load(const fr_t *data, fr_u64 b, fr_u32 log_n, fr_u32
     for (int h = 0; h < 2; h++) {
         if (h == 1 && c2 == c) break;
         const fr_u64 x = base + ((fr_u64)a << (log_n - NTT_BR_TILE_BITS)) + ((fr_u64)cs[h] << NTT_BR_TILE_BITS) + d;
-        const fr_t v = data[x];
+        const fr_t v = value(x);
         fr_u32 *tile = sm + (fr_u32)h * FR_LIMBS * NTT_BR_PLANE;
         for (int l = 0; l < FR_LIMBS; l++) tile[l * NTT_BR_PLANE + a * NTT_BR_ROW + d] = v.l[l];
     }
+}
+
+// The bit reversal's load: the elements themselves.
+FR_FN void ntt_bitrev_tile_load(const fr_t *data, fr_u64 b, fr_u32 log_n, fr_u32 *sm, fr_u32 tid) {
+    ntt_tiles_load([&](fr_u64 x) { return data[x]; }, b, log_n, sm, tid);
+}
+
+// Groth16 H's pointwise step by tiles (h_pointwise_tiled_kernel): a * b - c is computed as the
+// tiles are loaded, and ntt_bitrev_tile_store writes it to `a` in bit-reversed order, as
+// h_pointwise_one does. Every global access is a row of 16 consecutive elements, where
+// h_pointwise_one reads and writes the partner of each element at a bit-reversed index.
+FR_FN void h_pointwise_tile_load(const fr_t *a, const fr_t *b, const fr_t *c, fr_u64 blk, fr_u32 log_n,
+                                 fr_u32 *sm, fr_u32 tid) {
+    ntt_tiles_load([&](fr_u64 x) { return fr_sub(fr_mul(a[x], b[x]), c[x]); }, blk, log_n, sm, tid);
 }
 
 // Thread tid writes element (a', d') = (tid / 16, tid % 16) of both tiles: the element of the

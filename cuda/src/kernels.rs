@@ -52,9 +52,11 @@ pub const NTT_KERNELS: &[&str] = &[
     "ntt_pass_kernel",
     "ntt_radix_kernel",
     "ntt_radix4_kernel",
+    "ntt_radix4_occ4_kernel",
     "ntt_bitrev_kernel",
     "ntt_bitrev_tiled_kernel",
     "h_pointwise",
+    "h_pointwise_tiled_kernel",
 ];
 
 /// NTT passes (with coset and 1/n scaling folded in), bit reversal and the Groth16 H pointwise

@@ -390,7 +390,12 @@ fn run_plan(
                 0,
             ],
             Step::Pointwise { a, b, c, log_n } => [
-                5,
+                // The engine's choice: tiles for the register-radix kernels from 2^8 points.
+                if kernels != Kernels::Legacy && log_n >= 2 * plan::BITREV_TILE_BITS {
+                    9
+                } else {
+                    5
+                },
                 off(a),
                 1 << log_n,
                 log_n as u64,

@@ -40,6 +40,8 @@ struct Args {
     quick: bool,
     max_log: u32,
     json: Option<String>,
+    /// Only a forward NTT of this size, three times (for a profiler to look at).
+    repeat_ntt: Option<u32>,
 }
 
 fn parse_args() -> Res<Args> {
@@ -49,6 +51,7 @@ fn parse_args() -> Res<Args> {
         quick: false,
         max_log: plan::MAX_LOG_N,
         json: None,
+        repeat_ntt: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -58,16 +61,21 @@ fn parse_args() -> Res<Args> {
             "--quick" => a.quick = true,
             "--max-log" => a.max_log = it.next().ok_or("--max-log needs a value")?.parse()?,
             "--json" => a.json = Some(it.next().ok_or("--json needs a path")?),
+            "--repeat-ntt" => {
+                let log_n: u32 = it.next().ok_or("--repeat-ntt needs a log size")?.parse()?;
+                plan::check_log_n(log_n)?;
+                a.repeat_ntt = Some(log_n);
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: gpud-cuda-bench [--check] [--bench] [--quick] [--max-log N] [--json PATH]"
+                    "usage: gpud-cuda-bench [--check] [--bench] [--quick] [--max-log N] [--json PATH] [--repeat-ntt LOG]"
                 );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
-    if !a.check && !a.bench && !a.quick {
+    if !a.check && !a.bench && !a.quick && a.repeat_ntt.is_none() {
         a.check = true;
         a.bench = true;
     }
@@ -477,6 +485,7 @@ fn variant_name(v: NttVariant) -> &'static str {
         NttVariant::Radix => "radix, passes <= 9",
         NttVariant::Radix4 => "radix-4, passes <= 9 (default)",
         NttVariant::Radix4Karatsuba => "radix-4, passes <= 9, Karatsuba",
+        NttVariant::Radix4Occ4 => "radix-4, passes <= 9, 4 blocks/SM",
     }
 }
 
@@ -724,6 +733,26 @@ fn ntt_step(ntt: &mut NttEngine<'_>, step: &Step, ptr: u64) -> Res<()> {
     Ok(())
 }
 
+/// A forward NTT of 2^log_n points, three times (the first warms the tables), each timed.
+fn repeat_ntt(dev: &Arena, log_n: u32, seed: &mut ChaCha20Rng) -> Res<()> {
+    let mut ntt = NttEngine::new(dev)?;
+    let x = random(seed.next_u64(), 1 << log_n);
+    let mut buf = dev.alloc::<Scalar>(x.len())?;
+    buf.copy_from_host(&x)?;
+    for i in 0..3 {
+        let (start, end) = (event(dev)?, event(dev)?);
+        start.record(dev.stream())?;
+        ntt.run(&mut buf, NttKind::Forward, log_n)?;
+        end.record(dev.stream())?;
+        end.synchronize()?;
+        println!(
+            "forward NTT 2^{log_n}, run {i}: {:.3} ms",
+            start.elapsed_ms(&end)?
+        );
+    }
+    Ok(())
+}
+
 fn main() {
     match run() {
         Ok(true) => {}
@@ -783,6 +812,9 @@ fn run() -> Res<bool> {
     }
     if args.quick {
         ok &= quick(&dev, &mut rng, &mut report)?;
+    }
+    if let Some(log_n) = args.repeat_ntt {
+        repeat_ntt(&dev, log_n, &mut rng)?;
     }
     let token = lease.compute_token().ok_or("no compute token")?;
     let closed = dev.close(&token)?;

@@ -48,25 +48,30 @@ pub enum NttVariant {
     /// [`NttVariant::Radix4`] with the Karatsuba field multiplication (module `ntt_kara`:
     /// 96 wide multiply-adds per product instead of 111.5, more additions).
     Radix4Karatsuba,
+    /// [`NttVariant::Radix4`] compiled for 4 blocks per multiprocessor
+    /// (`ntt_radix4_occ4_kernel`: 64 registers, some spilled, instead of 80).
+    Radix4Occ4,
 }
 
 impl NttVariant {
     /// Every variant, oldest first.
-    pub const ALL: [NttVariant; 6] = [
+    pub const ALL: [NttVariant; 7] = [
         NttVariant::Baseline,
         NttVariant::LegacyPasses,
         NttVariant::Radix8,
         NttVariant::Radix,
         NttVariant::Radix4,
         NttVariant::Radix4Karatsuba,
+        NttVariant::Radix4Occ4,
     ];
 
     /// Most stages per pass in this variant's plans.
     pub fn max_stages(self) -> u32 {
         match self {
-            NttVariant::Radix | NttVariant::Radix4 | NttVariant::Radix4Karatsuba => {
-                plan::MAX_PASS_STAGES
-            }
+            NttVariant::Radix
+            | NttVariant::Radix4
+            | NttVariant::Radix4Karatsuba
+            | NttVariant::Radix4Occ4 => plan::MAX_PASS_STAGES,
             _ => plan::LEGACY_PASS_STAGES,
         }
     }
@@ -79,12 +84,16 @@ impl NttVariant {
                 | NttVariant::Radix
                 | NttVariant::Radix4
                 | NttVariant::Radix4Karatsuba
+                | NttVariant::Radix4Occ4
         )
     }
 
     /// Whether passes run on `ntt_radix4_kernel` (4 elements per thread).
     pub fn radix4(self) -> bool {
-        matches!(self, NttVariant::Radix4 | NttVariant::Radix4Karatsuba)
+        matches!(
+            self,
+            NttVariant::Radix4 | NttVariant::Radix4Karatsuba | NttVariant::Radix4Occ4
+        )
     }
 
     fn module(self) -> &'static KernelModule {
@@ -101,10 +110,12 @@ struct NttKernels {
     pass: CudaFunction,
     radix: CudaFunction,
     radix4: CudaFunction,
+    radix4_occ4: CudaFunction,
     twiddles: CudaFunction,
     bitrev: CudaFunction,
     bitrev_tiled: CudaFunction,
     pointwise: CudaFunction,
+    pointwise_tiled: CudaFunction,
 }
 
 impl NttKernels {
@@ -114,10 +125,12 @@ impl NttKernels {
             pass: f("ntt_pass_kernel")?,
             radix: f("ntt_radix_kernel")?,
             radix4: f("ntt_radix4_kernel")?,
+            radix4_occ4: f("ntt_radix4_occ4_kernel")?,
             twiddles: f("ntt_twiddles")?,
             bitrev: f("ntt_bitrev_kernel")?,
             bitrev_tiled: f("ntt_bitrev_tiled_kernel")?,
             pointwise: f("h_pointwise")?,
+            pointwise_tiled: f("h_pointwise_tiled_kernel")?,
         })
     }
 }
@@ -281,7 +294,11 @@ impl<'d> NttEngine<'d> {
                     })?;
                     let (f, threads, smem) = if self.variant.radix4() {
                         (
-                            &self.k.radix4,
+                            if self.variant == NttVariant::Radix4Occ4 {
+                                &self.k.radix4_occ4
+                            } else {
+                                &self.k.radix4
+                            },
                             params.radix_threads_for(2),
                             params.radix_shared_bytes(),
                         )
@@ -336,10 +353,23 @@ impl<'d> NttEngine<'d> {
                 }
                 Step::Pointwise { a, b: rb, c, log_n } => {
                     let (pa, pb, pc) = (region(a)?, region(rb)?, region(c)?);
-                    let mut b = stream.launch_builder(&self.k.pointwise);
-                    b.arg(&pa).arg(&pb).arg(&pc).arg(&log_n);
-                    // SAFETY: each region holds 2^log_n elements; a is distinct from b and c.
-                    unsafe { b.launch(elementwise_config(self.dev, 1 << log_n)) }?;
+                    if self.variant.radix() && log_n >= 2 * BITREV_TILE_BITS {
+                        let cfg = LaunchConfig {
+                            grid_dim: (1 << (log_n - 2 * BITREV_TILE_BITS), 1, 1),
+                            block_dim: (BITREV_TILE_THREADS, 1, 1),
+                            shared_mem_bytes: 0,
+                        };
+                        let mut b = stream.launch_builder(&self.k.pointwise_tiled);
+                        b.arg(&pa).arg(&pb).arg(&pc).arg(&log_n);
+                        // SAFETY: each region holds 2^log_n >= 2^8 elements; a is distinct from
+                        // b and c; one block per 256 elements.
+                        unsafe { b.launch(cfg) }?;
+                    } else {
+                        let mut b = stream.launch_builder(&self.k.pointwise);
+                        b.arg(&pa).arg(&pb).arg(&pc).arg(&log_n);
+                        // SAFETY: each region holds 2^log_n elements; a is distinct from b and c.
+                        unsafe { b.launch(elementwise_config(self.dev, 1 << log_n)) }?;
+                    }
                 }
             }
         }

@@ -72,7 +72,8 @@ enum {
     OP_POINTWISE = 5,
     OP_RADIX_PASS = 6,
     OP_BITREV_TILED = 7,
-    OP_RADIX4_PASS = 8
+    OP_RADIX4_PASS = 8,
+    OP_POINTWISE_TILED = 9
 };
 
 static void run_pass(const ntt_pass &p, fr_t *data, const fr_t *tw, const fr_t *scale) {
@@ -121,7 +122,7 @@ static void run_bitrev_tiled(fr_t *data, fr_u64 total, fr_u32 log_n) {
 //   PASS, RADIX_PASS, RADIX4_PASS: [4] log_stride, [5] k, [6] log_subs, [7] inverse, [8] dit,
 //         [9] twiddle table, [10] scale table, [11] scale mode, [12] scale by bit-reversed index
 //   BITREV, BITREV_TILED: -
-//   POINTWISE: [11] offset of b, [12] offset of c (a at off)
+//   POINTWISE, POINTWISE_TILED: [11] offset of b, [12] offset of c (a at off)
 static void run_step(const fr_u64 *s, poly &data, std::vector<poly> &tables) {
     const fr_u64 op = s[0], off = s[1], total = s[2];
     const fr_u32 log_n = (fr_u32)s[3];
@@ -169,6 +170,20 @@ static void run_step(const fr_u64 *s, poly &data, std::vector<poly> &tables) {
         }
         run_bitrev_tiled(d, total, log_n);
         break;
+    case OP_POINTWISE_TILED: {
+        // h_pointwise_tiled_kernel: load phase (a * b - c into the tiles), barrier, store phase.
+        if (log_n < 2 * NTT_BR_TILE_BITS || total != (1ull << log_n)) {
+            fprintf(stderr, "harness: tiled pointwise needs one polynomial of 2^8 points or more\n");
+            exit(2);
+        }
+        std::vector<fr_u32> sm(NTT_BR_SMEM_WORDS);
+        const fr_t *b = data.data() + s[11], *c = data.data() + s[12];
+        for (fr_u64 blk = 0; blk < ntt_bitrev_tiled_blocks(total); blk++) {
+            for (fr_u32 t = 0; t < NTT_BR_THREADS; t++) h_pointwise_tile_load(d, b, c, blk, log_n, sm.data(), t);
+            for (fr_u32 t = 0; t < NTT_BR_THREADS; t++) ntt_bitrev_tile_store(d, blk, log_n, sm.data(), t);
+        }
+        break;
+    }
     case OP_POINTWISE:
         for (fr_u64 i = 0; i < (1ull << log_n); i++)
             h_pointwise_one(d, data.data() + s[11], data.data() + s[12], i, log_n);
