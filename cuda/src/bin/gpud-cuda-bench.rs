@@ -483,9 +483,9 @@ fn variant_name(v: NttVariant) -> &'static str {
         NttVariant::LegacyPasses => "legacy passes, new mul",
         NttVariant::Radix8 => "radix, passes <= 8",
         NttVariant::Radix => "radix, passes <= 9",
-        NttVariant::Radix4 => "radix-4, passes <= 9 (default)",
+        NttVariant::Radix4 => "radix-4, passes <= 9",
         NttVariant::Radix4Karatsuba => "radix-4, passes <= 9, Karatsuba",
-        NttVariant::Radix4Occ4 => "radix-4, passes <= 9, 4 blocks/SM",
+        NttVariant::Radix4Occ4 => "radix-4, 4 blocks/SM (default)",
     }
 }
 

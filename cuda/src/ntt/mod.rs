@@ -24,10 +24,10 @@ use plan::{BITREV_TILE_BITS, BITREV_TILE_THREADS, NttKind, PASS_THREADS, Step, T
 /// Threads per block of the element-wise kernels.
 const ELEMENTWISE_THREADS: u32 = 256;
 
-/// Which kernels run a plan. [`NttVariant::Radix4`] is the default (fastest on the H200 for
-/// 2^20..2^24 and the H polynomial; [`NttVariant::Radix`] is 5 % faster at 2^27); the others are the earlier
-/// versions and a candidate multiplication, kept so that one GPU run can time them side by side
-/// (gpud-cuda-bench).
+/// Which kernels run a plan. [`NttVariant::Radix4Occ4`] is the default (on the H200 the fastest
+/// for the H polynomial, level with [`NttVariant::Radix4`] at 2^20..2^24; [`NttVariant::Radix`]
+/// is 3 % faster at 2^27); the others are the earlier versions and candidates, kept so that one
+/// GPU run can time them side by side (gpud-cuda-bench, BENCHMARKS.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NttVariant {
     /// The first measured version: one shared-memory stage per barrier (`ntt_pass_kernel`),
@@ -43,13 +43,14 @@ pub enum NttVariant {
     /// passes instead of four).
     Radix,
     /// [`NttVariant::Radix`] with 4 elements per thread (`ntt_radix4_kernel`: rounds of at
-    /// most 2 stages, 256 threads, 80 registers instead of 124). The default.
+    /// most 2 stages, 256 threads, 80 registers instead of 124).
     Radix4,
     /// [`NttVariant::Radix4`] with the Karatsuba field multiplication (module `ntt_kara`:
     /// 96 wide multiply-adds per product instead of 111.5, more additions).
     Radix4Karatsuba,
     /// [`NttVariant::Radix4`] compiled for 4 blocks per multiprocessor
-    /// (`ntt_radix4_occ4_kernel`: 64 registers, some spilled, instead of 80).
+    /// (`ntt_radix4_occ4_kernel`: 64 registers, some spilled, instead of 80). The default: H
+    /// 2^24 1.5 % faster than [`NttVariant::Radix4`], NTT 2^27 2 % faster.
     Radix4Occ4,
 }
 
@@ -148,7 +149,7 @@ impl<'d> NttEngine<'d> {
     /// Loads the NTT kernels (compiled by NVRTC on first use, then from the disk cache); tables
     /// and work buffers are charged to `dev`'s lease.
     pub fn new(dev: &'d Arena<'d>) -> Result<Self> {
-        Self::with_variant(dev, NttVariant::Radix4)
+        Self::with_variant(dev, NttVariant::Radix4Occ4)
     }
 
     /// Loads the kernels of a given variant.
