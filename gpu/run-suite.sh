@@ -113,6 +113,7 @@ section prover-bench 420 "$G/bin/gpud-prover" bench-engines --sizes 20,22 --json
 #                                     any vs one GPU at N = 8, 2 cells more)
 #   bash gpu/run-suite.sh farm-x2    (the 2-GPU machine, placement only: N = 4 and 8; ~3 minutes)
 #   bash gpu/run-suite.sh farm-priority (the priority runs alone; ~2 minutes)
+#   bash gpu/run-suite.sh farm-ratio    (gpud against the ideal alone, 25 s windows; ~4 minutes)
 # A ballast process holds all but 16 GiB of each GPU (gpud sees it through NVML); each
 # partition's footprint is padded to 6 GiB. Results: $OUT/farm*/farm.json (metrics, written
 # after every cell), farm.md (the tables, also printed last), cells/ (every process's report),
@@ -138,6 +139,14 @@ if named farm-priority; then
         --no-matrix --priority-n 8 --priority-duration 16
     [ -f "$OUT/farm-priority/farm.md" ] && cat "$OUT/farm-priority/farm.md"
     pack_farm "$OUT/farm-priority"
+fi
+# farm-ratio: gpud against the in-process ideal only, N = 2, 4, 8, windows of 25 s (the matrix's
+# 12 s windows leave a ±7 % spread of the phase length between cells), about 4 minutes.
+if named farm-ratio; then
+    section farm-ratio 330 "$G/bin/gpud-prover" farm --out "$OUT/farm-ratio" --log-size 21 \
+        --modes gpud,ideal --ns 2,4,8 --duration 25 --priority-n 0
+    [ -f "$OUT/farm-ratio/farm.md" ] && cat "$OUT/farm-ratio/farm.md"
+    pack_farm "$OUT/farm-ratio"
 fi
 if named farm-x2; then
     section farm-x2 570 "$G/bin/gpud-prover" farm --out "$OUT/farm-x2" --log-size 21 --multi-gpu \
