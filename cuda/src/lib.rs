@@ -52,4 +52,4 @@ pub use buffer::{DeviceBuffer, DeviceCopy};
 pub use device::Device;
 pub use error::{Error, Result};
 pub use fr::FrElement;
-pub use pinned::PinnedBuffer;
+pub use pinned::{PinnedBuffer, RegisteredVec};

@@ -2,6 +2,7 @@
 
 use std::ffi::c_void;
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use cudarc::driver::result;
 use cudarc::driver::sys;
@@ -59,6 +60,67 @@ impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
         // SAFETY: allocated by cuMemHostAlloc and freed once.
         let _ = unsafe { result::free_host(self.ptr as *mut c_void) };
+    }
+}
+
+/// Host memory that already exists (a shared vector, e.g. a proving key's bases), page-locked in
+/// place with cuMemHostRegister for as long as this value lives, so that every transfer from it is
+/// a direct DMA instead of the driver's staged copy of ordinary memory. It keeps a clone of the
+/// `Arc`: the vector can neither be freed nor reallocated while it is registered.
+#[derive(Debug)]
+pub struct RegisteredVec<T: DeviceCopy> {
+    data: Arc<Vec<T>>,
+}
+
+// SAFETY: only shared access to the vector is handed out; T is Send + Sync plain data.
+unsafe impl<T: DeviceCopy> Send for RegisteredVec<T> {}
+// SAFETY: as above.
+unsafe impl<T: DeviceCopy> Sync for RegisteredVec<T> {}
+
+impl<T: DeviceCopy> RegisteredVec<T> {
+    /// Page-locks `data`'s elements for every context (PORTABLE). Fails (typed, nothing
+    /// registered) when the driver refuses, e.g. when the range shares pages with memory
+    /// registered before; transfers then work as from ordinary memory. An empty vector is
+    /// refused too: there is nothing to lock.
+    pub fn register(dev: &Device, data: Arc<Vec<T>>) -> Result<Self> {
+        let bytes = std::mem::size_of_val(data.as_slice());
+        if bytes == 0 {
+            return Err(Error::InvalidArgument(
+                "nothing to page-lock: the vector is empty".into(),
+            ));
+        }
+        dev.bind()?;
+        // SAFETY: the range is the vector's initialized elements, alive and never moved while
+        // `data` (held by the returned value) lives; unregistered in Drop before it is released.
+        let r = unsafe {
+            sys::cuMemHostRegister_v2(
+                data.as_ptr() as *mut c_void,
+                bytes,
+                sys::CU_MEMHOSTREGISTER_PORTABLE,
+            )
+        };
+        r.result()?;
+        Ok(Self { data })
+    }
+
+    /// Bytes page-locked.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of_val(self.data.as_slice())
+    }
+}
+
+impl<T: DeviceCopy> Deref for RegisteredVec<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.data
+    }
+}
+
+impl<T: DeviceCopy> Drop for RegisteredVec<T> {
+    fn drop(&mut self) {
+        // SAFETY: registered in `register` at this address, unregistered once, while `data` is
+        // still alive.
+        let _ = unsafe { sys::cuMemHostUnregister(self.data.as_ptr() as *mut c_void) };
     }
 }
 

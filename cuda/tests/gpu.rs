@@ -9,7 +9,8 @@ use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_cuda::hpoly::HPoly;
 use gpud_cuda::ntt::NttEngine;
 use gpud_cuda::ntt::plan::NttKind;
-use gpud_cuda::{Device, Error, PinnedBuffer, cpu, driver};
+use gpud_cuda::pinned::is_pinned;
+use gpud_cuda::{Device, Error, PinnedBuffer, RegisteredVec, cpu, driver};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
@@ -105,6 +106,31 @@ fn h_matches_the_cpu_from_pageable_and_pinned_memory() {
             "H 2^{log_n} (pinned) differs from the CPU"
         );
     }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_registered_vector_is_page_locked_until_dropped_and_copies_from_it_are_exact() {
+    let lease = claim(256 * MIB);
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
+    let data = std::sync::Arc::new(random(&mut fresh_rng(), 1 << 16));
+    assert!(!is_pinned(&data));
+    let reg = RegisteredVec::register(&device, std::sync::Arc::clone(&data)).unwrap();
+    assert!(is_pinned(&data));
+    assert_eq!(reg.bytes(), 32 << 16);
+    // The same memory again is refused, typed, and the first registration stands.
+    let again = RegisteredVec::register(&device, std::sync::Arc::clone(&data));
+    assert!(matches!(again, Err(Error::Driver(_))), "{again:?}");
+    assert!(is_pinned(&data));
+    let mut buf = dev.alloc::<Scalar>(data.len()).unwrap();
+    buf.copy_from_host(&reg).unwrap();
+    assert!(buf.to_vec().unwrap() == *data);
+    drop(buf);
+    drop(reg);
+    assert!(!is_pinned(&data), "unregistered when dropped");
+    let empty = RegisteredVec::register(&device, std::sync::Arc::new(Vec::<Scalar>::new()));
+    assert!(matches!(empty, Err(Error::InvalidArgument(_))), "{empty:?}");
 }
 
 #[test]

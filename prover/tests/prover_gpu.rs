@@ -30,9 +30,10 @@ fn claim(vram: u64) -> ExclusiveDevice {
     ExclusiveDevice::claim(info.uuid, info.ordinal as u32, vram)
 }
 
-fn engine(resident: bool) -> CudaEngine {
+fn engine(resident: bool, pin_bases: bool) -> CudaEngine {
     CudaEngine::new(CudaOptions {
         resident_bases: resident,
+        pin_bases,
     })
     .expect("CUDA engine")
 }
@@ -49,8 +50,9 @@ const CASES: [(&str, u32); 5] = [
 #[ignore = "needs a GPU"]
 fn cuda_proofs_equal_bellpersons_create_proof_bit_for_bit_and_verify() {
     let mut rng = ChaCha8Rng::seed_from_u64(77);
-    for resident in [false, true] {
-        let cuda = engine(resident);
+    // Bases uploaded per phase from ordinary and from page-locked memory, and resident.
+    for (resident, pin) in [(false, false), (false, true), (true, false)] {
+        let cuda = engine(resident, pin);
         for (circuit, k) in CASES {
             let (spec, key) = common::key(circuit, k);
             let log = gpud_prover::fft::Domain::for_constraints(
@@ -78,7 +80,7 @@ fn cuda_proofs_equal_bellpersons_create_proof_bit_for_bit_and_verify() {
                 let (mut a, mut b) = (Vec::new(), Vec::new());
                 ours.write(&mut a).unwrap();
                 theirs.write(&mut b).unwrap();
-                assert_eq!(a, b, "{spec} seed {seed} resident {resident}");
+                assert_eq!(a, b, "{spec} seed {seed} resident {resident} pinned {pin}");
                 assert!(key.verify(&ours, &inputs).unwrap(), "{spec} seed {seed}");
             }
             if resident {
@@ -93,7 +95,7 @@ fn cuda_proofs_equal_bellpersons_create_proof_bit_for_bit_and_verify() {
 fn cuda_and_cpu_engines_give_the_same_g1_sums_on_a_wrong_witness() {
     // With the constraint check off, an unsatisfied witness still runs through both engines:
     // the GPU must compute the same (non-vanishing) h and sums as the CPU.
-    let cuda = engine(false);
+    let cuda = engine(false, true);
     for (circuit, k) in [("synthetic", 11), ("poseidon", 10)] {
         let (spec, key) = common::key(circuit, k);
         let opts = SynthesisOptions {
@@ -111,7 +113,7 @@ fn cuda_and_cpu_engines_give_the_same_g1_sums_on_a_wrong_witness() {
 #[test]
 #[ignore = "needs a GPU"]
 fn a_phase_lease_smaller_than_the_formula_fails_typed_and_leaks_nothing() {
-    let cuda = engine(false);
+    let cuda = engine(false, true);
     let (spec, key) = common::key("synthetic", 12);
     let need = cuda.vram_bytes(&key, 12);
     // The formula is the sum of the buffers, an upper bound of the peak: half of it is too little.
@@ -177,7 +179,7 @@ fn a_phase_lease_smaller_than_the_formula_fails_typed_and_leaks_nothing() {
 fn the_pipeline_on_the_cuda_engine_verifies_every_partition_with_and_without_residency() {
     let info = first_gpu();
     for resident in [true, false] {
-        let cuda = engine(resident);
+        let cuda = engine(resident, true);
         let (spec, key) = common::key("poseidon", 12);
         let cfg = PipelineConfig {
             spec,
@@ -237,7 +239,7 @@ fn parameters_with_g1_on_the_gpu_equal_the_cpu_path_and_prove() {
         cpu.write(&mut b).unwrap();
         assert!(a == b, "{spec}: GPU parameters differ from the CPU path");
         let key = gpud_prover::ProvingKey::new("fast", gpu);
-        let cuda = engine(true);
+        let cuda = engine(true, false);
         let lease = claim(cuda.vram_bytes(&key, k));
         let (proof, inputs) = prove::prove(
             &cuda,

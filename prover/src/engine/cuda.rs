@@ -10,7 +10,9 @@
 //! - Resident bases ([`CudaOptions::resident_bases`], on by default): the proving key's G1
 //!   queries live in an arena of a separate VRAM-only lease ([`Engine::load_resident`]), so a
 //!   phase uploads only scalars. Without residency each MSM uploads its query's bases into the
-//!   phase's own arena (the phase lease then includes them; see [`crate::vram`]).
+//!   phase's own arena (the phase lease then includes them; see [`crate::vram`]), from the
+//!   proving key's own vectors, page-locked in place once per process
+//!   ([`CudaOptions::pin_bases`]): a direct DMA instead of the driver's staged copy.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -21,7 +23,7 @@ use gpud_client::Reservation;
 use gpud_cuda::driver::{self, normalize_uuid};
 use gpud_cuda::hpoly::HPoly;
 use gpud_cuda::msm::{G1Bases, MsmEngine, MsmError};
-use gpud_cuda::{Arena, Device, kernels, nvrtc};
+use gpud_cuda::{Arena, Device, RegisteredVec, kernels, nvrtc};
 use group::Group;
 
 use super::{Engine, G1Sums, PhaseInput, PhaseOutput, PhaseTimings};
@@ -36,12 +38,18 @@ pub struct CudaOptions {
     /// (default). Off, every phase uploads them under its own lease: for cards too small to
     /// hold every prover's resident copy.
     pub resident_bases: bool,
+    /// Without residency: page-lock the proving key's G1 bases in host memory (in place, once
+    /// per process and key, [`CudaEngine::pin_bases`]), so that every phase's upload of them is
+    /// a direct DMA. Costs page-locked host memory of the bases' size per process (default
+    /// on). Where the driver refuses, uploads go on from ordinary memory.
+    pub pin_bases: bool,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
         Self {
             resident_bases: true,
+            pin_bases: true,
         }
     }
 }
@@ -101,7 +109,11 @@ pub struct CudaEngine {
     multiprocessors: u32,
     /// Resident bases by (key id, device UUID).
     resident: Mutex<HashMap<(u64, String), Resident>>,
+    /// Page-locked bases by key id, or why the driver refused them (not asked again).
+    pinned: Mutex<HashMap<u64, PinnedBases>>,
 }
+
+type PinnedBases = std::result::Result<Vec<RegisteredVec<G1Affine>>, String>;
 
 impl std::fmt::Debug for CudaEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -144,7 +156,32 @@ impl CudaEngine {
                 .max()
                 .unwrap_or(vram::DEFAULT_MULTIPROCESSORS),
             resident: Mutex::new(HashMap::new()),
+            pinned: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Page-locks `key`'s four G1 base vectors in place (once per key; later calls return the
+    /// first answer), when the options ask for it and the bases are not resident. Returns the
+    /// bytes page-locked. A refusal (e.g. the driver's limit on page-locked memory) is an error
+    /// here and leaves the bases in ordinary memory; phases still run.
+    pub fn pin_bases(&self, key: &ProvingKey, dev: &Device) -> Result<usize> {
+        if !self.opts.pin_bases || self.opts.resident_bases {
+            return Ok(0);
+        }
+        let mut map = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = map.entry(key.id()).or_insert_with(|| {
+            let p = key.params();
+            [&p.h, &p.l, &p.a, &p.b_g1]
+                .into_iter()
+                .filter(|v| !v.is_empty())
+                .map(|v| RegisteredVec::register(dev, std::sync::Arc::clone(v)))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| format!("page-locking the bases of {}: {e}", key.name()))
+        });
+        match entry {
+            Ok(regs) => Ok(regs.iter().map(|r| r.bytes()).sum()),
+            Err(why) => Err(engine_error(why.clone())),
+        }
     }
 
     /// The options in effect.
@@ -228,6 +265,8 @@ impl CudaEngine {
             let bases = match res {
                 Some(b) => b,
                 None => {
+                    // Once per key; a refusal leaves the upload to the driver's staged copy.
+                    let _ = self.pin_bases(key, arena.device());
                     let t0 = Instant::now();
                     uploaded = G1Bases::upload(arena, &host[..n])?;
                     t.bases_upload += t0.elapsed().as_secs_f64();

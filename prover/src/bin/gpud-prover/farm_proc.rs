@@ -334,13 +334,18 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
     let mut report = if cuda {
         let engine = CudaEngine::new(CudaOptions {
             resident_bases: false,
+            pin_bases: true,
         })
         .context("starting the CUDA engine")?;
-        // Every device's context and kernels now, not inside the first GPU phase.
+        // Every device's context and kernels now, not inside the first GPU phase; and the
+        // bases page-locked (a refusal is logged, and the uploads stay staged copies).
         for d in gpud_cuda::driver::list_devices()? {
             let dev = process_device(&d.uuid)?;
             dev.module(&gpud_cuda::kernels::NTT)?;
             dev.module(&gpud_cuda::kernels::MSM)?;
+            if let Err(e) = engine.pin_bases(&work.key, dev) {
+                eprintln!("farm-worker: {e:#}");
+            }
         }
         with_leaser(
             &a,

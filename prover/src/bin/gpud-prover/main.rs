@@ -122,12 +122,17 @@ struct EngineArgs {
     /// lease (else every GPU phase uploads them under its own lease).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     resident_bases: bool,
+    /// CUDA engine without resident bases: page-lock the proving key's G1 bases in host memory
+    /// once, so every phase's upload of them is a direct DMA.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pin_bases: bool,
 }
 
 impl EngineArgs {
     fn cuda(&self) -> Result<CudaEngine> {
         CudaEngine::new(CudaOptions {
             resident_bases: self.resident_bases,
+            pin_bases: self.pin_bases,
         })
         .context("starting the CUDA engine (use --engine cpu on machines without a GPU)")
     }
