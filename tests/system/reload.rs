@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use gpud_client::LeaseRequest;
 use gpud_client::proto::ErrorCode;
+use gpud_client::{Class, LeaseRequest};
 use gpud_tests::ops::Gpud;
 use gpud_tests::wait_until;
 
@@ -69,4 +69,48 @@ fn sighup_applies_new_limits_keeps_leases_and_refuses_a_bad_config() {
     assert_eq!(gpud.client().status().unwrap().leases.len(), 2);
     drop(first);
     drop(held);
+}
+
+#[test]
+fn sighup_changes_compute_and_critical_slots_and_holders_keep_theirs() {
+    let gpud = Gpud::start("16GiB", "", &["--dbus", "none"], &[]);
+    let client = gpud.client();
+    let compute = |class| {
+        LeaseRequest::new()
+            .vram(GIB)
+            .compute()
+            .class(class)
+            .timeout(Duration::from_millis(300))
+    };
+    let a = client.acquire(&compute(Class::Normal)).unwrap();
+    assert!(client.acquire(&compute(Class::Normal)).is_err(), "one slot");
+
+    rewrite(&gpud, "[devices]\ncompute_slots = 2\ncritical_slots = 1\n");
+    hup(&gpud);
+    assert!(wait_until(Duration::from_secs(5), || gpud
+        .log()
+        .contains("configuration reloaded")));
+    let b = client.acquire(&compute(Class::Normal)).unwrap();
+    let c = client.acquire(&compute(Class::Critical)).unwrap();
+    let dev = &gpud.client().status().unwrap().devices[0];
+    assert_eq!((dev.compute_slots, dev.critical_slots), (2, 1));
+    assert_eq!(dev.compute_holders.len(), 3);
+
+    // Back to the defaults: the three holders keep their slots, nobody new gets one.
+    rewrite(&gpud, "");
+    hup(&gpud);
+    assert!(wait_until(Duration::from_secs(5), || gpud
+        .log()
+        .matches("configuration reloaded")
+        .count()
+        == 2));
+    let dev = &gpud.client().status().unwrap().devices[0];
+    assert_eq!((dev.compute_slots, dev.critical_slots), (1, 0));
+    assert_eq!(dev.compute_holders.len(), 3, "holders keep their slots");
+    assert!(client.acquire(&compute(Class::Critical)).is_err());
+    drop((a, b, c));
+    assert!(
+        client.acquire(&compute(Class::Normal)).is_ok(),
+        "free again"
+    );
 }

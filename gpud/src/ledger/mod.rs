@@ -441,6 +441,18 @@ impl Ledger {
         Ok(d)
     }
 
+    /// Sets every device's compute slots (at least 1) and critical slots (a configuration
+    /// reload). Holders keep their slots when the counts drop: a device grants no more compute
+    /// until its holders are below the new count. More slots serve waiters at once.
+    pub fn set_slots(&mut self, now: Instant, compute_slots: u32, critical_slots: u32) {
+        for d in 0..self.devices.len() {
+            let spec = &mut self.devices[d].spec;
+            spec.compute_slots = compute_slots.max(1);
+            spec.critical_slots = critical_slots;
+            self.schedule(now, d);
+        }
+    }
+
     /// Records how much memory processes without a lease use on a device; it lowers capacity.
     /// Waiters that no longer fit keep waiting (the usage may drop again).
     pub fn set_unmanaged(&mut self, now: Instant, device: DeviceIdx, bytes: u64) {
@@ -589,23 +601,8 @@ impl Ledger {
                     "device {d}: holders {holders:?} != compute leases {compute:?}"
                 ));
             }
-            if dev.holders.len() > dev.spec.slots_for(Class::Critical) as usize {
-                return Err(format!("device {d}: {} holders > slots", dev.holders.len()));
-            }
-            let ordinary = dev
-                .holders
-                .iter()
-                .filter(|id| {
-                    self.leases
-                        .get(id)
-                        .is_some_and(|l| l.class != Class::Critical)
-                })
-                .count();
-            if ordinary > dev.spec.compute_slots as usize {
-                return Err(format!(
-                    "device {d}: {ordinary} non-critical holders > compute slots"
-                ));
-            }
+            // Holders may outnumber the slots after a reload lowered them ([`Ledger::set_slots`]);
+            // that no grant exceeds them is what the property tests check, grant by grant.
             if dev.queue.len() != dev.by_age.len() {
                 return Err(format!("device {d}: queue and age index differ"));
             }

@@ -275,6 +275,45 @@ fn a_critical_slot_serves_critical_work_beside_the_running_phase() {
 }
 
 #[test]
+fn reloaded_slots_serve_waiters_at_once_and_lowered_slots_keep_their_holders() {
+    let now = Instant::now();
+    let mut l = Ledger::new(LedgerConfig::default(), vec![device("GPU-a", 16)]);
+    let ask = |class| spec(Placement::Any, GIB, true, class);
+    let first = granted(&mut l, now, t(1, 1), ask(Class::Normal));
+    assert_eq!(l.acquire(now, t(2, 1), ask(Class::Normal)), Ok(None));
+    // A second slot serves the waiter at once.
+    l.set_slots(now, 2, 0);
+    let d = drain_decisions(&mut l);
+    assert!(
+        matches!(d.as_slice(), [Decision::Granted { ticket, .. }] if *ticket == t(2, 1)),
+        "{d:?}"
+    );
+    let second = l.leases().find(|x| x.session == 2).map(|x| x.id).unwrap();
+    // Back to one slot: both holders keep theirs, and nothing more is granted until the
+    // holders are below the new count.
+    l.set_slots(now, 1, 0);
+    assert_eq!(l.device(0).unwrap().compute_holders().count(), 2);
+    assert_eq!(l.acquire(now, t(3, 1), ask(Class::Normal)), Ok(None));
+    l.release(now, 1, first).unwrap();
+    assert!(drain_decisions(&mut l).is_empty(), "one holder, one slot");
+    l.release(now, 2, second).unwrap();
+    assert!(matches!(
+        drain_decisions(&mut l).as_slice(),
+        [Decision::Granted { ticket, .. }] if *ticket == t(3, 1)
+    ));
+    // A critical slot added by a reload serves a critical waiter beside the holder.
+    assert_eq!(l.acquire(now, t(4, 1), ask(Class::Critical)), Ok(None));
+    drain_decisions(&mut l);
+    l.set_slots(now, 1, 1);
+    assert!(matches!(
+        drain_decisions(&mut l).as_slice(),
+        [Decision::Granted { ticket, .. }] if *ticket == t(4, 1)
+    ));
+    assert_eq!(l.device(0).unwrap().spec().critical_slots, 1);
+    l.check_invariants().unwrap();
+}
+
+#[test]
 fn a_critical_slot_still_needs_the_vram() {
     let now = Instant::now();
     let mut dev = device("GPU-a", 16);
@@ -744,9 +783,22 @@ enum Step {
         device: usize,
         gib: u64,
     },
+    /// A configuration reload that changes every device's slots.
+    Slots {
+        compute: u32,
+        critical: u32,
+    },
     Advance {
         ms: u64,
     },
+}
+
+/// What a device held before a step: a step may add holders only within the slots.
+#[derive(Debug, Clone, Copy)]
+struct Before {
+    reserved: u64,
+    holders: usize,
+    ordinary: usize,
 }
 
 fn class() -> impl Strategy<Value = Class> {
@@ -776,6 +828,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (0..3usize).prop_map(|device| Step::Undrain { device }),
         1 => any::<usize>().prop_map(|pick| Step::Revoke { pick }),
         1 => (0..3usize, 0..8u64).prop_map(|(device, gib)| Step::Unmanaged { device, gib }),
+        1 => (1..3u32, 0..2u32).prop_map(|(compute, critical)| Step::Slots { compute, critical }),
         4 => (1..300u64).prop_map(|ms| Step::Advance { ms }),
     ]
 }
@@ -868,9 +921,24 @@ impl Harness {
             .collect()
     }
 
+    /// Per device: reserved bytes, compute holders, and those of them not critical.
+    fn before(&self) -> Vec<Before> {
+        self.ledger
+            .devices()
+            .map(|d| Before {
+                reserved: d.reserved(),
+                holders: d.compute_holders().count(),
+                ordinary: d
+                    .compute_holders()
+                    .filter(|l| l.class != Class::Critical)
+                    .count(),
+            })
+            .collect()
+    }
+
     fn apply(&mut self, step: &Step) {
         let now = self.now;
-        let reserved_before: Vec<u64> = self.ledger.devices().map(|d| d.reserved()).collect();
+        let before = self.before();
         match step.clone() {
             Step::Acquire {
                 session,
@@ -1001,13 +1069,16 @@ impl Harness {
             Step::Unmanaged { device, gib } => {
                 self.ledger.set_unmanaged(now, device, gib * GIB);
             }
+            Step::Slots { compute, critical } => {
+                self.ledger.set_slots(now, compute, critical);
+            }
             Step::Advance { ms } => {
                 self.now += Duration::from_millis(ms);
                 self.ledger.handle_timeout(self.now);
             }
         }
         self.collect();
-        self.check(&reserved_before);
+        self.check(&before);
     }
 
     fn collect(&mut self) {
@@ -1051,7 +1122,7 @@ impl Harness {
         }
     }
 
-    fn check(&mut self, reserved_before: &[u64]) {
+    fn check(&mut self, before: &[Before]) {
         self.ledger.check_invariants().unwrap();
         while let Some(change) = self.ledger.poll_change() {
             match change {
@@ -1090,30 +1161,30 @@ impl Harness {
                 sum,
                 "device {d}: reserved equals the live leases"
             );
-            if dev.reserved() > reserved_before[d] {
+            if dev.reserved() > before[d].reserved {
                 assert!(
                     dev.reserved() <= dev.capacity(),
                     "device {d}: a grant over-committed it"
                 );
             }
+            // Holders may outnumber slots a reload lowered; a grant may never exceed them.
             let holders = dev.compute_holders().count();
-            assert!(holders <= dev.spec().slots_for(Class::Critical) as usize);
-            let ordinary = self
-                .live
-                .iter()
-                .filter(|(id, v)| {
-                    v.1 == d
-                        && v.3
-                        && self
-                            .ledger
-                            .lease(**id)
-                            .is_some_and(|l| l.class != Class::Critical)
-                })
+            if holders > before[d].holders {
+                assert!(
+                    holders <= dev.spec().slots_for(Class::Critical) as usize,
+                    "device {d}: a grant beyond the slots"
+                );
+            }
+            let ordinary = dev
+                .compute_holders()
+                .filter(|l| l.class != Class::Critical)
                 .count();
-            assert!(
-                ordinary <= dev.spec().compute_slots as usize,
-                "device {d}: a non-critical lease took a critical slot"
-            );
+            if ordinary > before[d].ordinary {
+                assert!(
+                    ordinary <= dev.spec().compute_slots as usize,
+                    "device {d}: a non-critical lease took a critical slot"
+                );
+            }
             let compute_live = self.live.values().filter(|v| v.1 == d && v.3).count();
             assert_eq!(holders, compute_live);
         }
@@ -1147,7 +1218,7 @@ impl Harness {
             if self.waiting.is_empty() {
                 break;
             }
-            let before: Vec<u64> = self.ledger.devices().map(|d| d.reserved()).collect();
+            let before = self.before();
             let ids: Vec<(LeaseId, SessionId)> = self.live.iter().map(|(k, v)| (*k, v.0)).collect();
             for (id, session) in ids {
                 self.ledger.release(self.now, session, id).unwrap();
@@ -1216,7 +1287,7 @@ fn every_request_gets_one_answer_in_a_long_random_run() {
         seen.insert(std::mem::discriminant(s));
     }
     h.settle();
-    assert_eq!(seen.len(), 10, "every kind of step occurred");
+    assert_eq!(seen.len(), 11, "every kind of step occurred");
 }
 
 #[test]

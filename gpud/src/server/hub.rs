@@ -977,6 +977,8 @@ impl Hub {
         self.auditor.set_config(config.audit);
         self.kill_ignored_yield = config.kill_ignored_yield;
         self.ledger.set_config(now, config.scheduler.clone());
+        self.ledger
+            .set_slots(now, config.compute_slots, config.critical_slots);
         info!("configuration reloaded");
     }
 
