@@ -1,5 +1,6 @@
-//! SIGHUP reloads the config (limits, classes, access lists) without dropping leases; a bad
-//! config is refused with a log line naming the key, and the old one stays in force.
+//! SIGHUP reloads the config (limits, classes, access lists, compute and critical slots) without
+//! dropping leases; a bad config is refused with a log line naming the key, and the old one
+//! stays in force.
 
 use std::time::Duration;
 
