@@ -344,6 +344,76 @@ FR_FN fr_u32 fr_negate_opaque(fr_u32 x) {
 #endif
 }
 
+// One CIOS reduction step on V = E + O * 2^32 + pend (fr_mul_cios's layout): adds m * r with
+// m = -V mod 2^32, which clears limb 0. Limb 0 of V is E[0] + pend (mod 2^32). m * r adds m at
+// limb 0 (r's limb 0 is 1), which clears it with a carry of (s != 0); r's limb 1 is 2^32 - 1,
+// so m * that adds -m = s at limb 1 and m - (m != 0) at limb 2 (into O, which starts at limb 1).
+// S_FROM_CHAIN takes s from the E chain's first add instead of a separate add: fr_mul_cios was
+// measured with the separate add, fr_mul_karatsuba with the chain's (the chain's form compiles
+// fr_mul_cios to 24 fewer SASS instructions per 4 products, not yet timed on a GPU).
+template <bool S_FROM_CHAIN>
+FR_FN void fr_cios_reduce_step(fr_u32 E[9], fr_u32 O[8], fr_u32 pend) {
+    fr_carry k;
+    const fr_u32 s = S_FROM_CHAIN ? add_cc(k, E[0], pend) : E[0] + pend;
+    const fr_u32 m = fr_negate_opaque(s);
+    const fr_u32 c0 = s != 0u ? 1u : 0u;
+    const fr_u32 hi1 = m - c0;
+    {
+        if (!S_FROM_CHAIN) (void)add_cc(k, E[0], pend);
+        E[1] = addc_cc(k, E[1], c0);
+        E[2] = madc_lo_cc(k, m, FR_P2, E[2]);
+        E[3] = madc_hi_cc(k, m, FR_P2, E[3]);
+        E[4] = madc_lo_cc(k, m, FR_P4, E[4]);
+        E[5] = madc_hi_cc(k, m, FR_P4, E[5]);
+        E[6] = madc_lo_cc(k, m, FR_P6, E[6]);
+        E[7] = madc_hi_cc(k, m, FR_P6, E[7]);
+        E[8] = addc(k, E[8], 0u);
+    }
+    {
+        fr_carry k;
+        O[0] = add_cc(k, O[0], s);
+        O[1] = addc_cc(k, O[1], hi1);
+        O[2] = madc_lo_cc(k, m, FR_P3, O[2]);
+        O[3] = madc_hi_cc(k, m, FR_P3, O[3]);
+        O[4] = madc_lo_cc(k, m, FR_P5, O[4]);
+        O[5] = madc_hi_cc(k, m, FR_P5, O[5]);
+        O[6] = madc_lo_cc(k, m, FR_P7, O[6]);
+        O[7] = madc_hi(k, m, FR_P7, O[7]);
+    }
+}
+
+// Divides V = E + O * 2^32 + pend by 2^32 once limb 0 is clear, by renaming: the new E is O,
+// the new O is E's limbs 2..8, the new pend is E's limb 1. No limb moves between registers.
+FR_FN void fr_cios_shift(fr_u32 E[9], fr_u32 O[8], fr_u32 &pend) {
+    pend = E[1];
+    fr_u32 ne[9], no[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) ne[k] = O[k];
+    ne[8] = 0;
+#pragma unroll
+    for (int k = 0; k < 7; k++) no[k] = E[k + 2];
+    no[7] = 0;
+#pragma unroll
+    for (int k = 0; k < 9; k++) E[k] = ne[k];
+#pragma unroll
+    for (int k = 0; k < 8; k++) O[k] = no[k];
+}
+
+// After the last step: V / 2^32 = O + E[1..9), not yet reduced.
+FR_FN fr_t fr_cios_value(const fr_u32 E[9], const fr_u32 O[8]) {
+    fr_t r;
+    fr_carry k;
+    r.l[0] = add_cc(k, O[0], E[1]);
+    r.l[1] = addc_cc(k, O[1], E[2]);
+    r.l[2] = addc_cc(k, O[2], E[3]);
+    r.l[3] = addc_cc(k, O[3], E[4]);
+    r.l[4] = addc_cc(k, O[4], E[5]);
+    r.l[5] = addc_cc(k, O[5], E[6]);
+    r.l[6] = addc_cc(k, O[6], E[7]);
+    r.l[7] = addc(k, O[7], E[8]);
+    return r;
+}
+
 // Montgomery product a * b * 2^-256 mod r, by CIOS over 32-bit limbs with the running sum
 // split in two halves so that every product's low and high words land in one aligned register
 // pair, which ptxas turns into single wide multiply-adds with carry (IMAD.WIDE.U32.X):
@@ -386,64 +456,11 @@ FR_FN fr_t fr_mul_cios(const fr_t &a, const fr_t &b) {
             O[6] = madc_lo_cc(k, a.l[7], bi, O[6]);
             O[7] = madc_hi(k, a.l[7], bi, O[7]);
         }
-        // Limb 0 of V is E[0] + pend (mod 2^32). m * r adds m at limb 0 (r's limb 0 is 1),
-        // which clears it with a carry of (s != 0); r's limb 1 is 2^32 - 1, so m * that adds
-        // -m = s at limb 1 and m - (m != 0) at limb 2 (into O, which starts at limb 1).
-        const fr_u32 s = E[0] + pend;
-        const fr_u32 m = fr_negate_opaque(s);
-        const fr_u32 c0 = s != 0u ? 1u : 0u;
-        const fr_u32 hi1 = m - c0;
-        {
-            fr_carry k;
-            (void)add_cc(k, E[0], pend);
-            E[1] = addc_cc(k, E[1], c0);
-            E[2] = madc_lo_cc(k, m, FR_P2, E[2]);
-            E[3] = madc_hi_cc(k, m, FR_P2, E[3]);
-            E[4] = madc_lo_cc(k, m, FR_P4, E[4]);
-            E[5] = madc_hi_cc(k, m, FR_P4, E[5]);
-            E[6] = madc_lo_cc(k, m, FR_P6, E[6]);
-            E[7] = madc_hi_cc(k, m, FR_P6, E[7]);
-            E[8] = addc(k, E[8], 0u);
-        }
-        {
-            fr_carry k;
-            O[0] = add_cc(k, O[0], s);
-            O[1] = addc_cc(k, O[1], hi1);
-            O[2] = madc_lo_cc(k, m, FR_P3, O[2]);
-            O[3] = madc_hi_cc(k, m, FR_P3, O[3]);
-            O[4] = madc_lo_cc(k, m, FR_P5, O[4]);
-            O[5] = madc_hi_cc(k, m, FR_P5, O[5]);
-            O[6] = madc_lo_cc(k, m, FR_P7, O[6]);
-            O[7] = madc_hi(k, m, FR_P7, O[7]);
-        }
-        // Divide by 2^32: V = O + E[1..9) read from limb 0.
-        if (i + 1 < FR_LIMBS) {
-            pend = E[1];
-            fr_u32 ne[9], no[8];
-#pragma unroll
-            for (int k = 0; k < 8; k++) ne[k] = O[k];
-            ne[8] = 0;
-#pragma unroll
-            for (int k = 0; k < 7; k++) no[k] = E[k + 2];
-            no[7] = 0;
-#pragma unroll
-            for (int k = 0; k < 9; k++) E[k] = ne[k];
-#pragma unroll
-            for (int k = 0; k < 8; k++) O[k] = no[k];
-        }
+        fr_cios_reduce_step<false>(E, O, pend);
+        if (i + 1 < FR_LIMBS) fr_cios_shift(E, O, pend);
     }
-    // V / 2^32 = O + E[1..9), below 2r.
-    fr_t r;
-    fr_carry k;
-    r.l[0] = add_cc(k, O[0], E[1]);
-    r.l[1] = addc_cc(k, O[1], E[2]);
-    r.l[2] = addc_cc(k, O[2], E[3]);
-    r.l[3] = addc_cc(k, O[3], E[4]);
-    r.l[4] = addc_cc(k, O[4], E[5]);
-    r.l[5] = addc_cc(k, O[5], E[6]);
-    r.l[6] = addc_cc(k, O[6], E[7]);
-    r.l[7] = addc(k, O[7], E[8]);
-    return fr_reduce_once(r);
+    // V / 2^32, below 2r.
+    return fr_reduce_once(fr_cios_value(E, O));
 }
 
 // z = a * b + c * 2^128 mod 2^256 for 4-limb a, b, c (the 128 x 128-bit products of
@@ -588,8 +605,7 @@ FR_FN fr_t fr_mul_karatsuba(const fr_t &a, const fr_t &b) {
     // Montgomery reduction of T_lo = z0 + mid_lo 2^128 (mid_lo = mid mod 2^128, T_lo < 2^257)
     // by fr_mul_cios's steps (see there; V = E + O 2^32 + pend), starting from E = z0 and O =
     // mid_lo at limbs 4..7 (O[j] is limb j + 1): no addition needed, and the carry of z0 +
-    // mid_lo 2^128 into limb 8 stays in V. Each step's limb-0 sum s = E[0] + pend starts the
-    // E chain, whose carry then goes to limb 1 with the m * r carry c0.
+    // mid_lo 2^128 into limb 8 stays in V.
     fr_u32 E[9], O[8], pend = 0;
 #pragma unroll
     for (int j = 0; j < 8; j++) E[j] = z0[j];
@@ -602,48 +618,12 @@ FR_FN fr_t fr_mul_karatsuba(const fr_t &a, const fr_t &b) {
     O[7] = 0;
 #pragma unroll
     for (int i = 0; i < FR_LIMBS; i++) {
-        {
-            fr_carry k;
-            const fr_u32 s = add_cc(k, E[0], pend);
-            const fr_u32 m = fr_negate_opaque(s);
-            const fr_u32 c0 = s != 0u ? 1u : 0u;
-            const fr_u32 hi1 = m - c0;
-            E[1] = addc_cc(k, E[1], c0);
-            E[2] = madc_lo_cc(k, m, FR_P2, E[2]);
-            E[3] = madc_hi_cc(k, m, FR_P2, E[3]);
-            E[4] = madc_lo_cc(k, m, FR_P4, E[4]);
-            E[5] = madc_hi_cc(k, m, FR_P4, E[5]);
-            E[6] = madc_lo_cc(k, m, FR_P6, E[6]);
-            E[7] = madc_hi_cc(k, m, FR_P6, E[7]);
-            E[8] = addc(k, E[8], 0u);
-            fr_carry q;
-            O[0] = add_cc(q, O[0], s);
-            O[1] = addc_cc(q, O[1], hi1);
-            O[2] = madc_lo_cc(q, m, FR_P3, O[2]);
-            O[3] = madc_hi_cc(q, m, FR_P3, O[3]);
-            O[4] = madc_lo_cc(q, m, FR_P5, O[4]);
-            O[5] = madc_hi_cc(q, m, FR_P5, O[5]);
-            O[6] = madc_lo_cc(q, m, FR_P7, O[6]);
-            O[7] = madc_hi(q, m, FR_P7, O[7]);
-        }
-        if (i + 1 < FR_LIMBS) {
-            pend = E[1];
-            fr_u32 ne[9], no[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) ne[j] = O[j];
-            ne[8] = 0;
-#pragma unroll
-            for (int j = 0; j < 7; j++) no[j] = E[j + 2];
-            no[7] = 0;
-#pragma unroll
-            for (int j = 0; j < 9; j++) E[j] = ne[j];
-#pragma unroll
-            for (int j = 0; j < 8; j++) O[j] = no[j];
-        }
+        fr_cios_reduce_step<true>(E, O, pend);
+        if (i + 1 < FR_LIMBS) fr_cios_shift(E, O, pend);
     }
     // T_hi = z2 + (mid >> 128), without the carry out of T_lo (inside V). Meanwhile
     // (T_lo + M r) / 2^256 = O + E[1..9) < (2^257 + 2^256 r) / 2^256 <= r + 1.
-    fr_t h, r;
+    fr_t h;
     {
         fr_carry k;
         h.l[0] = add_cc(k, z2[0], mid[4]);
@@ -655,13 +635,7 @@ FR_FN fr_t fr_mul_karatsuba(const fr_t &a, const fr_t &b) {
         h.l[6] = addc_cc(k, z2[6], 0u);
         h.l[7] = addc(k, z2[7], 0u);
     }
-    {
-        fr_carry k;
-        r.l[0] = add_cc(k, O[0], E[1]);
-#pragma unroll
-        for (int j = 1; j < 7; j++) r.l[j] = addc_cc(k, O[j], E[j + 1]);
-        r.l[7] = addc(k, O[7], E[8]);
-    }
+    fr_t r = fr_cios_value(E, O);
     {
         fr_carry k;
         r.l[0] = add_cc(k, r.l[0], h.l[0]);
