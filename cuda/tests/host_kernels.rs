@@ -371,7 +371,7 @@ fn run_plan(
                 total,
                 log_n,
             } => [
-                if kernels != Kernels::Legacy && log_n >= 2 * plan::BITREV_TILE_BITS {
+                if plan::permutes_by_tiles(kernels != Kernels::Legacy, log_n) {
                     7
                 } else {
                     3
@@ -390,8 +390,7 @@ fn run_plan(
                 0,
             ],
             Step::Pointwise { a, b, c, log_n } => [
-                // The engine's choice: tiles for the register-radix kernels from 2^8 points.
-                if kernels != Kernels::Legacy && log_n >= 2 * plan::BITREV_TILE_BITS {
+                if plan::permutes_by_tiles(kernels != Kernels::Legacy, log_n) {
                     9
                 } else {
                     5

@@ -330,21 +330,12 @@ impl<'d> NttEngine<'d> {
                     log_n,
                 } => {
                     let data = region(r)?;
-                    if self.variant.radix() && log_n >= 2 * BITREV_TILE_BITS {
-                        let blocks =
-                            u32::try_from(total >> (2 * BITREV_TILE_BITS)).map_err(|_| {
-                                Error::InvalidArgument("batch too large for one launch".into())
-                            })?;
-                        let cfg = LaunchConfig {
-                            grid_dim: (blocks, 1, 1),
-                            block_dim: (BITREV_TILE_THREADS, 1, 1),
-                            shared_mem_bytes: 0,
-                        };
+                    if plan::permutes_by_tiles(self.variant.radix(), log_n) {
                         let mut b = stream.launch_builder(&self.k.bitrev_tiled);
                         b.arg(&data).arg(&log_n);
                         // SAFETY: `data` holds `total` elements, a whole number of polynomials
                         // of 2^log_n >= 2^8 points; one block per 256 elements.
-                        unsafe { b.launch(cfg) }?;
+                        unsafe { b.launch(tiles_config(total)?) }?;
                     } else {
                         let mut b = stream.launch_builder(&self.k.bitrev);
                         b.arg(&data).arg(&log_n).arg(&total);
@@ -354,17 +345,12 @@ impl<'d> NttEngine<'d> {
                 }
                 Step::Pointwise { a, b: rb, c, log_n } => {
                     let (pa, pb, pc) = (region(a)?, region(rb)?, region(c)?);
-                    if self.variant.radix() && log_n >= 2 * BITREV_TILE_BITS {
-                        let cfg = LaunchConfig {
-                            grid_dim: (1 << (log_n - 2 * BITREV_TILE_BITS), 1, 1),
-                            block_dim: (BITREV_TILE_THREADS, 1, 1),
-                            shared_mem_bytes: 0,
-                        };
+                    if plan::permutes_by_tiles(self.variant.radix(), log_n) {
                         let mut b = stream.launch_builder(&self.k.pointwise_tiled);
                         b.arg(&pa).arg(&pb).arg(&pc).arg(&log_n);
                         // SAFETY: each region holds 2^log_n >= 2^8 elements; a is distinct from
                         // b and c; one block per 256 elements.
-                        unsafe { b.launch(cfg) }?;
+                        unsafe { b.launch(tiles_config(1 << log_n)?) }?;
                     } else {
                         let mut b = stream.launch_builder(&self.k.pointwise);
                         b.arg(&pa).arg(&pb).arg(&pc).arg(&log_n);
@@ -376,6 +362,18 @@ impl<'d> NttEngine<'d> {
         }
         Ok(())
     }
+}
+
+/// A launch of the tiled kernels over `total` elements: one block of 256 threads per tile of 256
+/// elements (blocks past a tile pair's smaller index return at once).
+fn tiles_config(total: u64) -> Result<LaunchConfig> {
+    let blocks = u32::try_from(total >> (2 * BITREV_TILE_BITS))
+        .map_err(|_| Error::InvalidArgument("batch too large for one launch".into()))?;
+    Ok(LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (BITREV_TILE_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    })
 }
 
 /// A grid-stride launch over `count` elements: enough blocks to fill the device a few times.

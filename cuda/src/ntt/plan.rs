@@ -27,6 +27,13 @@ pub const BITREV_TILE_BITS: u32 = 4;
 /// Threads per block of the tiled bit reversal.
 pub const BITREV_TILE_THREADS: u32 = 1 << (2 * BITREV_TILE_BITS);
 
+/// Whether the permuting steps (bit reversal, the H pointwise step) of a transform of 2^log_n
+/// points run by 16×16 tiles: with the register-radix kernels, from 2^8 points (a tile pair
+/// needs the 8 bits); the first versions permute element by element.
+pub fn permutes_by_tiles(radix_kernels: bool, log_n: u32) -> bool {
+    radix_kernels && log_n >= 2 * BITREV_TILE_BITS
+}
+
 /// The kernel's `ntt_pass` argument (ntt.cuh); field order and types must match.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

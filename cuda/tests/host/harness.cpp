@@ -107,12 +107,14 @@ static void run_radix_pass(const ntt_pass &p, fr_u32 lr, fr_t *data, const fr_t 
     }
 }
 
-// The tiled bit reversal (ntt_bitrev_tiled_kernel): load phase, barrier, store phase.
-static void run_bitrev_tiled(fr_t *data, fr_u64 total, fr_u32 log_n) {
+// A tiled kernel (ntt_bitrev_tiled_kernel, h_pointwise_tiled_kernel): every block's load phase
+// load(block, sm, tid), barrier, store phase.
+template <class Load>
+static void run_tiles(fr_t *data, fr_u64 total, fr_u32 log_n, Load load) {
     std::vector<fr_u32> sm(NTT_BR_SMEM_WORDS);
     const fr_u64 blocks = ntt_bitrev_tiled_blocks(total);
     for (fr_u64 b = 0; b < blocks; b++) {
-        for (fr_u32 t = 0; t < NTT_BR_THREADS; t++) ntt_bitrev_tile_load(data, b, log_n, sm.data(), t);
+        for (fr_u32 t = 0; t < NTT_BR_THREADS; t++) load(b, sm.data(), t);
         for (fr_u32 t = 0; t < NTT_BR_THREADS; t++) ntt_bitrev_tile_store(data, b, log_n, sm.data(), t);
     }
 }
@@ -168,7 +170,8 @@ static void run_step(const fr_u64 *s, poly &data, std::vector<poly> &tables) {
             fprintf(stderr, "harness: tiled bit reversal below 2^8\n");
             exit(2);
         }
-        run_bitrev_tiled(d, total, log_n);
+        run_tiles(d, total, log_n,
+                  [&](fr_u64 b, fr_u32 *sm, fr_u32 t) { ntt_bitrev_tile_load(d, b, log_n, sm, t); });
         break;
     case OP_POINTWISE_TILED: {
         // h_pointwise_tiled_kernel: load phase (a * b - c into the tiles), barrier, store phase.
@@ -176,12 +179,10 @@ static void run_step(const fr_u64 *s, poly &data, std::vector<poly> &tables) {
             fprintf(stderr, "harness: tiled pointwise needs one polynomial of 2^8 points or more\n");
             exit(2);
         }
-        std::vector<fr_u32> sm(NTT_BR_SMEM_WORDS);
         const fr_t *b = data.data() + s[11], *c = data.data() + s[12];
-        for (fr_u64 blk = 0; blk < ntt_bitrev_tiled_blocks(total); blk++) {
-            for (fr_u32 t = 0; t < NTT_BR_THREADS; t++) h_pointwise_tile_load(d, b, c, blk, log_n, sm.data(), t);
-            for (fr_u32 t = 0; t < NTT_BR_THREADS; t++) ntt_bitrev_tile_store(d, blk, log_n, sm.data(), t);
-        }
+        run_tiles(d, total, log_n, [&](fr_u64 blk, fr_u32 *sm, fr_u32 t) {
+            h_pointwise_tile_load(d, b, c, blk, log_n, sm, t);
+        });
         break;
     }
     case OP_POINTWISE:
