@@ -79,22 +79,16 @@ impl NttVariant {
 
     /// Whether passes run on a register-radix kernel.
     pub fn radix(self) -> bool {
-        matches!(
-            self,
-            NttVariant::Radix8
-                | NttVariant::Radix
-                | NttVariant::Radix4
-                | NttVariant::Radix4Karatsuba
-                | NttVariant::Radix4Occ4
-        )
+        self.pass_kernel() != PassKernel::Stages
     }
 
-    /// Whether passes run on `ntt_radix4_kernel` (4 elements per thread).
-    pub fn radix4(self) -> bool {
-        matches!(
-            self,
-            NttVariant::Radix4 | NttVariant::Radix4Karatsuba | NttVariant::Radix4Occ4
-        )
+    fn pass_kernel(self) -> PassKernel {
+        match self {
+            NttVariant::Baseline | NttVariant::LegacyPasses => PassKernel::Stages,
+            NttVariant::Radix8 | NttVariant::Radix => PassKernel::Radix,
+            NttVariant::Radix4 | NttVariant::Radix4Karatsuba => PassKernel::Radix4,
+            NttVariant::Radix4Occ4 => PassKernel::Radix4Occ4,
+        }
     }
 
     fn module(self) -> &'static KernelModule {
@@ -104,6 +98,19 @@ impl NttVariant {
             _ => &kernels::NTT,
         }
     }
+}
+
+/// The kernel that runs a plan's passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PassKernel {
+    /// `ntt_pass_kernel`: one shared-memory stage per barrier.
+    Stages,
+    /// `ntt_radix_kernel`: 8 elements per thread.
+    Radix,
+    /// `ntt_radix4_kernel`: 4 elements per thread.
+    Radix4,
+    /// `ntt_radix4_occ4_kernel`: the same, 4 blocks per multiprocessor.
+    Radix4Occ4,
 }
 
 #[derive(Debug)]
@@ -293,24 +300,23 @@ impl<'d> NttEngine<'d> {
                     let blocks = u32::try_from(params.blocks()).map_err(|_| {
                         Error::InvalidArgument("batch too large for one launch".into())
                     })?;
-                    let (f, threads, smem) = if self.variant.radix4() {
-                        (
-                            if self.variant == NttVariant::Radix4Occ4 {
-                                &self.k.radix4_occ4
-                            } else {
-                                &self.k.radix4
-                            },
-                            params.radix_threads_for(2),
-                            params.radix_shared_bytes(),
-                        )
-                    } else if self.variant.radix() {
-                        (
+                    let (f, threads, smem) = match self.variant.pass_kernel() {
+                        PassKernel::Stages => (&self.k.pass, PASS_THREADS, params.shared_bytes()),
+                        PassKernel::Radix => (
                             &self.k.radix,
                             params.radix_threads(),
                             params.radix_shared_bytes(),
-                        )
-                    } else {
-                        (&self.k.pass, PASS_THREADS, params.shared_bytes())
+                        ),
+                        PassKernel::Radix4 => (
+                            &self.k.radix4,
+                            params.radix_threads_for(2),
+                            params.radix_shared_bytes(),
+                        ),
+                        PassKernel::Radix4Occ4 => (
+                            &self.k.radix4_occ4,
+                            params.radix_threads_for(2),
+                            params.radix_shared_bytes(),
+                        ),
                     };
                     let cfg = LaunchConfig {
                         grid_dim: (blocks, 1, 1),
