@@ -72,11 +72,6 @@ pub struct RegisteredVec<T: DeviceCopy> {
     data: Arc<Vec<T>>,
 }
 
-// SAFETY: only shared access to the vector is handed out; T is Send + Sync plain data.
-unsafe impl<T: DeviceCopy> Send for RegisteredVec<T> {}
-// SAFETY: as above.
-unsafe impl<T: DeviceCopy> Sync for RegisteredVec<T> {}
-
 impl<T: DeviceCopy> RegisteredVec<T> {
     /// Page-locks `data`'s elements for every context (PORTABLE). Fails (typed, nothing
     /// registered) when the driver refuses, e.g. when the range shares pages with memory
