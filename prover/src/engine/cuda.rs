@@ -252,6 +252,11 @@ impl CudaEngine {
         let resident = resident_map
             .get(&(key.id(), normalize_uuid(&arena.info().uuid)))
             .map(|r| r.borrow_dependent());
+        if resident.is_none() {
+            // Once per key (a no-op after); a refusal leaves the uploads to the driver's
+            // staged copy.
+            let _ = self.pin_bases(key, arena.device());
+        }
         // Each MSM over its query's bases: resident ones, or uploaded into the phase's arena.
         let mut run = |res: Option<&G1Bases<'_>>,
                        host: &[G1Affine],
@@ -265,8 +270,6 @@ impl CudaEngine {
             let bases = match res {
                 Some(b) => b,
                 None => {
-                    // Once per key; a refusal leaves the upload to the driver's staged copy.
-                    let _ = self.pin_bases(key, arena.device());
                     let t0 = Instant::now();
                     uploaded = G1Bases::upload(arena, &host[..n])?;
                     t.bases_upload += t0.elapsed().as_secs_f64();

@@ -338,11 +338,16 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         })
         .context("starting the CUDA engine")?;
         // Every device's context and kernels now, not inside the first GPU phase; and the
-        // bases page-locked (a refusal is logged, and the uploads stay staged copies).
+        // bases page-locked, once for every context (a refusal is logged, and the uploads
+        // stay staged copies).
+        let mut first = None;
         for d in gpud_cuda::driver::list_devices()? {
             let dev = process_device(&d.uuid)?;
             dev.module(&gpud_cuda::kernels::NTT)?;
             dev.module(&gpud_cuda::kernels::MSM)?;
+            first.get_or_insert(dev);
+        }
+        if let Some(dev) = first {
             if let Err(e) = engine.pin_bases(&work.key, dev) {
                 eprintln!("farm-worker: {e:#}");
             }
