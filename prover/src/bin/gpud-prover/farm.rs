@@ -346,6 +346,19 @@ struct WorkerSpec {
 /// it (`devices.critical_slots = 1`), and flock.
 const PRIORITY_LOCKS: [&str; 3] = ["gpud", "gpudc", "flock"];
 
+/// How the processes of a mode (one process per prover) take the GPU: the worker's lock, and
+/// the gpud its leases come from ([`Farm::socket`]).
+fn mode_lock(mode: &str) -> Result<(&'static str, &'static str)> {
+    Ok(match mode {
+        "gpud" => ("gpud", "gpud"),
+        "gpud2" => ("gpud", "gpud2"),
+        "gpudc" => ("gpud", "gpudc"),
+        "flock" => ("flock", "gpud"),
+        "none" => ("none", "gpud"),
+        other => bail!("unknown mode {other:?} (gpud, gpud2, gpudc, ideal, flock, none)"),
+    })
+}
+
 struct Proc {
     name: String,
     critical: bool,
@@ -777,28 +790,17 @@ impl Farm {
         n: usize,
         device: Option<String>,
     ) -> Result<Vec<WorkerSpec>> {
-        Ok(match mode {
-            "ideal" => vec![self.normal("p0".into(), "local", n, 0, None)],
-            "gpud" | "gpud2" | "gpudc" | "flock" | "none" => {
-                let lock = match mode {
-                    "gpud" | "gpud2" | "gpudc" => "gpud",
-                    "flock" => "flock",
-                    _ => "none",
-                };
-                (0..n)
-                    .map(|i| {
-                        let mut w = self.normal(format!("p{i}"), lock, 1, i, device.clone());
-                        w.gpud = match mode {
-                            "gpud2" => "gpud2",
-                            "gpudc" => "gpudc",
-                            _ => "gpud",
-                        };
-                        w
-                    })
-                    .collect()
-            }
-            other => bail!("unknown mode {other:?} (gpud, gpud2, ideal, flock, none)"),
-        })
+        if mode == "ideal" {
+            return Ok(vec![self.normal("p0".into(), "local", n, 0, None)]);
+        }
+        let (lock, gpud) = mode_lock(mode)?;
+        Ok((0..n)
+            .map(|i| {
+                let mut w = self.normal(format!("p{i}"), lock, 1, i, device.clone());
+                w.gpud = gpud;
+                w
+            })
+            .collect())
     }
 
     /// The socket of gpud `name` ("gpud"; "gpud2" with two compute slots per GPU; "gpudc" with
@@ -808,10 +810,9 @@ impl Farm {
     }
 
     /// Starts gpud `name` on [`Farm::socket`] with `compute_slots` and `critical_slots` per GPU
-    /// (the library's gpud
-    /// in a child process of its own, or `--gpud`), and waits until it answers and, on GPUs,
-    /// its capacity reflects the ballast (NVML polls), at most 10 s. Its log goes to
-    /// `logs/{name}.log`.
+    /// (the library's gpud in a child process of its own, or `--gpud`), and waits until it
+    /// answers and, on GPUs, its capacity reflects the ballast (NVML polls), at most 10 s. Its
+    /// log goes to `logs/{name}.log`.
     fn start_gpud(
         &self,
         name: &'static str,
@@ -1035,9 +1036,9 @@ pub fn run(a: FarmArgs) -> Result<()> {
         matrix_cells,
         a.duration,
         if a.priority_n > 0 {
-            ", 3 priority runs"
+            format!(", {} priority runs", PRIORITY_LOCKS.len())
         } else {
-            ""
+            String::new()
         },
         if a.multi_gpu {
             ", several-GPU runs"
@@ -1131,8 +1132,9 @@ pub fn run(a: FarmArgs) -> Result<()> {
     } else {
         None
     };
-    // The priority run "gpudc": one compute slot and one critical slot per GPU.
-    let _gpudc = if farm.a.priority_n > 0 {
+    // Mode gpudc (the priority runs, or cells that ask for it): one compute slot and one
+    // critical slot per GPU.
+    let _gpudc = if farm.a.priority_n > 0 || modes.iter().any(|m| m == "gpudc") {
         Some(farm.start_gpud("gpudc", 1, 1)?.0)
     } else {
         None
@@ -1263,7 +1265,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
             farm.a.priority_n, farm.a.critical_log_size, farm.a.critical_every
         );
         for mode in PRIORITY_LOCKS {
-            let lock = if mode == "flock" { "flock" } else { "gpud" };
+            let (lock, gpud) = mode_lock(mode)?;
             let spec = CellSpec {
                 name: format!("priority-{mode}"),
                 mode: mode.into(),
@@ -1285,7 +1287,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
                 tail_ms: 0.0,
                 interval: Some(farm.a.critical_every),
                 device: one_gpu.clone(),
-                gpud: if mode == "gpudc" { "gpudc" } else { "gpud" },
+                gpud,
             });
             let m = farm.cell(spec, &workers, farm.a.priority_duration)?;
             results.priority.push(m);
