@@ -121,39 +121,26 @@ section prover-bench 420 "$G/bin/gpud-prover" bench-engines --sizes 20,22 --json
 #   gpud-prover farm-plot farm.json docs/farm.png
 # A device call brings back at most 8 files: the per-process reports and logs travel as one
 # archive (unpack with `tar xzf cells-logs.tgz` beside farm.json).
-pack_farm() {
-    [ -d "$1/cells" ] || return 0
-    (cd "$1" && tar czf cells-logs.tgz cells logs && rm -rf cells logs)
+# farm_section NAME TIMEOUT ARGS...: the farm with ARGS into $OUT/NAME (2^21 partitions), only
+# when NAME is named; prints its tables and packs the per-process files.
+farm_section() {
+    local name=$1 limit=$2
+    shift 2
+    named "$name" || return 0
+    section "$name" "$limit" "$G/bin/gpud-prover" farm --out "$OUT/$name" --log-size 21 "$@"
+    [ -f "$OUT/$name/farm.md" ] && cat "$OUT/$name/farm.md"
+    [ -d "$OUT/$name/cells" ] || return 0
+    (cd "$OUT/$name" && tar czf cells-logs.tgz cells logs && rm -rf cells logs)
 }
-if named farm; then
-    section farm 570 "$G/bin/gpud-prover" farm --out "$OUT/farm" --log-size 21 \
-        --modes gpud,gpud2,ideal,flock,none --duration 12 --priority-duration 16 \
-        --multi-gpu --multi-ns 8
-    [ -f "$OUT/farm/farm.md" ] && cat "$OUT/farm/farm.md"
-    pack_farm "$OUT/farm"
-fi
+farm_section farm 570 --modes gpud,gpud2,ideal,flock,none --duration 12 --priority-duration 16 \
+    --multi-gpu --multi-ns 8
 # farm-priority: the priority runs alone (8 normal provers, a critical 2^16 proof every second;
 # gpud, gpud with a critical slot, flock), about 2 minutes.
-if named farm-priority; then
-    section farm-priority 300 "$G/bin/gpud-prover" farm --out "$OUT/farm-priority" --log-size 21 \
-        --no-matrix --priority-n 8 --priority-duration 16
-    [ -f "$OUT/farm-priority/farm.md" ] && cat "$OUT/farm-priority/farm.md"
-    pack_farm "$OUT/farm-priority"
-fi
+farm_section farm-priority 300 --no-matrix --priority-n 8 --priority-duration 16
 # farm-ratio: gpud against the in-process ideal only, N = 2, 4, 8, windows of 25 s (the matrix's
 # 12 s windows leave a ±7 % spread of the phase length between cells), about 4 minutes.
-if named farm-ratio; then
-    section farm-ratio 330 "$G/bin/gpud-prover" farm --out "$OUT/farm-ratio" --log-size 21 \
-        --modes gpud,ideal --ns 2,4,8 --duration 25 --priority-n 0
-    [ -f "$OUT/farm-ratio/farm.md" ] && cat "$OUT/farm-ratio/farm.md"
-    pack_farm "$OUT/farm-ratio"
-fi
-if named farm-x2; then
-    section farm-x2 570 "$G/bin/gpud-prover" farm --out "$OUT/farm-x2" --log-size 21 --multi-gpu \
-        --no-matrix --priority-n 0 --multi-ns 4,8 --duration 12
-    [ -f "$OUT/farm-x2/farm.md" ] && cat "$OUT/farm-x2/farm.md"
-    pack_farm "$OUT/farm-x2"
-fi
+farm_section farm-ratio 330 --modes gpud,ideal --ns 2,4,8 --duration 25 --priority-n 0
+farm_section farm-x2 570 --multi-gpu --no-matrix --priority-n 0 --multi-ns 4,8 --duration 12
 
 echo
 echo "=== summary"
