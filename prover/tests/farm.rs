@@ -19,26 +19,24 @@ fn cell<'a>(cells: &'a [CellMetrics], name: &str) -> &'a CellMetrics {
 fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
     let out = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_gpud-prover"))
-        .args(["farm", "--simulate", "--sim-gpus", "2"])
-        .args(["--log-size", "10", "--critical-log-size", "8"])
-        .args(["--ns", "1,2", "--duration", "1.5", "--calibrate-secs", "1"])
-        .args(["--modes", "gpud,gpud2,ideal,flock,none"])
-        // Two 10 GiB phases do not fit on the 16 GiB device: uncoordinated provers collide.
-        .args(["--phase-vram", "10GiB", "--card", "16GiB"])
-        .args(["--priority-n", "2", "--priority-duration", "2.5"])
-        .args(["--critical-every", "0.25"])
-        .args(["--multi-gpu", "--multi-ns", "2"])
-        .arg("--out")
-        .arg(out.path())
-        .arg("--work-dir")
-        .arg(work.path())
-        .output()
-        .expect("running gpud-prover farm");
+    let run = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_gpud-prover"))
+            .args(["farm", "--simulate", "--sim-gpus", "2"])
+            .args(["--log-size", "10", "--critical-log-size", "8"])
+            .args(["--ns", "1,2", "--duration", "1.5", "--calibrate-secs", "1"])
+            .args(["--modes", "gpud,gpud2,ideal,flock,none"])
+            // Two 10 GiB phases do not fit on the 16 GiB device: uncoordinated provers collide.
+            .args(["--phase-vram", "10GiB", "--card", "16GiB"])
+            .args(["--priority-n", "2", "--priority-duration", "2.5"])
+            .args(["--critical-every", "0.25"])
+            .args(["--multi-gpu", "--multi-ns", "2"])
+            .arg("--out")
+            .arg(out.path())
+            .arg("--work-dir")
+            .arg(work.path()),
+    );
     let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
     println!("{stdout}");
-    assert!(run.status.success(), "farm failed: {stderr}\n{stdout}");
 
     let text = std::fs::read_to_string(out.path().join("farm.json")).unwrap();
     let r: FarmResults = serde_json::from_str(&text).unwrap();
@@ -157,18 +155,25 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
     }
     assert_png(&out.path().join("farm.png"));
     let again = out.path().join("again.png");
-    let plot = Command::new(env!("CARGO_BIN_EXE_gpud-prover"))
-        .arg("farm-plot")
-        .arg(out.path().join("farm.json"))
-        .arg(&again)
-        .output()
-        .unwrap();
-    assert!(
-        plot.status.success(),
-        "{}",
-        String::from_utf8_lossy(&plot.stderr)
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_gpud-prover"))
+            .arg("farm-plot")
+            .arg(out.path().join("farm.json"))
+            .arg(&again),
     );
     assert_png(&again);
+}
+
+/// Runs `cmd` to its end and fails the test, with its output, unless it succeeded.
+fn run_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().expect("running gpud-prover");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    out
 }
 
 fn assert_png(path: &Path) {
@@ -188,31 +193,21 @@ fn assert_png(path: &Path) {
 fn a_worker_that_cannot_pin_says_why_and_proves_on() {
     let bundle = tempfile::tempdir().unwrap();
     let exe = env!("CARGO_BIN_EXE_gpud-prover");
-    let prep = Command::new(exe)
-        .args(["farm-prepare", "--log-size", "8", "--witnesses", "1"])
-        .arg("--bundle")
-        .arg(bundle.path())
-        .output()
-        .unwrap();
-    assert!(
-        prep.status.success(),
-        "{}",
-        String::from_utf8_lossy(&prep.stderr)
+    run_ok(
+        Command::new(exe)
+            .args(["farm-prepare", "--log-size", "8", "--witnesses", "1"])
+            .arg("--bundle")
+            .arg(bundle.path()),
     );
-    let run = Command::new(exe)
-        .args(["farm-worker", "--log-size", "8", "--witnesses", "1"])
-        .args(["--lock", "none", "--engine", "cpu", "--duration", "0.5"])
-        .args(["--pin-near", "GPU-00000000-0000-0000-0000-000000000000"])
-        .arg("--bundle")
-        .arg(bundle.path())
-        .output()
-        .unwrap();
+    let run = run_ok(
+        Command::new(exe)
+            .args(["farm-worker", "--log-size", "8", "--witnesses", "1"])
+            .args(["--lock", "none", "--engine", "cpu", "--duration", "0.5"])
+            .args(["--pin-near", "GPU-00000000-0000-0000-0000-000000000000"])
+            .arg("--bundle")
+            .arg(bundle.path()),
+    );
     let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{}\n{stdout}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let report: gpud_prover::farm::worker::WorkerReport = stdout
         .lines()
         .rev()
