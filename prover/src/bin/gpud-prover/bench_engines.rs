@@ -199,10 +199,7 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
                 plain.gpu_phase.total
             );
         }
-        if let (Some(cpu), Some(cuda)) = (
-            r.row.runs.iter().find(|e| e.engine == "cpu"),
-            r.row.runs.iter().find(|e| e.engine == "cuda"),
-        ) {
+        if let (Some(cpu), Some(cuda)) = (find("cpu"), find("cuda")) {
             println!(
                 "2^{}: GPU phase {:.3} s on the GPU vs {:.3} s on the CPU ({:.1}x); proof {:.3} s vs {:.3} s; proofs identical across engines: {}; parameters: {}",
                 r.row.log_size,
