@@ -210,12 +210,17 @@ fn critical_overtakes_normal_and_asks_the_holder_to_yield() {
     );
 }
 
+/// A 16 GiB device with one compute slot and one critical slot.
+fn one_slot_and_a_critical_slot() -> Ledger {
+    let mut dev = device("GPU-a", 16);
+    dev.critical_slots = 1;
+    Ledger::new(LedgerConfig::default(), vec![dev])
+}
+
 #[test]
 fn a_critical_slot_serves_critical_work_beside_the_running_phase() {
     let now = Instant::now();
-    let mut dev = device("GPU-a", 16);
-    dev.critical_slots = 1;
-    let mut l = Ledger::new(LedgerConfig::default(), vec![dev]);
+    let mut l = one_slot_and_a_critical_slot();
     let phase = granted(
         &mut l,
         now,
@@ -316,9 +321,7 @@ fn reloaded_slots_serve_waiters_at_once_and_lowered_slots_keep_their_holders() {
 #[test]
 fn a_critical_slot_still_needs_the_vram() {
     let now = Instant::now();
-    let mut dev = device("GPU-a", 16);
-    dev.critical_slots = 1;
-    let mut l = Ledger::new(LedgerConfig::default(), vec![dev]);
+    let mut l = one_slot_and_a_critical_slot();
     let phase = granted(
         &mut l,
         now,
