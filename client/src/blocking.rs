@@ -1,17 +1,20 @@
 //! The blocking client, for programs that are not async (provers, tools).
 //!
-//! The connection is driven by a thread of its own, so yield notices and revocations arrive
-//! while the program computes; the calls here block only the calling thread.
+//! It is the async [`crate::Client`] with a runtime of its own: the connection is driven by a
+//! thread that runs that runtime, so yield notices and revocations arrive while the program
+//! computes, and each call here runs the async call's future on the calling thread, blocking
+//! only that thread. (The futures only wait on channels that the connection's thread fills.)
 
 use std::path::Path;
 use std::time::Duration;
 
-use crate::connection::{Answer, ClientOptions, Handle, connect, timed_out_is_none};
+use tokio::runtime::Handle as Runtime;
+
+use crate::connection::{ClientOptions, connect};
 use crate::error::{ClientError, Result};
-use crate::lease::{LeaseCore, impl_reservation, lease_accessors};
-use crate::proto::{Op, Placement, Reply, StatusReport};
+use crate::proto::{Event, LeaseInfo, Placement, StatusReport};
 use crate::request::LeaseRequest;
-use crate::reservation::LeaseId;
+use crate::reservation::{ComputeToken, LeaseId, Reservation};
 
 /// A session with gpud (blocking API).
 ///
@@ -25,7 +28,8 @@ use crate::reservation::LeaseId;
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    handle: Handle,
+    inner: crate::Client,
+    runtime: Runtime,
 }
 
 impl Client {
@@ -36,26 +40,28 @@ impl Client {
 
     /// Connects with explicit options (reconnection window, client name).
     pub fn connect_with(socket: impl AsRef<Path>, options: ClientOptions) -> Result<Self> {
-        let socket = socket.as_ref().to_path_buf();
+        let path = socket.as_ref().to_path_buf();
+        let thread_failed = |source| ClientError::Connect {
+            path: path.clone(),
+            source,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(thread_failed)?;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let path = socket.clone();
+        let socket = path.clone();
+        // The thread owns the runtime and lives as long as the connection: the driver ends
+        // when the last client and lease are gone, after sending what they left (releases).
         std::thread::Builder::new()
             .name("gpud-client".into())
             .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(ClientError::Connect { path, source: e }));
-                        return;
-                    }
-                };
+                let handle = runtime.handle().clone();
                 runtime.block_on(async move {
-                    match connect(&path, options).await {
-                        Ok((handle, driver)) => {
-                            if ready_tx.send(Ok(handle)).is_ok() {
+                    match connect(&socket, options).await {
+                        Ok((connection, driver)) => {
+                            let client = crate::Client::from_handle(connection);
+                            if ready_tx.send(Ok((client, handle))).is_ok() {
                                 driver.await;
                             }
                         }
@@ -65,12 +71,9 @@ impl Client {
                     }
                 });
             })
-            .map_err(|source| ClientError::Connect {
-                path: socket,
-                source,
-            })?;
-        let handle = ready_rx.recv().map_err(|_| ClientError::Disconnected)??;
-        Ok(Self { handle })
+            .map_err(thread_failed)?;
+        let (inner, runtime) = ready_rx.recv().map_err(|_| ClientError::Disconnected)??;
+        Ok(Self { inner, runtime })
     }
 
     /// Connects to the socket named by `GPUD_SOCKET`, or the default path.
@@ -80,126 +83,138 @@ impl Client {
 
     /// This session's id.
     pub fn session(&self) -> u64 {
-        self.handle.session()
-    }
-
-    fn call(&self, op: Op) -> Result<Answer> {
-        let id = self.handle.next_id();
-        self.handle
-            .call(id, op)?
-            .blocking_recv()
-            .map_err(|_| ClientError::Disconnected)?
-    }
-
-    fn reply(&self, op: Op) -> Result<Reply> {
-        match self.call(op)? {
-            Answer::Reply(r) => Ok(r),
-            Answer::Granted(..) => Err(ClientError::Protocol("unexpected grant".into())),
-        }
+        self.inner.session()
     }
 
     /// Blocks until the lease is granted (or refused).
     pub fn acquire(&self, request: &LeaseRequest) -> Result<Lease> {
-        match self.call(Op::Acquire(request.args().clone()))? {
-            Answer::Granted(info, channel) => Ok(Lease {
-                core: LeaseCore::new(info, self.handle.clone(), channel),
-            }),
-            Answer::Reply(_) => Err(ClientError::Protocol(
-                "acquire answered without a grant".into(),
-            )),
-        }
+        let inner = self.runtime.block_on(self.inner.acquire(request))?;
+        Ok(self.lease(inner))
     }
 
     /// Like [`Client::acquire`], but gives up after `timeout` and returns `None`.
     pub fn try_acquire(&self, request: &LeaseRequest, timeout: Duration) -> Result<Option<Lease>> {
-        timed_out_is_none(self.acquire(&request.clone().timeout(timeout)))
+        let inner = self
+            .runtime
+            .block_on(self.inner.try_acquire(request, timeout))?;
+        Ok(inner.map(|inner| self.lease(inner)))
+    }
+
+    fn lease(&self, inner: crate::Lease) -> Lease {
+        Lease {
+            inner,
+            runtime: self.runtime.clone(),
+        }
     }
 
     /// The daemon's devices, leases and queues.
     pub fn status(&self) -> Result<StatusReport> {
-        match self.reply(Op::Status)? {
-            Reply::Status(s) => Ok(*s),
-            _ => Err(ClientError::Protocol("unexpected answer to status".into())),
-        }
+        self.runtime.block_on(self.inner.status())
     }
 
     /// The daemon's metrics in the Prometheus text format.
     pub fn metrics(&self) -> Result<String> {
-        match self.reply(Op::Metrics)? {
-            Reply::Metrics { text } => Ok(text),
-            _ => Err(ClientError::Protocol("unexpected answer to metrics".into())),
-        }
+        self.runtime.block_on(self.inner.metrics())
     }
 
     /// Round trip with no effect.
     pub fn ping(&self) -> Result<()> {
-        self.reply(Op::Ping).map(drop)
+        self.runtime.block_on(self.inner.ping())
     }
 
     /// Stops grants on a device (admin).
     pub fn drain(&self, device: Placement) -> Result<()> {
-        self.reply(Op::Drain { device }).map(drop)
+        self.runtime.block_on(self.inner.drain(device))
     }
 
     /// Resumes grants on a device (admin).
     pub fn undrain(&self, device: Placement) -> Result<()> {
-        self.reply(Op::Undrain { device }).map(drop)
+        self.runtime.block_on(self.inner.undrain(device))
     }
 
     /// Takes a lease away from its holder (admin).
     pub fn revoke(&self, lease: LeaseId) -> Result<()> {
-        self.reply(Op::Revoke { lease }).map(drop)
+        self.runtime.block_on(self.inner.revoke(lease))
     }
 }
 
-/// A granted lease (blocking API). Released when dropped.
+/// A granted lease (blocking API): the async [`crate::Lease`] and the runtime that waits for
+/// its answers. Released when dropped.
 pub struct Lease {
-    core: LeaseCore,
+    inner: crate::Lease,
+    runtime: Runtime,
 }
 
 impl Lease {
-    lease_accessors!();
+    /// The lease's id.
+    pub fn id(&self) -> LeaseId {
+        self.inner.id()
+    }
+
+    /// Everything the daemon said about the grant.
+    pub fn info(&self) -> &LeaseInfo {
+        self.inner.info()
+    }
+
+    /// The value for `CUDA_VISIBLE_DEVICES`.
+    pub fn cuda_visible_devices(&self) -> &str {
+        self.inner.cuda_visible_devices()
+    }
+
+    /// Whether the daemon asked this lease to yield its compute slot.
+    pub fn yield_requested(&self) -> bool {
+        self.inner.yield_requested()
+    }
+
+    /// Whether the lease was revoked or its connection lost: it protects nothing now.
+    pub fn is_lost(&self) -> bool {
+        self.inner.is_lost()
+    }
+
+    /// The next event, if one has arrived.
+    pub fn try_event(&mut self) -> Option<Event> {
+        self.inner.try_event()
+    }
 
     /// Releases the lease and waits until the daemon has freed it.
-    pub fn release(mut self) -> Result<()> {
-        self.core.released = true;
-        let id = self.core.handle.next_id();
-        let rx = self
-            .core
-            .handle
-            .call(id, Op::Release { lease: self.id() })?;
-        match rx
-            .blocking_recv()
-            .map_err(|_| ClientError::Disconnected)??
-        {
-            Answer::Reply(Reply::Released { .. }) => Ok(()),
-            _ => Err(ClientError::Protocol("unexpected answer to release".into())),
-        }
+    pub fn release(self) -> Result<()> {
+        self.runtime.block_on(self.inner.release())
     }
 
     /// Changes the reserved VRAM; see [`crate::Lease::resize`].
     pub fn resize(&mut self, vram_bytes: u64, timeout: Option<Duration>) -> Result<u64> {
-        let id = self.core.handle.next_id();
-        let rx = self
-            .core
-            .handle
-            .call(id, self.core.resize_op(vram_bytes, timeout))?;
-        let answer = rx.blocking_recv().map_err(|_| ClientError::Disconnected)?;
-        self.core.resized(answer)
+        self.runtime
+            .block_on(self.inner.resize(vram_bytes, timeout))
     }
 
     /// Blocks until the next event; `None` when the connection is gone.
-    pub fn wait_event(&mut self) -> Option<crate::proto::Event> {
-        self.core.events.blocking_recv()
+    pub fn wait_event(&mut self) -> Option<Event> {
+        self.runtime.block_on(self.inner.next_event())
     }
 }
 
-impl_reservation!(Lease);
+impl Reservation for Lease {
+    fn lease_id(&self) -> LeaseId {
+        self.inner.lease_id()
+    }
+    fn device_uuid(&self) -> &str {
+        self.inner.device_uuid()
+    }
+    fn device_index(&self) -> u32 {
+        self.inner.device_index()
+    }
+    fn vram_bytes(&self) -> u64 {
+        self.inner.vram_bytes()
+    }
+    fn compute_token(&self) -> Option<ComputeToken<'_>> {
+        self.inner.compute_token()
+    }
+}
 
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("blocking::Lease")
-            .field("info", &self.core.info)
+            .field("info", self.info())
             .finish()
     }
 }

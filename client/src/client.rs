@@ -55,7 +55,12 @@ impl Client {
     pub async fn connect_with(socket: impl AsRef<Path>, options: ClientOptions) -> Result<Self> {
         let (handle, driver) = connect(socket.as_ref(), options).await?;
         tokio::spawn(driver);
-        Ok(Self { handle })
+        Ok(Self::from_handle(handle))
+    }
+
+    /// A client over a connection whose driver runs elsewhere (the blocking client's thread).
+    pub(crate) fn from_handle(handle: Handle) -> Self {
+        Self { handle }
     }
 
     /// Connects to the socket named by `GPUD_SOCKET`, or the default path.

@@ -10,7 +10,7 @@ use crate::connection::{Answer, Handle, LeaseChannel, LeaseFlags};
 use crate::error::{ClientError, Result};
 use crate::proto::{Event, LeaseInfo, Op, Reply};
 
-/// What async and blocking leases share.
+/// A granted lease's state: what the daemon said, and the channel its events arrive on.
 pub(crate) struct LeaseCore {
     pub info: LeaseInfo,
     pub handle: Handle,
@@ -68,66 +68,6 @@ impl Drop for LeaseCore {
     }
 }
 
-/// Accessors shared by both lease types.
-macro_rules! lease_accessors {
-    () => {
-        /// The lease's id.
-        pub fn id(&self) -> crate::reservation::LeaseId {
-            self.core.info.lease
-        }
-        /// Everything the daemon said about the grant.
-        pub fn info(&self) -> &crate::proto::LeaseInfo {
-            &self.core.info
-        }
-        /// The value for `CUDA_VISIBLE_DEVICES`.
-        pub fn cuda_visible_devices(&self) -> &str {
-            &self.core.info.cuda_visible_devices
-        }
-        /// Whether the daemon asked this lease to yield its compute slot.
-        pub fn yield_requested(&self) -> bool {
-            self.core.yield_requested()
-        }
-        /// Whether the lease was revoked or its connection lost: it protects nothing now.
-        pub fn is_lost(&self) -> bool {
-            self.core.lost()
-        }
-        /// The next event, if one has arrived.
-        pub fn try_event(&mut self) -> Option<crate::proto::Event> {
-            self.core.events.try_recv().ok()
-        }
-    };
-}
-pub(crate) use lease_accessors;
-
-/// Reservation facts for GPU code, shared by both lease types.
-macro_rules! impl_reservation {
-    ($t:ty) => {
-        impl crate::reservation::Reservation for $t {
-            fn lease_id(&self) -> crate::reservation::LeaseId {
-                self.core.info.lease
-            }
-            fn device_uuid(&self) -> &str {
-                &self.core.info.device_uuid
-            }
-            fn device_index(&self) -> u32 {
-                self.core.info.device_index
-            }
-            fn vram_bytes(&self) -> u64 {
-                self.core.info.vram_bytes
-            }
-            fn compute_token(&self) -> Option<crate::reservation::ComputeToken<'_>> {
-                (self.core.info.compute && !self.core.lost()).then(|| {
-                    crate::reservation::ComputeToken::new(
-                        self.core.info.lease,
-                        &self.core.info.device_uuid,
-                    )
-                })
-            }
-        }
-    };
-}
-pub(crate) use impl_reservation;
-
 /// A granted lease (async API). Released when dropped; [`Lease::release`] waits for the
 /// daemon's confirmation instead.
 pub struct Lease {
@@ -135,7 +75,30 @@ pub struct Lease {
 }
 
 impl Lease {
-    lease_accessors!();
+    /// The lease's id.
+    pub fn id(&self) -> crate::reservation::LeaseId {
+        self.core.info.lease
+    }
+    /// Everything the daemon said about the grant.
+    pub fn info(&self) -> &crate::proto::LeaseInfo {
+        &self.core.info
+    }
+    /// The value for `CUDA_VISIBLE_DEVICES`.
+    pub fn cuda_visible_devices(&self) -> &str {
+        &self.core.info.cuda_visible_devices
+    }
+    /// Whether the daemon asked this lease to yield its compute slot.
+    pub fn yield_requested(&self) -> bool {
+        self.core.yield_requested()
+    }
+    /// Whether the lease was revoked or its connection lost: it protects nothing now.
+    pub fn is_lost(&self) -> bool {
+        self.core.lost()
+    }
+    /// The next event, if one has arrived.
+    pub fn try_event(&mut self) -> Option<crate::proto::Event> {
+        self.core.events.try_recv().ok()
+    }
 
     /// Releases the lease and waits until the daemon has freed it.
     pub async fn release(mut self) -> Result<()> {
@@ -170,7 +133,25 @@ impl Lease {
     }
 }
 
-impl_reservation!(Lease);
+impl crate::reservation::Reservation for Lease {
+    fn lease_id(&self) -> crate::reservation::LeaseId {
+        self.core.info.lease
+    }
+    fn device_uuid(&self) -> &str {
+        &self.core.info.device_uuid
+    }
+    fn device_index(&self) -> u32 {
+        self.core.info.device_index
+    }
+    fn vram_bytes(&self) -> u64 {
+        self.core.info.vram_bytes
+    }
+    fn compute_token(&self) -> Option<crate::reservation::ComputeToken<'_>> {
+        (self.core.info.compute && !self.core.lost()).then(|| {
+            crate::reservation::ComputeToken::new(self.core.info.lease, &self.core.info.device_uuid)
+        })
+    }
+}
 
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

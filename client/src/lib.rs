@@ -1,4 +1,5 @@
-//! Client side of gpud: the wire protocol, async and blocking clients with RAII lease guards,
+//! Client side of gpud: async and blocking clients with RAII lease guards (the wire protocol is
+//! the `gpud-proto` crate, re-exported as [`proto`]),
 //! and the types GPU code uses to prove what it holds.
 //!
 //! ```no_run
@@ -20,9 +21,11 @@ mod client;
 mod connection;
 mod error;
 mod lease;
-pub mod proto;
 mod request;
 pub mod reservation;
+
+/// The wire protocol, from the `gpud-proto` crate that the daemon shares.
+pub use gpud_proto as proto;
 
 pub use client::Client;
 pub use connection::ClientOptions;
@@ -32,12 +35,4 @@ pub use proto::{Class, Placement};
 pub use request::LeaseRequest;
 pub use reservation::{ComputeToken, ExclusiveDevice, LeaseId, Reservation};
 
-/// Where gpud listens unless told otherwise.
-pub const DEFAULT_SOCKET: &str = "/run/gpud/gpud.sock";
-
-/// The socket path: `GPUD_SOCKET` when set, else [`DEFAULT_SOCKET`].
-pub fn default_socket_path() -> std::path::PathBuf {
-    std::env::var_os("GPUD_SOCKET")
-        .filter(|v| !v.is_empty())
-        .map_or_else(|| DEFAULT_SOCKET.into(), Into::into)
-}
+pub use gpud_proto::{DEFAULT_SOCKET, default_socket_path};

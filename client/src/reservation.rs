@@ -8,8 +8,7 @@
 
 use std::marker::PhantomData;
 
-/// A lease identifier as the daemon assigns it.
-pub type LeaseId = u64;
+pub use gpud_proto::LeaseId;
 
 /// A grant of device memory (and possibly the compute slot) on one GPU.
 pub trait Reservation {

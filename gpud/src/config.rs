@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gpud_client::proto::{parse_duration, parse_size};
+use gpud_proto::{parse_duration, parse_size};
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -200,7 +200,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_frame_bytes: gpud_client::proto::frame::MAX_REQUEST_FRAME,
+            max_frame_bytes: gpud_proto::frame::MAX_REQUEST_FRAME,
             max_outstanding_requests: 64,
             max_leases_per_session: 64,
             max_sessions: 4096,

@@ -8,7 +8,7 @@ use clap::Parser;
 use gpud::backend::{Backend, nvml::Nvml, simulated::Simulated};
 use gpud::config::Config;
 use gpud::server::Daemon;
-use gpud_client::proto::parse_size;
+use gpud_proto::parse_size;
 
 /// GPU lease daemon: VRAM reservations and compute interlocks for processes sharing GPUs.
 #[derive(Debug, Parser)]
@@ -106,7 +106,7 @@ fn run(args: Args) -> Result<()> {
         .socket
         .clone()
         .or_else(|| config.socket.clone())
-        .unwrap_or_else(|| PathBuf::from(gpud_client::DEFAULT_SOCKET));
+        .unwrap_or_else(|| PathBuf::from(gpud_proto::DEFAULT_SOCKET));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1,6 +1,6 @@
 //! Simulated GPUs: `2x16GiB`, `16GiB,24GiB`, for hosts without NVIDIA hardware.
 
-use gpud_client::proto::parse_size;
+use gpud_proto::parse_size;
 
 use super::{Backend, BackendError, ProbedDevice, ProcessUsage};
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex};
 
-use gpud_client::proto::{Event, Op, Outcome, RequestId, ServerFrame};
+use gpud_proto::{Event, Op, Outcome, RequestId, ServerFrame};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tracing::debug;
 use zbus::Connection;

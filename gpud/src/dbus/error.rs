@@ -1,6 +1,6 @@
 //! D-Bus errors: the socket protocol's error codes under standard or `org.gpud.Error.*` names.
 
-use gpud_client::proto::{ErrorBody, ErrorCode};
+use gpud_proto::{ErrorBody, ErrorCode};
 use zbus::message::{Header, Message};
 use zbus::names::ErrorName;
 use zbus::{DBusError, fdo};

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use gpud_client::LeaseId;
-use gpud_client::proto::{AcquireArgs, Class, Op, Outcome, Placement, Reply};
+use gpud_proto::LeaseId;
+use gpud_proto::{AcquireArgs, Class, Op, Outcome, Placement, Reply};
 use tokio::sync::mpsc;
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
@@ -32,7 +32,7 @@ impl Manager {
         Self { hub, callers }
     }
 
-    async fn snapshot(&self) -> Result<gpud_client::proto::StatusReport, BusError> {
+    async fn snapshot(&self) -> Result<gpud_proto::StatusReport, BusError> {
         inspect(&self.hub, Inspect::Status)
             .await
             .ok_or_else(|| BusError::failed("gpud is stopping"))

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use gpud_client::proto::StatusReport;
+use gpud_proto::StatusReport;
 use serde::Serialize;
 use zbus::Type;
 

@@ -15,7 +15,7 @@
 //! ```
 //! use std::time::Instant;
 //! use gpud::ledger::{AcquireSpec, Decision, DeviceSpec, Ledger, LedgerConfig, Ticket};
-//! use gpud_client::proto::{Class, Placement};
+//! use gpud_proto::{Class, Placement};
 //!
 //! let gib = 1u64 << 30;
 //! let device = DeviceSpec {
@@ -54,8 +54,8 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Instant;
 
-use gpud_client::LeaseId;
-use gpud_client::proto::{Class, Placement, QueueCounts, RevokeReason, YieldReason};
+use gpud_proto::LeaseId;
+use gpud_proto::{Class, Placement, QueueCounts, RevokeReason, YieldReason};
 
 use device::Device;
 use timers::{Timer, Timers};

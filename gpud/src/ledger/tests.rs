@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use gpud_client::proto::{Class, Placement, RevokeReason, YieldReason};
+use gpud_proto::{Class, Placement, RevokeReason, YieldReason};
 use proptest::prelude::*;
 
 use super::*;

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use gpud_client::LeaseId;
-use gpud_client::proto::{Class, Placement, RequestId, RevokeReason, YieldReason};
+use gpud_proto::LeaseId;
+use gpud_proto::{Class, Placement, RequestId, RevokeReason, YieldReason};
 use thiserror::Error;
 
 /// A client session (one socket connection or one D-Bus name), numbered by the daemon.

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 
-use gpud_client::proto::{Class, QueueCounts};
+use gpud_proto::{Class, QueueCounts};
 
 use histogram::{HOLD_BUCKETS, Histogram, WAIT_BUCKETS};
 

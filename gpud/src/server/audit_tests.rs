@@ -4,7 +4,7 @@
 use std::process::Command as Process;
 use std::time::Duration;
 
-use gpud_client::proto::{AcquireArgs, Event, Op, Outcome, Reply, RevokeReason, ServerFrame};
+use gpud_proto::{AcquireArgs, Event, Op, Outcome, Reply, RevokeReason, ServerFrame};
 use tokio::sync::mpsc;
 
 use super::fuzz::hub_with;

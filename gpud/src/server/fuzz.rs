@@ -6,8 +6,8 @@
 //! `GPUD_FUZZ_CASES=1000000 cargo test --release -p gpud fuzz -- --nocapture`.
 
 use bytes::BytesMut;
-use gpud_client::proto::frame::{codec, from_payload};
-use gpud_client::proto::{ClientFrame, ServerFrame};
+use gpud_proto::frame::{codec, from_payload};
+use gpud_proto::{ClientFrame, ServerFrame};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};

@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use gpud_client::LeaseId;
-use gpud_client::proto::{
+use gpud_proto::LeaseId;
+use gpud_proto::{
     AcquireArgs, ComputeHolder, DaemonInfo, DeviceStatus, ErrorBody, ErrorCode, Event, LeaseInfo,
     LeaseStatus, Op, Outcome, ProcessStatus, Reply, RequestId, RevokeReason, ServerFrame,
     StatusReport, WaiterStatus,

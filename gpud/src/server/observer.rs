@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use gpud_client::LeaseId;
-use gpud_client::proto::{Class, ErrorCode, RevokeReason, YieldReason};
+use gpud_proto::LeaseId;
+use gpud_proto::{Class, ErrorCode, RevokeReason, YieldReason};
 use serde::Serialize;
 use tokio::sync::broadcast;
 

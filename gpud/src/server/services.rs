@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpud_client::proto::{Bytes, StatusReport};
+use gpud_proto::{Bytes, StatusReport};
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tracing::info;

@@ -8,8 +8,8 @@ use std::io;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use gpud_client::proto::frame::{codec, from_payload, to_payload};
-use gpud_client::proto::{ClientFrame, ErrorBody, ErrorCode, PROTOCOL_VERSION, ServerFrame};
+use gpud_proto::frame::{codec, from_payload, to_payload};
+use gpud_proto::{ClientFrame, ErrorBody, ErrorCode, PROTOCOL_VERSION, ServerFrame};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodecError};
@@ -40,7 +40,7 @@ pub async fn serve(
     };
     let (read, write) = stream.into_split();
     let mut reader = FramedRead::new(read, codec(limits.max_frame_bytes));
-    let mut writer = FramedWrite::new(write, codec(gpud_client::proto::frame::MAX_SERVER_FRAME));
+    let mut writer = FramedWrite::new(write, codec(gpud_proto::frame::MAX_SERVER_FRAME));
 
     let (outbound, mut queue) = mpsc::channel(limits.event_queue);
     let (verdict_tx, verdict) = oneshot::channel();

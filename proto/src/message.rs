@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::class::{Class, Placement};
-use crate::reservation::LeaseId;
+use crate::LeaseId;
 
 /// The protocol version this crate speaks. A hello with another version is refused.
 pub const PROTOCOL_VERSION: u32 = 1;
