@@ -12,4 +12,5 @@ pub mod journal;
 pub mod ledger;
 pub mod metrics;
 pub mod server;
+pub mod state_dir;
 pub mod systemd;

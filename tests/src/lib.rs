@@ -57,8 +57,20 @@ impl Daemon {
 
     /// Starts gpud with extra config text and a log level.
     pub fn start_logging(simulate: &str, config: &str, log: &str) -> Self {
+        Self::start_prepared(simulate, config, log, |_| {})
+    }
+
+    /// Starts gpud after `prepare` has been given its state directory's path (not created yet):
+    /// a test can mount a file system there, or plant files.
+    pub fn start_prepared(
+        simulate: &str,
+        config: &str,
+        log: &str,
+        prepare: impl FnOnce(&std::path::Path),
+    ) -> Self {
         // Let other uids reach the socket, so that access control is gpud's to decide.
         let dir = ops::tempdir("gpud-test");
+        prepare(&dir.path().join("state"));
         let socket = dir.path().join("gpud.sock");
         let config_path = dir.path().join("gpud.toml");
         std::fs::write(&config_path, config).unwrap();

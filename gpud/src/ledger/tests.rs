@@ -1343,3 +1343,45 @@ fn restored_leases_hold_their_resources_until_adopted_or_dropped() {
     assert_eq!(l.poll_change(), Some(LeaseChange::Ended(41)));
     l.check_invariants().unwrap();
 }
+
+/// Regression: every scheduling pass walked all queued critical waiters (16,000 of them
+/// stalled the daemon for seconds). Once every holder has been asked to yield, a pass costs
+/// nothing more however many critical waiters queue.
+#[test]
+fn queued_critical_waiters_do_not_make_every_pass_walk_them_all() {
+    let now = Instant::now();
+    let devices = vec![device("GPU-a", 16), device("GPU-b", 16)];
+    let mut l = Ledger::new(LedgerConfig::default(), devices);
+    let holder = granted(
+        &mut l,
+        now,
+        t(1, 1),
+        spec(Placement::Index(0), GIB, true, Class::Normal),
+    );
+    for i in 0..2_000 {
+        let queued = l.acquire(
+            now,
+            t(2, i),
+            spec(Placement::Index(0), GIB, true, Class::Critical),
+        );
+        assert_eq!(queued, Ok(None));
+    }
+    let yields = drain_decisions(&mut l)
+        .iter()
+        .filter(|d| matches!(d, Decision::YieldRequested { lease, .. } if *lease == holder))
+        .count();
+    assert_eq!(yields, 1, "the one holder is asked once");
+    let before = l.yield_scans();
+    // Work on the other device runs scheduling passes, each of which refreshes yields.
+    for i in 0..100 {
+        let other = spec(Placement::Index(1), GIB, false, Class::Normal);
+        let other = granted(&mut l, now, t(3, i), other);
+        l.release(now, 3, other).unwrap();
+    }
+    let per_op = (l.yield_scans() - before) / 200;
+    assert!(
+        per_op <= 1,
+        "{per_op} critical waiters examined per operation"
+    );
+    l.check_invariants().unwrap();
+}
