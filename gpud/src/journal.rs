@@ -21,8 +21,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use gpud_proto::LeaseId;
 use gpud_proto::Class;
+use gpud_proto::LeaseId;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeSet;
 
-use gpud_proto::LeaseId;
 use gpud_proto::Class;
+use gpud_proto::LeaseId;
 
 use super::types::DeviceSpec;
 
