@@ -26,7 +26,7 @@ use transition::{Transition, transition, transitions};
 pub const GIB: u64 = 1 << 30;
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     /// Random runs: the ledger answers and decides as the reference predicts, every grant
     /// obeys the serving rules, the books stay straight after every step, and once everything
@@ -40,6 +40,10 @@ proptest! {
     ) {
         Harness::run(Setup { max_overtakes, compute_slots, critical_slots }, &steps);
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     /// The same inputs give the same answers and decisions, whenever the run starts: the
     /// ledger has no hidden clock or randomness.

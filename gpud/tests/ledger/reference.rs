@@ -242,6 +242,9 @@ pub struct Reference {
     /// (waiter, device) pairs where the waiter was seen pinned against since the device's
     /// last pass began.
     held_back: BTreeSet<(u64, DeviceIdx)>,
+    /// During a reload of the slot counts, the devices as they were: the ledger serves each
+    /// device as it reloads it, so its yield notices may see some devices still unchanged.
+    reloaded_from: Option<Vec<Device>>,
 }
 
 impl Reference {
@@ -274,6 +277,7 @@ impl Reference {
             revoking: None,
             in_advance: false,
             held_back: BTreeSet::new(),
+            reloaded_from: None,
         }
     }
 
@@ -467,6 +471,7 @@ impl Reference {
     /// Applies `op` to the model and returns the answer the ledger must give.
     pub fn predict(&mut self, op: &Op) -> Outcome {
         self.in_advance = false;
+        self.reloaded_from = None;
         match op {
             Op::Acquire { ticket, spec } => Outcome::Acquire(self.acquire(*ticket, spec)),
             Op::Resize {
@@ -542,6 +547,7 @@ impl Reference {
                 Outcome::Done
             }
             Op::Slots { compute, critical } => {
+                self.reloaded_from = Some(self.devices.clone());
                 for d in &mut self.devices {
                     d.compute_slots = (*compute).max(1);
                     d.critical_slots = *critical;
@@ -1001,11 +1007,20 @@ impl Reference {
                     .copied()
                     .filter(|&c| !self.devices[c].drained)
                     .collect();
-                usable.contains(&d)
-                    && usable
-                        .iter()
-                        .all(|&c| self.free_slots(c, Class::Critical) == 0)
+                usable.contains(&d) && usable.iter().all(|&c| self.no_slot_for_critical(c))
             })
+    }
+
+    /// Whether `d` has no compute slot free for a critical request (with the slots before or
+    /// after a reload in progress).
+    fn no_slot_for_critical(&self, d: DeviceIdx) -> bool {
+        let holders = self.holders(d);
+        let none_free = |dev: &Device| dev.slots_for(Class::Critical) <= holders;
+        none_free(&self.devices[d])
+            || self
+                .reloaded_from
+                .as_ref()
+                .is_some_and(|old| none_free(&old[d]))
     }
 
     /// Checks what must hold once an input's decisions are all out: every owed decision came,
