@@ -48,17 +48,15 @@ mod device;
 mod timers;
 mod types;
 
-#[cfg(test)]
-mod tests;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Instant;
 
-use gpud_proto::LeaseId;
-use gpud_proto::{Class, Placement, QueueCounts, RevokeReason, YieldReason};
-
 use device::Device;
 use timers::{Timer, Timers};
+// The vocabulary the ledger's inputs and outputs are written in.
+pub use gpud_proto::{
+    Class, LeaseId, Placement, QueueCounts, RequestId, RevokeReason, YieldReason,
+};
 pub use types::{
     AcquireSpec, Decision, DeviceIdx, DeviceSpec, Lease, LeaseChange, LedgerConfig, LedgerError,
     Need, PerClass, ResizeOutcome, RestoredLease, SessionId, Ticket, Waiter,
