@@ -140,7 +140,9 @@ impl Ledger {
 
     /// Puts back a lease that existed before a restart, held by `session` (the daemon's
     /// placeholder for owners that have not reconnected yet). It is taken as it was, even when
-    /// the device's capacity or slots have shrunk since: the memory is in use either way.
+    /// the device's capacity or slots have shrunk since: the memory is in use either way. A
+    /// lease that would make the device's leases exceed its total memory is refused. A compute
+    /// lease gets its class's maximum hold again, counted from its original grant.
     pub fn restore(&mut self, session: SessionId, lease: RestoredLease) -> Result<(), LedgerError> {
         if lease.device >= self.devices.len() {
             return Err(LedgerError::UnknownDevice(Placement::Index(
@@ -152,12 +154,29 @@ impl Ledger {
                 "a restored lease id is already in use",
             ));
         }
+        let next = lease.id.checked_add(1).ok_or(LedgerError::Invalid(
+            "a restored lease id is the largest there is",
+        ))?;
         let dev = &mut self.devices[lease.device];
-        dev.reserved += lease.vram_bytes;
+        // More than the device's memory cannot be in use: such a record is not to be trusted,
+        // and adding it would overflow or over-commit the books.
+        dev.reserved = dev
+            .reserved
+            .checked_add(lease.vram_bytes)
+            .filter(|&reserved| reserved <= dev.spec.total_bytes)
+            .ok_or(LedgerError::Invalid(
+                "restored leases would hold more than the device's memory",
+            ))?;
         if lease.compute {
             dev.holders.push(lease.id);
+            // The hold limit counts from the original grant, across the restart.
+            if let Some(hold) = self.config.max_hold.get(lease.class) {
+                if let Some(at) = lease.granted_at.checked_add(hold) {
+                    self.timers.arm(at, Timer::MaxHold(lease.id));
+                }
+            }
         }
-        self.next_lease = self.next_lease.max(lease.id + 1);
+        self.next_lease = self.next_lease.max(next);
         self.sessions
             .entry(session)
             .or_default()

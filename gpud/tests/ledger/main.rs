@@ -8,6 +8,7 @@
 
 mod harness;
 mod reference;
+mod restore;
 mod scenarios;
 mod transition;
 
