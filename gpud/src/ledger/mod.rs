@@ -2,7 +2,8 @@
 //!
 //! The ledger knows devices, leases and waiting requests. It has no clock, no sockets and no
 //! tasks: every input carries the current time, and every outcome that is not an immediate
-//! answer comes out as a [`Decision`].
+//! answer comes out as a [`Decision`]. It speaks its own vocabulary ([`Class`], [`Placement`],
+//! the reasons, [`QueueCounts`]), not the wire's: the hub core converts.
 //!
 //! Three kinds of methods drive it:
 //! - inputs: [`Ledger::acquire`], [`Ledger::resize`], [`Ledger::release`], [`Ledger::cancel`],
@@ -15,7 +16,7 @@
 //! ```
 //! use std::time::Instant;
 //! use gpud::ledger::{AcquireSpec, Decision, DeviceSpec, Ledger, LedgerConfig, Ticket};
-//! use gpud_proto::{Class, Placement};
+//! use gpud::ledger::{Class, Placement};
 //!
 //! let gib = 1u64 << 30;
 //! let device = DeviceSpec {
@@ -47,6 +48,7 @@
 mod device;
 mod timers;
 mod types;
+mod vocab;
 
 #[cfg(test)]
 mod tests;
@@ -54,15 +56,13 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Instant;
 
-use gpud_proto::LeaseId;
-use gpud_proto::{Class, Placement, QueueCounts, RevokeReason, YieldReason};
-
 use device::Device;
 use timers::{Timer, Timers};
 pub use types::{
     AcquireSpec, Decision, DeviceIdx, DeviceSpec, Lease, LeaseChange, LedgerConfig, LedgerError,
     Need, PerClass, ResizeOutcome, RestoredLease, SessionId, Ticket, Waiter,
 };
+pub use vocab::{Class, LeaseId, Placement, QueueCounts, RequestId, RevokeReason, YieldReason};
 
 /// What a session holds and waits for.
 #[derive(Debug, Default)]

@@ -3,7 +3,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use gpud_proto::{Class, Placement, RevokeReason, YieldReason};
 use proptest::prelude::*;
 
 use super::*;
