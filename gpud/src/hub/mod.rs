@@ -274,3 +274,23 @@ fn kill(pid: u32, start: u64, why: KillReason) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Command as Process;
+
+    use super::*;
+
+    #[test]
+    fn the_one_kill_path_kills_the_process_meant_and_no_other() {
+        let mut meant = Process::new("sleep").arg("30").spawn().unwrap();
+        let pid = meant.id();
+        let start = procfs::process_start(pid).expect("a start time");
+        // A start time that is not this process's: the pid names another process now.
+        kill(pid, start + 1, KillReason::YieldIgnored { lease: 1 });
+        assert_eq!(meant.try_wait().unwrap(), None, "another process is spared");
+        kill(pid, start, KillReason::YieldIgnored { lease: 1 });
+        assert_eq!(meant.wait().unwrap().signal(), Some(9));
+    }
+}
