@@ -31,11 +31,11 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use gpud_proto::Class;
 use gpud_proto::LeaseId;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub use crate::hub::core::LeaseRecord;
 use crate::state_dir::{StateDir, StateDirError};
 
 /// The journal's file name inside the state directory.
@@ -43,34 +43,6 @@ pub const FILE_NAME: &str = "leases.journal";
 
 /// Compact when the file holds this many entries more than four times the live leases.
 const COMPACT_SLACK: u64 = 4096;
-
-/// What is known of one lease.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LeaseRecord {
-    /// Lease id.
-    pub id: LeaseId,
-    /// Secret the owner presents to re-adopt the lease after a restart.
-    pub token: String,
-    /// Device UUID.
-    pub device_uuid: String,
-    /// Bytes reserved.
-    pub vram_bytes: u64,
-    /// Holds the compute slot.
-    pub compute: bool,
-    /// Class.
-    pub class: Class,
-    /// Owner's pid.
-    pub pid: u32,
-    /// Owner's start time (clock ticks since boot), so a reused pid is not taken for the owner.
-    pub pid_start: u64,
-    /// Owner's uid.
-    pub uid: u32,
-    /// Grant time, milliseconds since the Unix epoch.
-    pub granted_unix_ms: u64,
-    /// The client's note.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-}
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -411,33 +383,10 @@ fn write_snapshot(dir: &Path, live: &BTreeMap<LeaseId, LeaseRecord>) -> io::Resu
     Ok((file, out.len() as u64))
 }
 
-/// A process's state letter and start time in clock ticks since boot (fields 3 and 22 of
-/// /proc/PID/stat).
-fn process_stat(pid: u32) -> Option<(char, u64)> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may hold anything: parse after the last ')'.
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    // starttime is field 22; the state (field 3) was the first after the name.
-    let start = fields.nth(18)?.parse().ok()?;
-    Some((state, start))
-}
-
-/// A process's start time in clock ticks since boot.
-pub fn process_start(pid: u32) -> Option<u64> {
-    process_stat(pid).map(|(_, start)| start)
-}
-
-/// Whether the process that owned a lease is still the one running under its pid. A zombie
-/// (killed, not yet reaped by its parent) has stopped using the GPU: it counts as gone.
-pub fn owner_alive(pid: u32, start: u64) -> bool {
-    pid != 0
-        && process_stat(pid).is_some_and(|(state, s)| s == start && !matches!(state, 'Z' | 'X'))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpud_proto::Class;
     use std::os::unix::fs::PermissionsExt;
 
     fn record(id: LeaseId) -> LeaseRecord {
@@ -613,27 +562,5 @@ mod tests {
         j.flush().unwrap();
         let text = fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
         assert_eq!(text.lines().count(), 1, "compacted to the one live lease");
-    }
-
-    #[test]
-    fn a_zombie_is_not_alive() {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        let start = process_start(pid);
-        // Not reaped yet: a zombie once it has exited.
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        if let Some(start) = start {
-            assert!(!owner_alive(pid, start));
-        }
-        child.wait().unwrap();
-    }
-
-    #[test]
-    fn this_process_is_alive_and_a_wrong_start_is_not() {
-        let me = std::process::id();
-        let start = process_start(me).expect("start time");
-        assert!(owner_alive(me, start));
-        assert!(!owner_alive(me, start + 1));
-        assert!(!owner_alive(0, start));
     }
 }

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use gpud::backend::{Backend, nvml::Nvml, simulated::Simulated};
 use gpud::config::Config;
-use gpud::server::Daemon;
+use gpud::daemon::Daemon;
 use gpud_proto::parse_size;
 
 /// GPU lease daemon: VRAM reservations and compute interlocks for processes sharing GPUs.
@@ -36,7 +36,7 @@ struct Args {
     /// unix:path=/run/dbus/system_bus_socket. Default: `[dbus] bus`, else the system bus when
     /// it can be reached.
     #[arg(long, value_name = "BUS")]
-    dbus: Option<gpud::dbus::BusChoice>,
+    dbus: Option<gpud::config::BusChoice>,
     /// Directory of the lease journal (default: `state_dir` from the config, else /var/lib/gpud).
     #[arg(long, value_name = "PATH")]
     state_dir: Option<PathBuf>,

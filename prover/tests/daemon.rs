@@ -23,7 +23,7 @@ fn start_daemon(devices: &str) -> Daemon {
         ..Default::default()
     };
     let backend = gpud::backend::simulated::Simulated::new(devices).unwrap();
-    let daemon = gpud::server::Daemon {
+    let daemon = gpud::daemon::Daemon {
         config,
         config_path: None,
         socket: socket.clone(),

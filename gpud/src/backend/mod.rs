@@ -45,13 +45,8 @@ pub enum BackendError {
         message: String,
     },
     /// The simulation spec is wrong.
-    #[error("invalid simulation spec {spec:?}: {why} (examples: 2x16GiB, 16GiB,24GiB)")]
-    BadSimulation {
-        /// The spec.
-        spec: String,
-        /// Why.
-        why: String,
-    },
+    #[error(transparent)]
+    BadSimulation(#[from] crate::config::simulate::SimulationError),
 }
 
 /// A source of devices and their usage.

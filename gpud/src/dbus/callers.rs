@@ -13,11 +13,8 @@ use zbus::fdo::DBusProxy;
 use zbus::names::{BusName, OwnedUniqueName, UniqueName};
 use zbus::object_server::SignalEmitter;
 
+use crate::hub::{self, Command, Credentials, Refused, SessionIds, wire_name};
 use crate::ledger::SessionId;
-use crate::server::SessionIds;
-use crate::server::hub::Command;
-use crate::server::observer::wire_name;
-use crate::server::peer::Peer;
 
 use super::PATH;
 use super::error::BusError;
@@ -109,25 +106,13 @@ impl Callers {
             return Ok(c.clone());
         }
         let dbus = DBusProxy::new(conn).await?;
-        let peer = peer_of(&dbus, name).await?;
+        let credentials = credentials_of(&dbus, name).await?;
         let session = self.ids.next();
-        let (outbound, queue) = mpsc::channel(self.queue);
-        let (verdict_tx, verdict) = oneshot::channel();
-        let open = Command::Open {
-            session,
-            peer,
-            outbound,
-            reply: verdict_tx,
+        let queue = match hub::open(&self.hub, session, credentials, self.queue).await {
+            Ok(queue) => queue,
+            Err(Refused::Denied(body)) => return Err(body.into()),
+            Err(Refused::Stopping) => return Err(BusError::failed("gpud is stopping")),
         };
-        self.hub
-            .send(open)
-            .await
-            .map_err(|_| BusError::failed("gpud is stopping"))?;
-        match verdict.await {
-            Ok(Ok(())) => {}
-            Ok(Err(body)) => return Err(body.into()),
-            Err(_) => return Err(BusError::failed("gpud is stopping")),
-        }
         let caller = Arc::new(Caller {
             session,
             next_request: AtomicU64::new(1),
@@ -218,7 +203,11 @@ async fn pump(
 }
 
 /// Who the caller is, from the bus's connection credentials (never from the message itself).
-async fn peer_of(dbus: &DBusProxy<'_>, name: &UniqueName<'_>) -> Result<Peer, BusError> {
+/// The bus read the groups when the caller connected; /proc is only a fallback.
+async fn credentials_of(
+    dbus: &DBusProxy<'_>,
+    name: &UniqueName<'_>,
+) -> Result<Credentials, BusError> {
     let creds = dbus
         .get_connection_credentials(BusName::from(name.to_owned()))
         .await?;
@@ -226,21 +215,10 @@ async fn peer_of(dbus: &DBusProxy<'_>, name: &UniqueName<'_>) -> Result<Peer, Bu
         .unix_user_id()
         .ok_or_else(|| BusError::access_denied("the bus did not tell the caller's uid"))?;
     let pid = creds.process_id().and_then(|p| i32::try_from(p).ok());
-    let gid = pid.and_then(primary_gid).unwrap_or(u32::MAX);
-    let mut peer = Peer::from_credentials(pid, uid, gid);
-    // The bus read the groups when the caller connected; /proc is only a fallback.
-    if let Some(groups) = creds.into_unix_group_ids() {
-        peer.groups = groups;
-    }
-    if peer.gid == u32::MAX {
-        peer.gid = peer.groups.first().copied().unwrap_or(u32::MAX);
-    }
-    Ok(peer)
-}
-
-/// The effective gid of a process, from /proc.
-fn primary_gid(pid: i32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find_map(|l| l.strip_prefix("Gid:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    Ok(Credentials {
+        pid,
+        uid,
+        gid: None,
+        groups: creds.into_unix_group_ids(),
+    })
 }

@@ -14,7 +14,7 @@ use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{Connection, fdo, interface};
 
-use crate::server::hub::{Command, Inspect, inspect};
+use crate::hub::{Command, Inspect, inspect};
 
 use super::callers::Callers;
 use super::error::BusError;

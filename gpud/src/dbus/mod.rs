@@ -12,8 +12,6 @@ mod error;
 mod manager;
 mod rows;
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
@@ -26,12 +24,11 @@ use zbus::fdo::DBusProxy;
 use zbus::names::UniqueName;
 use zbus::object_server::InterfaceRef;
 
-use crate::server::SessionIds;
-use crate::server::hub::Command;
-use crate::server::observer::Notice;
+use crate::hub::{Command, Notice, SessionIds};
 
 use callers::Callers;
 
+pub use crate::config::BusChoice;
 pub use error::BusError;
 pub use manager::{Manager, ManagerSignals};
 pub use rows::{DeviceRow, LeaseRow};
@@ -40,51 +37,6 @@ pub use rows::{DeviceRow, LeaseRow};
 pub const NAME: &str = "org.gpud.Manager1";
 /// The object path of the manager.
 pub const PATH: &str = "/org/gpud/Manager1";
-
-/// Which bus to serve on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BusChoice {
-    /// The system bus (`DBUS_SYSTEM_BUS_ADDRESS` or its standard path).
-    System,
-    /// The session bus (`DBUS_SESSION_BUS_ADDRESS`).
-    Session,
-    /// A bus at this address (`unix:path=/run/…`).
-    Address(String),
-    /// No D-Bus service.
-    None,
-}
-
-/// A `--dbus` value that is none of the choices.
-#[derive(Debug, Error, PartialEq, Eq)]
-#[error(
-    "{0:?} is not system, session, none, or a D-Bus address such as unix:path=/run/dbus/system_bus_socket"
-)]
-pub struct BusChoiceError(String);
-
-impl FromStr for BusChoice {
-    type Err = BusChoiceError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "system" => Ok(Self::System),
-            "session" => Ok(Self::Session),
-            "none" => Ok(Self::None),
-            // Addresses are `transport:key=value,…`.
-            a if a.contains(':') && a.contains('=') => Ok(Self::Address(a.to_string())),
-            other => Err(BusChoiceError(other.to_string())),
-        }
-    }
-}
-
-impl fmt::Display for BusChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::System => f.write_str("system"),
-            Self::Session => f.write_str("session"),
-            Self::Address(a) => f.write_str(a),
-            Self::None => f.write_str("none"),
-        }
-    }
-}
 
 /// Why the D-Bus service could not start.
 #[derive(Debug, Error)]

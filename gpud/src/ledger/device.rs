@@ -2,8 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use gpud_proto::Class;
-use gpud_proto::LeaseId;
+use super::vocab::{Class, LeaseId};
 
 use super::types::DeviceSpec;
 

@@ -2,7 +2,8 @@
 //!
 //! The ledger knows devices, leases and waiting requests. It has no clock, no sockets and no
 //! tasks: every input carries the current time, and every outcome that is not an immediate
-//! answer comes out as a [`Decision`].
+//! answer comes out as a [`Decision`]. It speaks its own vocabulary ([`Class`], [`Placement`],
+//! the reasons, [`QueueCounts`]), not the wire's: the hub core converts.
 //!
 //! Three kinds of methods drive it:
 //! - inputs: [`Ledger::acquire`], [`Ledger::resize`], [`Ledger::release`], [`Ledger::cancel`],
@@ -15,7 +16,7 @@
 //! ```
 //! use std::time::Instant;
 //! use gpud::ledger::{AcquireSpec, Decision, DeviceSpec, Ledger, LedgerConfig, Ticket};
-//! use gpud_proto::{Class, Placement};
+//! use gpud::ledger::{Class, Placement};
 //!
 //! let gib = 1u64 << 30;
 //! let device = DeviceSpec {
@@ -47,20 +48,19 @@
 mod device;
 mod timers;
 mod types;
+mod vocab;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Instant;
 
 use device::Device;
 use timers::{Timer, Timers};
-// The vocabulary the ledger's inputs and outputs are written in.
-pub use gpud_proto::{
-    Class, LeaseId, Placement, QueueCounts, RequestId, RevokeReason, YieldReason,
-};
 pub use types::{
     AcquireSpec, Decision, DeviceIdx, DeviceSpec, Lease, LeaseChange, LedgerConfig, LedgerError,
     Need, PerClass, ResizeOutcome, RestoredLease, SessionId, Ticket, Waiter,
 };
+// The vocabulary the ledger's inputs and outputs are written in.
+pub use vocab::{Class, LeaseId, Placement, QueueCounts, RequestId, RevokeReason, YieldReason};
 
 /// What a session holds and waits for.
 #[derive(Debug, Default)]

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use gpud_proto::LeaseId;
+use super::vocab::LeaseId;
 
 /// Something that happens at a deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -2,8 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use gpud_proto::LeaseId;
-use gpud_proto::{Class, Placement, RequestId, RevokeReason, YieldReason};
+use super::vocab::{Class, LeaseId, Placement, RequestId, RevokeReason, YieldReason};
 use thiserror::Error;
 
 /// A client session (one socket connection or one D-Bus name), numbered by the daemon.

@@ -1,10 +1,7 @@
 //! The optional metrics listener: `GET /metrics` over plain HTTP/1.1 on a Unix socket or a
 //! loopback TCP port. Each scrape asks the hub for the exposition.
 
-use std::fmt;
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,9 +11,9 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use crate::config::MetricsListen;
+use crate::hub::{Command, Inspect};
 use crate::metrics::CONTENT_TYPE;
-
-use super::hub::{Command, Inspect};
 
 /// Largest request head read.
 const MAX_HEAD: usize = 8192;
@@ -24,45 +21,6 @@ const MAX_HEAD: usize = 8192;
 const TIMEOUT: Duration = Duration::from_secs(5);
 /// Scrapes served at once; more connections are closed at once.
 const CONCURRENT: usize = 16;
-
-/// Where metrics are served.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MetricsListen {
-    /// A Unix socket path.
-    Unix(PathBuf),
-    /// A loopback TCP address.
-    Tcp(SocketAddr),
-}
-
-/// An address that cannot serve metrics.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error(
-    "{0:?} is neither an absolute socket path nor a loopback address such as 127.0.0.1:9464 or [::1]:9464"
-)]
-pub struct ListenParseError(String);
-
-impl FromStr for MetricsListen {
-    type Err = ListenParseError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s.starts_with('/') {
-            return Ok(Self::Unix(s.into()));
-        }
-        match s.parse::<SocketAddr>() {
-            // Metrics tell who uses which GPU: not for the network at large.
-            Ok(addr) if addr.ip().is_loopback() => Ok(Self::Tcp(addr)),
-            _ => Err(ListenParseError(s.to_string())),
-        }
-    }
-}
-
-impl fmt::Display for MetricsListen {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Unix(p) => write!(f, "{}", p.display()),
-            Self::Tcp(a) => write!(f, "{a}"),
-        }
-    }
-}
 
 /// A bound metrics listener; serving stops when it is dropped.
 pub struct Scrape {
@@ -206,22 +164,6 @@ async fn metrics(hub: &mpsc::Sender<Command>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_local_addresses_are_accepted() {
-        assert_eq!(
-            "/run/gpud/metrics.sock".parse(),
-            Ok(MetricsListen::Unix("/run/gpud/metrics.sock".into()))
-        );
-        assert!(matches!(
-            "127.0.0.1:9464".parse(),
-            Ok(MetricsListen::Tcp(_))
-        ));
-        assert!(matches!("[::1]:9464".parse(), Ok(MetricsListen::Tcp(_))));
-        assert!("0.0.0.0:9464".parse::<MetricsListen>().is_err());
-        assert!("10.1.2.3:9464".parse::<MetricsListen>().is_err());
-        assert!("metrics.sock".parse::<MetricsListen>().is_err());
-    }
 
     #[test]
     fn routes() {

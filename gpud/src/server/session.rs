@@ -11,15 +11,13 @@ use futures_util::{SinkExt, StreamExt};
 use gpud_proto::frame::{codec, from_payload, to_payload};
 use gpud_proto::{ClientFrame, ErrorBody, ErrorCode, PROTOCOL_VERSION, ServerFrame};
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodecError};
 use tracing::debug;
 
 use crate::config::Limits;
+use crate::hub::{self, Command, Credentials, Refused};
 use crate::ledger::SessionId;
-
-use super::hub::Command;
-use super::peer::Peer;
 
 /// How long a client has to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,8 +29,13 @@ pub async fn serve(
     hub: mpsc::Sender<Command>,
     limits: Limits,
 ) {
-    let peer = match stream.peer_cred() {
-        Ok(c) => Peer::from_credentials(c.pid(), c.uid(), c.gid()),
+    let credentials = match stream.peer_cred() {
+        Ok(c) => Credentials {
+            pid: c.pid(),
+            uid: c.uid(),
+            gid: Some(c.gid()),
+            groups: None,
+        },
         Err(e) => {
             debug!(session, error = %e, "no peer credentials; dropping connection");
             return;
@@ -42,27 +45,16 @@ pub async fn serve(
     let mut reader = FramedRead::new(read, codec(limits.max_frame_bytes));
     let mut writer = FramedWrite::new(write, codec(gpud_proto::frame::MAX_SERVER_FRAME));
 
-    let (outbound, mut queue) = mpsc::channel(limits.event_queue);
-    let (verdict_tx, verdict) = oneshot::channel();
-    let open = Command::Open {
-        session,
-        peer,
-        outbound,
-        reply: verdict_tx,
-    };
-    if hub.send(open).await.is_err() {
-        return;
-    }
-    match verdict.await {
-        Ok(Ok(())) => {}
-        Ok(Err(body)) => {
+    let mut queue = match hub::open(&hub, session, credentials, limits.event_queue).await {
+        Ok(queue) => queue,
+        Err(Refused::Denied(body)) => {
             let _ = writer
                 .send(to_payload(&ServerFrame::Error { error: body }))
                 .await;
             return;
         }
-        Err(_) => return,
-    }
+        Err(Refused::Stopping) => return,
+    };
 
     let mut bucket = TokenBucket::new(limits.requests_per_second);
     let end = run(

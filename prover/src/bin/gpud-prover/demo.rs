@@ -109,7 +109,7 @@ fn start_in_process(socket: &Path, simulate: Option<&str>) -> Result<()> {
         Some(spec) => Box::new(gpud::backend::simulated::Simulated::new(spec)?),
         None => Box::new(gpud::backend::nvml::Nvml::probe()?),
     };
-    let daemon = gpud::server::Daemon {
+    let daemon = gpud::daemon::Daemon {
         // The demo's own uid is always allowed; no `gpud` group needed for a private socket.
         config: gpud::config::Config {
             socket_group: None,

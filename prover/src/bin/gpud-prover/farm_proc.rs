@@ -561,7 +561,7 @@ pub fn gpud(a: GpudArgs) -> Result<()> {
         Some(spec) => Box::new(gpud::backend::simulated::Simulated::new(spec)?),
         None => Box::new(gpud::backend::nvml::Nvml::probe()?),
     };
-    let daemon = gpud::server::Daemon {
+    let daemon = gpud::daemon::Daemon {
         config,
         config_path: a.config.clone(),
         socket: a.socket,

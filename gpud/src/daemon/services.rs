@@ -9,14 +9,13 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tracing::info;
 
-use crate::config::Config;
-use crate::dbus::{self, BusChoice};
+use crate::config::{BusChoice, Config};
+use crate::dbus;
+use crate::hub::{Command, Inspect, Notice, SessionIds, inspect};
+use crate::server::scrape::{self, Scrape};
 use crate::systemd::notify::Notifier;
 
-use super::hub::{Command, Inspect, inspect};
-use super::observer::Notice;
-use super::scrape::{self, Scrape};
-use super::{DaemonError, SessionIds};
+use super::DaemonError;
 
 /// Longest a `STATUS=` line may lag behind the daemon's state.
 const STATUS_EVERY: Duration = Duration::from_secs(1);

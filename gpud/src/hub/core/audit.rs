@@ -1,8 +1,8 @@
 //! The memory audit: what processes really use on each device (NVML) against what their
 //! owners reserved.
 //!
-//! Pure logic: the hub hands it each poll's footprints and the time, and applies the actions
-//! it returns. An owner is a process holding leases (the peer of its sessions); its footprint
+//! Pure logic: the hub core hands it each poll's footprints and the time, and carries out the
+//! actions it returns. An owner is a process holding leases (the peer of its sessions); its footprint
 //! on a device is the memory used there by it and its descendants (a prover's helpers, the
 //! program under `gpudctl run`). An owner over its reservation (beyond the tolerance) is
 //! warned at once; under the `revoke` policy its leases on that device are revoked after the
@@ -10,43 +10,10 @@
 //! they still hold the memory.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use crate::config::{AuditConfig, Policy};
 use crate::ledger::DeviceIdx;
-
-/// What to do about over-use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Policy {
-    /// Report it (status, event, log, metrics) and nothing else.
-    #[default]
-    Warn,
-    /// Report it, then revoke the owner's leases on the device after the grace period.
-    Revoke,
-}
-
-/// Audit settings (`[audit]` in the config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AuditConfig {
-    /// Warn, or revoke.
-    pub policy: Policy,
-    /// Use above the reservation by at most this much is not over-use (allocator slack).
-    pub tolerance_bytes: u64,
-    /// Time between the warning and the revocation, and between revocation and kill.
-    pub grace: Duration,
-    /// Kill the owner's processes when the memory is still used a grace period after revoking.
-    pub kill: bool,
-}
-
-impl Default for AuditConfig {
-    fn default() -> Self {
-        Self {
-            policy: Policy::Warn,
-            tolerance_bytes: 256 << 20,
-            grace: Duration::from_secs(30),
-            kill: false,
-        }
-    }
-}
 
 /// One owner's use of one device, as measured.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,6 +188,8 @@ impl Auditor {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     const MIB: u64 = 1 << 20;

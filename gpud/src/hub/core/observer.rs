@@ -1,8 +1,9 @@
 //! What the hub tells the outside about its decisions: metrics, and notices for watchers such
 //! as the D-Bus service. It only reads the ledger.
 //!
-//! The hub calls it where requests are answered and decisions delivered; after every step,
-//! [`Observer::step`] compares each device with the last step to spot changes.
+//! The core calls it where requests are answered and decisions delivered; after every step,
+//! [`Observer::step`] compares each device with the last step to spot changes, and the
+//! notices of the step become [`Action::Notify`](super::Action::Notify)s.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -10,13 +11,9 @@ use std::time::{Duration, Instant};
 use gpud_proto::LeaseId;
 use gpud_proto::{Class, ErrorCode, RevokeReason, YieldReason};
 use serde::Serialize;
-use tokio::sync::broadcast;
 
 use crate::ledger::{Decision, DeviceIdx, Lease, Ledger, SessionId, Ticket};
 use crate::metrics::{DeviceSample, Metrics};
-
-/// Notices queued for each watcher before it counts as lagging.
-const NOTICE_QUEUE: usize = 1024;
 
 /// Something watchers may want to know.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,7 +100,7 @@ pub struct Observer {
     book: HashMap<LeaseId, Booked>,
     waiting: HashMap<Ticket, (Instant, Class)>,
     prints: Vec<Print>,
-    notices: broadcast::Sender<Notice>,
+    notices: Vec<Notice>,
 }
 
 impl Observer {
@@ -114,36 +111,23 @@ impl Observer {
             book: HashMap::new(),
             waiting: HashMap::new(),
             prints: vec![Print::default(); devices],
-            notices: broadcast::channel(NOTICE_QUEUE).0,
+            notices: Vec::new(),
         }
     }
 
-    /// A receiver of every notice from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
-        self.notices.subscribe()
+    /// The notices since the last call.
+    pub fn take_notices(&mut self) -> Vec<Notice> {
+        std::mem::take(&mut self.notices)
     }
 
-    /// The counters so far.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
+    /// An acquire waits (its grant, or its time-out, comes as a decision).
+    pub fn waiting(&mut self, now: Instant, ticket: Ticket, class: Class) {
+        self.waiting.insert(ticket, (now, class));
     }
 
-    /// An acquire was answered at once (`Some`) or waits (`None`).
-    pub fn acquired(
-        &mut self,
-        now: Instant,
-        ledger: &Ledger,
-        ticket: Ticket,
-        class: Class,
-        outcome: Result<Option<LeaseId>, ErrorCode>,
-    ) {
-        match outcome {
-            Ok(Some(lease)) => self.granted(ledger, lease, Duration::ZERO),
-            Ok(None) => {
-                self.waiting.insert(ticket, (now, class));
-            }
-            Err(code) => self.metrics.refused(class, wire_name(&code)),
-        }
+    /// An acquire was refused at once.
+    pub fn refused(&mut self, class: Class, code: ErrorCode) {
+        self.metrics.refused(class, wire_name(&code));
     }
 
     /// A waiting request was cancelled by its client.
@@ -164,7 +148,8 @@ impl Observer {
         self.waiting.retain(|t, _| t.session != session);
     }
 
-    /// A decision is about to be delivered. The ledger is as the decision left it.
+    /// A decision is about to be delivered (an acquire granted at once is a decision too). The
+    /// ledger is as the decision left it.
     pub fn decision(&mut self, now: Instant, ledger: &Ledger, decision: &Decision) {
         match decision {
             Decision::Granted { ticket, lease } => {
@@ -181,14 +166,14 @@ impl Observer {
                 }
             }
             Decision::YieldRequested { lease, reason, .. } => {
-                let class = ledger.lease(*lease).map(|l| l.class);
+                let class = ledger.lease(*lease).map(|l| Class::from(l.class));
                 if let Some(class) = class.or_else(|| self.book.get(lease).map(|b| b.class)) {
                     self.metrics
-                        .yield_requested(class, wire_name::<YieldReason>(reason));
+                        .yield_requested(class, wire_name(&YieldReason::from(*reason)));
                 }
             }
             Decision::Revoked { lease, reason, .. } => {
-                self.ended(now, *lease, EndReason::Revoked(*reason));
+                self.ended(now, *lease, EndReason::Revoked(RevokeReason::from(*reason)));
             }
             Decision::Grew { .. } | Decision::GrowAbandoned { .. } => {}
         }
@@ -249,7 +234,7 @@ impl Observer {
                     critical_slots: spec.critical_slots,
                     compute_holders: d.compute_holders().count(),
                     leases: leases.get(d.index()).copied().unwrap_or(0),
-                    queued: d.queued(),
+                    queued: d.queued().into(),
                 }
             })
             .collect();
@@ -260,12 +245,12 @@ impl Observer {
         let Some(lease) = ledger.lease(id) else {
             return;
         };
-        self.metrics.granted(lease.class, waited);
+        self.metrics.granted(lease.class.into(), waited);
         self.book.insert(
             id,
             Booked {
                 session: lease.session,
-                class: lease.class,
+                class: lease.class.into(),
                 device: lease.device,
                 granted_at: lease.granted_at,
             },
@@ -297,9 +282,8 @@ impl Observer {
         });
     }
 
-    fn notify(&self, notice: Notice) {
-        // No watcher is not an error.
-        let _ = self.notices.send(notice);
+    fn notify(&mut self, notice: Notice) {
+        self.notices.push(notice);
     }
 }
 
@@ -311,12 +295,12 @@ fn granted_notice(lease: &Lease, uuid: String) -> Notice {
         uuid,
         vram_bytes: lease.vram_bytes,
         compute: lease.compute,
-        class: lease.class,
+        class: lease.class.into(),
     }
 }
 
 /// A protocol enum's snake_case wire name (`never_fits`, `critical_waiting`).
-pub(crate) fn wire_name<T: Serialize>(value: &T) -> String {
+pub fn wire_name<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(s)) => s,
         _ => "unknown".into(),

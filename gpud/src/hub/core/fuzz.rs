@@ -1,72 +1,30 @@
 //! Fuzzing the untrusted edge: arbitrary bytes through the frame decoder, and every request
-//! that parses through the hub's validation and the ledger. Nothing may panic, every request
-//! gets an answer or an error, and the ledger's books stay straight.
+//! that parses through the core's validation and the ledger, on virtual time. Nothing may
+//! panic, every request gets exactly one answer (a reply now, or later as a decision: never
+//! none, never two), and the ledger's books stay straight.
 //!
 //! CI runs a bounded number of cases; for a long run:
 //! `GPUD_FUZZ_CASES=1000000 cargo test --release -p gpud fuzz -- --nocapture`.
 
+use std::collections::HashMap;
+use std::time::Duration;
+
 use bytes::BytesMut;
 use gpud_proto::frame::{codec, from_payload};
-use gpud_proto::{ClientFrame, ServerFrame};
+use gpud_proto::{ClientFrame, RequestId, ServerFrame};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Decoder;
 
-use super::hub::{Command, Hub};
-use super::peer::Peer;
+use super::bench::{Bench, peer};
 use crate::config::Config;
-use crate::ledger::{DeviceSpec, Ledger};
+use crate::ledger::Ticket;
 
 fn cases() -> u32 {
     std::env::var("GPUD_FUZZ_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3000)
-}
-
-/// A hub over two simulated devices with one admitted root session (id 1).
-fn hub() -> (Hub, mpsc::Receiver<ServerFrame>) {
-    hub_with(&Config::default(), std::process::id())
-}
-
-/// A hub over two simulated 16 GiB devices with `config`, and session 1 admitted for a root
-/// peer with pid `pid`.
-pub(super) fn hub_with(config: &Config, pid: u32) -> (Hub, mpsc::Receiver<ServerFrame>) {
-    let devices = (0..2)
-        .map(|i| DeviceSpec {
-            uuid: format!("GPU-fuzz-{i}"),
-            name: "fuzz".into(),
-            total_bytes: 16 << 30,
-            headroom_bytes: 0,
-            unmanaged_bytes: 0,
-            compute_slots: config.compute_slots,
-            critical_slots: config.critical_slots,
-        })
-        .collect();
-    let mut hub = Hub::new(
-        Ledger::new(config.scheduler.clone(), devices),
-        vec!["fuzz".into(); 2],
-        config,
-        "simulated",
-    );
-    let (outbound, rx) = mpsc::channel(1 << 16);
-    let (reply, _verdict) = oneshot::channel();
-    let peer = Peer {
-        pid,
-        uid: 0,
-        gid: 0,
-        groups: vec![],
-        process: "fuzz".into(),
-        start: 0,
-    };
-    hub.apply(Command::Open {
-        session: 1,
-        peer,
-        outbound,
-        reply,
-    });
-    (hub, rx)
 }
 
 /// Numbers that probe the edges.
@@ -148,6 +106,45 @@ fn request() -> impl Strategy<Value = Value> {
         })
 }
 
+/// Every request id's count of requests sent must equal its answers so far plus its
+/// requests still waiting (at most one: the ledger refuses a second with the same id).
+fn check_answers(
+    bench: &Bench,
+    sent: &HashMap<RequestId, usize>,
+    answered: &HashMap<RequestId, usize>,
+) -> Result<(), TestCaseError> {
+    for (&id, &n) in sent {
+        let waiting = usize::from(
+            bench
+                .core
+                .ledger()
+                .waiter(Ticket {
+                    session: 1,
+                    request: id,
+                })
+                .is_some(),
+        );
+        let got = answered.get(&id).copied().unwrap_or(0);
+        prop_assert_eq!(
+            got + waiting,
+            n,
+            "request id {}: {} sent, {} answered, {} waiting",
+            id,
+            n,
+            got,
+            waiting
+        );
+    }
+    for id in answered.keys() {
+        prop_assert!(
+            sent.contains_key(id),
+            "an answer to {} that nobody asked",
+            id
+        );
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
 
@@ -162,21 +159,35 @@ proptest! {
         }
     }
 
-    /// Request-shaped JSON through parsing, validation, the hub and the ledger.
+    /// Request-shaped JSON through parsing, validation, the core and the ledger, with time
+    /// passing between requests: exactly one answer per request.
     #[test]
-    fn fuzz_requests_through_the_hub(requests in proptest::collection::vec(request(), 1..40)) {
-        let (mut hub, mut rx) = hub();
-        for r in requests {
+    fn fuzz_requests_through_the_hub(
+        requests in proptest::collection::vec((request(), 0u64..60), 1..40),
+    ) {
+        let mut bench = Bench::new(&Config::default());
+        bench.open(1, peer(4242, 0)).map_err(|e| TestCaseError::fail(e.message))?;
+        let mut sent: HashMap<RequestId, usize> = HashMap::new();
+        let mut answered: HashMap<RequestId, usize> = HashMap::new();
+        for (r, pause_ms) in requests {
             let payload = serde_json::to_vec(&r).unwrap();
             if let Ok(ClientFrame::Request { id, op }) = from_payload::<ClientFrame>(&payload) {
-                hub.apply(Command::Request { session: 1, id, op });
+                *sent.entry(id).or_default() += 1;
+                bench.request(1, id, op);
             }
-            hub.ledger().check_invariants().map_err(TestCaseError::fail)?;
-            while rx.try_recv().is_ok() {}
+            bench.advance(Duration::from_millis(pause_ms));
+            for frame in bench.frames(1) {
+                if let ServerFrame::Reply { id, .. } = frame {
+                    *answered.entry(id).or_default() += 1;
+                }
+            }
+            check_answers(&bench, &sent, &answered)?;
+            bench.core.ledger().check_invariants().map_err(TestCaseError::fail)?;
         }
-        hub.apply(Command::Close { session: 1 });
-        hub.ledger().check_invariants().map_err(TestCaseError::fail)?;
-        prop_assert_eq!(hub.ledger().leases().count(), 0, "closing the session frees everything");
+        let now = bench.now();
+        bench.core.close(now, 1);
+        bench.core.ledger().check_invariants().map_err(TestCaseError::fail)?;
+        prop_assert_eq!(bench.core.ledger().leases().count(), 0, "closing the session frees everything");
     }
 
     /// Arbitrary bytes as a payload: parsing never panics.

@@ -2,6 +2,10 @@
 //!
 //! Errors name the key (and, for syntax and type errors, the line). systemd/gpud.toml is the
 //! documented example of every key.
+//!
+//! A leaf: the config owns the types of its values (bus choice, metrics address, audit
+//! policy, simulation spec) and imports only the ledger's policy types; the adapters and the
+//! hub read it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -11,6 +15,15 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::ledger::{LedgerConfig, PerClass};
+
+pub mod audit;
+pub mod bus;
+pub mod listen;
+pub mod simulate;
+
+pub use audit::{AuditConfig, Policy};
+pub use bus::{BusChoice, BusChoiceError};
+pub use listen::{ListenParseError, MetricsListen};
 
 /// Default path of the config file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpud/gpud.toml";
@@ -243,11 +256,11 @@ pub struct Config {
     /// Kill a compute holder's process when its lease is revoked for ignoring a yield notice.
     pub kill_ignored_yield: bool,
     /// What to do when processes use more device memory than they reserved.
-    pub audit: crate::server::audit::AuditConfig,
+    pub audit: AuditConfig,
     /// The bus for `org.gpud.Manager1`. `None`: the system bus when it can be reached.
-    pub dbus: Option<crate::dbus::BusChoice>,
+    pub dbus: Option<BusChoice>,
     /// Where to serve metrics; off when `None`.
-    pub metrics: Option<crate::server::scrape::MetricsListen>,
+    pub metrics: Option<MetricsListen>,
 }
 
 impl Default for Config {
@@ -266,7 +279,7 @@ impl Default for Config {
             scheduler: LedgerConfig::default(),
             access: AccessConfig::default(),
             limits: Limits::default(),
-            audit: crate::server::audit::AuditConfig::default(),
+            audit: AuditConfig::default(),
             kill_ignored_yield: false,
             dbus: None,
             metrics: None,
@@ -359,8 +372,7 @@ impl Config {
             c.critical_slots = s;
         }
         if let Some(sim) = raw.devices.simulate {
-            crate::backend::simulated::parse_spec(&sim)
-                .map_err(|e| value_err("devices.simulate", e.to_string()))?;
+            simulate::parse_spec(&sim).map_err(|e| value_err("devices.simulate", e.to_string()))?;
             c.simulate = Some(sim);
         }
         if let Some(p) = raw.devices.poll_interval {
@@ -466,8 +478,8 @@ impl Config {
         let a = raw.audit;
         if let Some(p) = a.policy {
             c.audit.policy = match p.as_str() {
-                "warn" => crate::server::audit::Policy::Warn,
-                "revoke" => crate::server::audit::Policy::Revoke,
+                "warn" => Policy::Warn,
+                "revoke" => Policy::Revoke,
                 other => {
                     return Err(value_err(
                         "audit.policy",
@@ -487,17 +499,17 @@ impl Config {
             c.audit.kill = k;
         }
         if let Some(bus) = raw.dbus.bus {
-            c.dbus =
-                Some(bus.parse().map_err(|e: crate::dbus::BusChoiceError| {
-                    value_err("dbus.bus", e.to_string())
-                })?);
+            c.dbus = Some(
+                bus.parse()
+                    .map_err(|e: BusChoiceError| value_err("dbus.bus", e.to_string()))?,
+            );
         }
         if let Some(listen) = raw.metrics.listen {
-            c.metrics = Some(listen.parse().map_err(
-                |e: crate::server::scrape::ListenParseError| {
-                    value_err("metrics.listen", e.to_string())
-                },
-            )?);
+            c.metrics = Some(
+                listen
+                    .parse()
+                    .map_err(|e: ListenParseError| value_err("metrics.listen", e.to_string()))?,
+            );
         }
         Ok(c)
     }
@@ -513,7 +525,7 @@ mod tests {
 
     #[test]
     fn the_documented_example_parses_to_the_defaults() {
-        let text = include_str!("../../systemd/gpud.toml");
+        let text = include_str!("../../../systemd/gpud.toml");
         let c = parse(text).unwrap();
         let expected = Config {
             socket: Some("/run/gpud/gpud.sock".into()),
@@ -574,12 +586,12 @@ max_sessions = 10
     fn dbus_and_metrics_are_read_and_checked() {
         let c =
             parse("[dbus]\nbus = \"session\"\n[metrics]\nlisten = \"127.0.0.1:9464\"\n").unwrap();
-        assert_eq!(c.dbus, Some(crate::dbus::BusChoice::Session));
+        assert_eq!(c.dbus, Some(BusChoice::Session));
         assert_eq!(c.metrics, Some("127.0.0.1:9464".parse().unwrap()));
         let c = parse("[dbus]\nbus = \"unix:path=/tmp/bus\"\n").unwrap();
         assert_eq!(
             c.dbus,
-            Some(crate::dbus::BusChoice::Address("unix:path=/tmp/bus".into()))
+            Some(BusChoice::Address("unix:path=/tmp/bus".into()))
         );
         let e = parse("[dbus]\nbus = \"sytem\"\n").unwrap_err().to_string();
         assert!(e.contains("dbus.bus"), "{e}");

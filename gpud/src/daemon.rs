@@ -1,0 +1,213 @@
+//! The daemon: wires the device backend, the hub, and the adapters around it (the socket
+//! [`server`](crate::server), the [`dbus`](crate::dbus) service, the metrics listener, systemd)
+//! and runs until SIGTERM or SIGINT; SIGHUP reloads the config.
+
+mod services;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::{error, info, warn};
+
+use crate::backend::Backend;
+use crate::config::Config;
+use crate::hub::{Command, Hub, SessionIds};
+use crate::ledger::{DeviceSpec, Ledger};
+use crate::server::{listener, session};
+
+/// How long sessions get to flush their last frames at shutdown.
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
+
+/// Why the daemon could not run.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    /// The socket could not be set up.
+    #[error(transparent)]
+    Listen(#[from] listener::ListenError),
+    /// The lease journal cannot be used.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+    /// A signal handler could not be installed.
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    /// The socket passed by systemd cannot be used.
+    #[error("socket activation: {0}")]
+    Activation(#[from] crate::systemd::activation::ActivationError),
+    /// The D-Bus service could not start on the bus that was asked for.
+    #[error(transparent)]
+    Dbus(crate::dbus::DbusError),
+    /// The metrics listener could not be bound.
+    #[error("cannot serve metrics on {listen}: {source}")]
+    Metrics {
+        /// Where.
+        listen: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// What the daemon needs to start.
+pub struct Daemon {
+    /// Validated configuration.
+    pub config: Config,
+    /// Where the configuration came from, for SIGHUP reloads.
+    pub config_path: Option<PathBuf>,
+    /// The socket path.
+    pub socket: PathBuf,
+    /// The device backend.
+    pub backend: Box<dyn Backend>,
+    /// Where the lease journal lives; no journal when `None`.
+    pub state_dir: Option<PathBuf>,
+}
+
+impl Daemon {
+    /// Runs until SIGTERM or SIGINT. Call inside a tokio runtime.
+    pub async fn run(self) -> Result<(), DaemonError> {
+        let Daemon {
+            config,
+            config_path,
+            socket,
+            backend,
+            state_dir,
+        } = self;
+        let probed = backend.devices();
+        let specs: Vec<DeviceSpec> = probed
+            .iter()
+            .map(|d| DeviceSpec {
+                uuid: d.uuid.clone(),
+                name: d.name.clone(),
+                total_bytes: d.total_bytes,
+                headroom_bytes: config.headroom_bytes.min(d.total_bytes),
+                unmanaged_bytes: 0,
+                compute_slots: config.compute_slots,
+                critical_slots: config.critical_slots,
+            })
+            .collect();
+        for (i, d) in specs.iter().enumerate() {
+            info!(index = i, uuid = %d.uuid, name = %d.name, total = d.total_bytes, capacity = d.capacity(), "device");
+        }
+        // Under socket activation the socket, its mode and group are the socket unit's.
+        let activated = crate::systemd::activation::take_listener()?;
+        let owns_socket = activated.is_none();
+        let listener = match activated {
+            Some(l) => tokio::net::UnixListener::from_std(l).map_err(|source| {
+                listener::ListenError::Io {
+                    what: "cannot use the passed socket",
+                    path: socket.clone(),
+                    source,
+                }
+            })?,
+            None => listener::bind(&socket, config.socket_mode, config.socket_group.as_deref())?,
+        };
+        let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
+        let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Signals)?;
+
+        let kind = backend.kind();
+        let names = probed.iter().map(|d| d.name.clone()).collect();
+        let hub = Hub::new(
+            Ledger::new(config.scheduler.clone(), specs),
+            names,
+            &config,
+            kind,
+        );
+        // Leases from before a restart are back before the first client is accepted.
+        let hub = match &state_dir {
+            Some(dir) => {
+                let (journal, records) = crate::journal::Journal::open(dir)?;
+                info!(state_dir = %dir.display(), journaled = records.len(), "lease journal opened");
+                hub.with_journal(journal, records, config.readopt_grace)
+            }
+            None => hub,
+        };
+        let notices = hub.subscribe();
+        let (commands, rx) = mpsc::channel(4096);
+        let hub_task = tokio::spawn(hub.run(rx));
+
+        if kind != "simulated" {
+            spawn_poller(backend, commands.clone(), config.poll_interval);
+        }
+        let ids = SessionIds::default();
+        let mut services =
+            services::Services::start(&config, &commands, notices, ids.clone()).await?;
+        services.ready(&commands).await;
+        info!(socket = %socket.display(), backend = kind, activated = !owns_socket, "gpud ready");
+
+        let mut sessions = JoinSet::new();
+        let mut limits = config.limits;
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let id = ids.next();
+                        sessions.spawn(session::serve(stream, id, commands.clone(), limits));
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait a little rather than spin.
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => match &config_path {
+                    Some(path) => match Config::load(path) {
+                        Ok(new) => {
+                            limits = new.limits;
+                            let _ = commands.send(Command::Reload(Box::new(new))).await;
+                        }
+                        Err(e) => error!("config reload rejected, keeping the old one: {e}"),
+                    },
+                    None => info!("SIGHUP: no config file to reload"),
+                },
+            }
+        }
+        info!("stopping");
+        services.stopping();
+        drop(listener);
+        let _ = commands.send(Command::Shutdown).await;
+        let _ = hub_task.await;
+        let deadline = Instant::now() + SHUTDOWN_FLUSH;
+        while !sessions.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(left, sessions.join_next())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        drop(services);
+        if owns_socket {
+            let _ = std::fs::remove_file(&socket);
+        }
+        info!("stopped");
+        Ok(())
+    }
+}
+
+/// Polls the backend on a thread of its own (NVML calls block) and reports to the hub.
+fn spawn_poller(mut backend: Box<dyn Backend>, hub: mpsc::Sender<Command>, every: Duration) {
+    std::thread::Builder::new()
+        .name("gpud-devices".into())
+        .spawn(move || {
+            loop {
+                match backend.usage() {
+                    Ok(usage) => {
+                        if hub.blocking_send(Command::Usage(usage)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => warn!("device poll failed: {e}"),
+                }
+                std::thread::sleep(every);
+            }
+        })
+        .map(drop)
+        .unwrap_or_else(|e| error!("cannot start the device poller: {e}"));
+}

@@ -1,0 +1,151 @@
+//! How the core answers: every ledger decision becomes one frame for the session it names.
+//!
+//! A grant has one encoding and one path: an acquire granted at once is delivered as the same
+//! [`Decision::Granted`] a waiting one gets later, and a resize done at once as the same
+//! [`Decision::Grew`].
+
+use gpud_proto::ServerFrame;
+use gpud_proto::{ErrorBody, ErrorCode, Event, LeaseId, LeaseInfo, Outcome, Reply, RequestId};
+
+use super::{Action, Core, KillReason, Now, Signal};
+use crate::ledger::{Decision, RevokeReason, SessionId};
+
+impl Core {
+    /// Delivers every decision the ledger has made.
+    pub(super) fn deliver_decisions(&mut self, now: Now) {
+        while let Some(decision) = self.ledger.poll_decision() {
+            self.deliver(now, decision);
+        }
+    }
+
+    /// Delivers what the ledger has decided, then `decision`: grants a request caused go out
+    /// before the request's own answer (after a release, the next holder is waiting and the
+    /// releaser is not).
+    pub(super) fn decided(&mut self, now: Now, decision: Decision) {
+        self.deliver_decisions(now);
+        self.deliver(now, decision);
+    }
+
+    /// Turns one decision into its frame.
+    fn deliver(&mut self, now: Now, decision: Decision) {
+        self.observer.decision(now.at, &self.ledger, &decision);
+        match decision {
+            Decision::Granted { ticket, lease } => {
+                if let Some(info) = self.lease_info(lease) {
+                    self.reply(ticket.session, ticket.request, Ok(Reply::Granted(info)));
+                }
+            }
+            Decision::Grew {
+                ticket,
+                lease,
+                vram_bytes,
+            } => self.reply(
+                ticket.session,
+                ticket.request,
+                Ok(Reply::Resized { lease, vram_bytes }),
+            ),
+            Decision::TimedOut { ticket } => self.reply(
+                ticket.session,
+                ticket.request,
+                Err(ErrorBody::new(
+                    ErrorCode::TimedOut,
+                    "gave up waiting: timeout reached",
+                )),
+            ),
+            Decision::GrowAbandoned { ticket, lease } => self.reply(
+                ticket.session,
+                ticket.request,
+                Err(ErrorBody::new(
+                    ErrorCode::Cancelled,
+                    format!("lease {lease} ended while its resize waited"),
+                )),
+            ),
+            Decision::YieldRequested {
+                session,
+                lease,
+                reason,
+                revoke_at,
+            } => {
+                let revoke_in_ms =
+                    revoke_at.map(|at| at.saturating_duration_since(now.at).as_millis() as u64);
+                let event = Event::YieldRequested {
+                    lease,
+                    reason: reason.into(),
+                    revoke_in_ms,
+                };
+                self.event(session, event);
+            }
+            Decision::Revoked {
+                session,
+                lease,
+                reason,
+            } => {
+                if reason == RevokeReason::YieldIgnored && self.settings.kill_ignored_yield {
+                    if let Some(peer) = self.peer(session) {
+                        let (pid, start) = (peer.pid, peer.start);
+                        self.signal(pid, start, KillReason::YieldIgnored { lease });
+                    }
+                }
+                self.event(
+                    session,
+                    Event::Revoked {
+                        lease,
+                        reason: reason.into(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Queues the answer to a request.
+    pub(super) fn reply(
+        &mut self,
+        session: SessionId,
+        id: RequestId,
+        result: Result<Reply, ErrorBody>,
+    ) {
+        let outcome = match result {
+            Ok(r) => Outcome::Ok(r),
+            Err(e) => Outcome::Error(e),
+        };
+        self.outbox
+            .push((session, ServerFrame::Reply { id, outcome }));
+    }
+
+    /// Queues an event for a session.
+    pub(super) fn event(&mut self, session: SessionId, event: Event) {
+        self.outbox.push((session, ServerFrame::Event { event }));
+    }
+
+    /// Kills a process: the one path for both reasons. Never pid 0 (unknown) or the daemon.
+    pub(super) fn signal(&mut self, pid: u32, start: u64, why: KillReason) {
+        if pid == 0 || pid == self.facts.pid {
+            return;
+        }
+        self.actions.push_back(Action::Signal {
+            pid,
+            start,
+            signal: Signal::Kill,
+            why,
+        });
+    }
+
+    /// What a holder is told about its lease.
+    pub(super) fn lease_info(&mut self, id: LeaseId) -> Option<LeaseInfo> {
+        let token = self.token(id);
+        let lease = self.ledger.lease(id)?;
+        let device = self.ledger.device(lease.device)?;
+        let uuid = device.spec().uuid.clone();
+        Some(LeaseInfo {
+            lease: id,
+            device_index: lease.device as u32,
+            device_name: self.names.get(lease.device).cloned().unwrap_or_default(),
+            vram_bytes: lease.vram_bytes,
+            compute: lease.compute,
+            class: lease.class.into(),
+            cuda_visible_devices: uuid.clone(),
+            device_uuid: uuid,
+            token,
+        })
+    }
+}

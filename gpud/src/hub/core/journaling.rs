@@ -1,0 +1,214 @@
+//! The journal's rules: what is recorded when, and the leases a restart brings back.
+//!
+//! Grants and resizes are recorded before the frames that announce them and written at once
+//! (a restart must never forget a lease its holder was told about); a release may wait for the
+//! next write, at most [`JOURNAL_DELAY`](super::JOURNAL_DELAY). Leases restored from the
+//! journal wait in the [`ORPHANS`] session, for their owners to re-adopt them with their
+//! tokens, until the grace period ends.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use gpud_proto::{Class, LeaseId};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use tracing::info;
+
+use super::timers::Timer;
+use super::{Action, Core, JournalEntry, Now, ORPHANS};
+use crate::ledger::{LeaseChange, RestoredLease};
+
+/// What is known of one lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// Lease id.
+    pub id: LeaseId,
+    /// Secret the owner presents to re-adopt the lease after a restart.
+    pub token: String,
+    /// Device UUID.
+    pub device_uuid: String,
+    /// Bytes reserved.
+    pub vram_bytes: u64,
+    /// Holds the compute slot.
+    pub compute: bool,
+    /// Class.
+    pub class: Class,
+    /// Owner's pid.
+    pub pid: u32,
+    /// Owner's start time (clock ticks since boot), so a reused pid is not taken for the owner.
+    pub pid_start: u64,
+    /// Owner's uid.
+    pub uid: u32,
+    /// Grant time, milliseconds since the Unix epoch.
+    pub granted_unix_ms: u64,
+    /// The client's note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// A journaled lease, with what the shell found out about its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restorable {
+    /// The record.
+    pub record: LeaseRecord,
+    /// Whether the owner (pid and start time) still runs.
+    pub owner_alive: bool,
+}
+
+/// What the core has told the journal and not yet had written.
+#[derive(Debug, Default)]
+pub(super) struct JournalState {
+    /// Journaling is on (the daemon has a state directory).
+    on: bool,
+    /// Entries are recorded but not written.
+    pub(super) unwritten: bool,
+    /// Among them a grant or a resize: written before any frame goes out.
+    pub(super) urgent: bool,
+    /// The owners' uids of restored leases, which only they may re-adopt.
+    pub(super) orphan_uids: HashMap<LeaseId, u32>,
+}
+
+impl Core {
+    /// Journals every lease from now on, and puts back the leases whose owners still run: they
+    /// stay reserved for `grace`, for their owners to re-adopt.
+    pub fn restore(&mut self, now: Now, journaled: Vec<Restorable>, grace: Duration) {
+        self.ledger.record_changes(true);
+        self.journal.on = true;
+        let mut kept = 0;
+        for Restorable {
+            record: r,
+            owner_alive: alive,
+        } in journaled
+        {
+            self.ledger.reserve_lease_ids(r.id + 1);
+            let device = self
+                .ledger
+                .devices()
+                .position(|d| d.spec().uuid == r.device_uuid);
+            let age = Duration::from_millis(now.unix_ms.saturating_sub(r.granted_unix_ms));
+            let restored = device.filter(|_| alive).map(|device| RestoredLease {
+                id: r.id,
+                device,
+                vram_bytes: r.vram_bytes,
+                compute: r.compute,
+                class: r.class.into(),
+                granted_at: now.at.checked_sub(age).unwrap_or(now.at),
+                label: r.label.clone(),
+            });
+            match restored.map(|l| self.ledger.restore(ORPHANS, l)) {
+                Some(Ok(())) => {
+                    info!(
+                        lease = r.id,
+                        pid = r.pid,
+                        "lease restored; waiting for its owner to re-adopt it"
+                    );
+                    self.tokens.insert(r.id, r.token.clone());
+                    self.journal.orphan_uids.insert(r.id, r.uid);
+                    self.record(JournalEntry::Grant(r));
+                    kept += 1;
+                }
+                _ => {
+                    info!(
+                        lease = r.id,
+                        pid = r.pid,
+                        alive,
+                        "journaled lease dropped: its owner is gone or its device is missing"
+                    );
+                    self.record(JournalEntry::Release(r.id));
+                }
+            }
+        }
+        self.flush_journal();
+        if kept > 0 {
+            self.timers.set(Timer::Orphans, Some(now.at + grace));
+        }
+        self.end_step(now);
+    }
+
+    /// Drops restored leases that were not re-adopted in time.
+    pub(super) fn drop_orphans(&mut self, now: Now) {
+        self.timers.set(Timer::Orphans, None);
+        for id in self.ledger.session_leases(ORPHANS) {
+            info!(
+                lease = id,
+                "restored lease not re-adopted within the grace period; dropped"
+            );
+            let _ = self.ledger.release(now.at, ORPHANS, id);
+        }
+    }
+
+    /// Records the ledger's lease changes since the last step.
+    pub(super) fn journal_changes(&mut self, now: Now) {
+        while let Some(change) = self.ledger.poll_change() {
+            match change {
+                LeaseChange::Granted(id) => self.journal_grant(now, id),
+                LeaseChange::Resized { lease, vram_bytes } => self.record(JournalEntry::Resize {
+                    id: lease,
+                    vram_bytes,
+                }),
+                LeaseChange::Ended(id) => {
+                    self.tokens.remove(&id);
+                    self.journal.orphan_uids.remove(&id);
+                    self.record(JournalEntry::Release(id));
+                }
+            }
+        }
+    }
+
+    /// Has what was recorded written.
+    pub(super) fn flush_journal(&mut self) {
+        if self.journal.on {
+            self.actions.push_back(Action::FlushJournal);
+        }
+        self.journal.unwritten = false;
+        self.journal.urgent = false;
+        self.timers.set(Timer::Journal, None);
+    }
+
+    /// Records a lease as its holder now has it.
+    pub(super) fn journal_grant(&mut self, now: Now, id: LeaseId) {
+        if let Some(record) = self.lease_record(now, id) {
+            self.record(JournalEntry::Grant(record));
+        }
+    }
+
+    fn record(&mut self, entry: JournalEntry) {
+        if !self.journal.on {
+            return;
+        }
+        self.journal.urgent |= !matches!(entry, JournalEntry::Release(_));
+        self.journal.unwritten = true;
+        self.actions.push_back(Action::Journal(entry));
+    }
+
+    /// The journal record of a lease, from the ledger and its owner's session.
+    fn lease_record(&mut self, now: Now, id: LeaseId) -> Option<LeaseRecord> {
+        let token = self.token(id);
+        let lease = self.ledger.lease(id)?;
+        let peer = self.sessions.get(&lease.session)?;
+        let device = self.ledger.device(lease.device)?;
+        let age = now.at.saturating_duration_since(lease.granted_at);
+        Some(LeaseRecord {
+            id,
+            token,
+            device_uuid: device.spec().uuid.clone(),
+            vram_bytes: lease.vram_bytes,
+            compute: lease.compute,
+            class: lease.class.into(),
+            pid: peer.pid,
+            pid_start: peer.start,
+            uid: peer.uid,
+            granted_unix_ms: now.unix_ms.saturating_sub(age.as_millis() as u64),
+            label: lease.label.clone(),
+        })
+    }
+
+    /// The lease's re-adoption secret, made on first use.
+    pub(super) fn token(&mut self, id: LeaseId) -> String {
+        let rng = &mut self.rng;
+        self.tokens
+            .entry(id)
+            .or_insert_with(|| format!("{:032x}", rng.r#gen::<u128>()))
+            .clone()
+    }
+}

@@ -1,0 +1,302 @@
+//! The hub core: everything the hub decides, with no I/O — sessions and admission, requests,
+//! adoption tokens, the audit's rules, the journal's ordering, and one timer table.
+//!
+//! It sits on the [`Ledger`] as the ledger sits on nothing: inputs are method calls that carry
+//! [`Now`] (the monotonic and the wall clock, read by the caller) and facts the shell gathered
+//! (peers, process usage and lineage, whether a journaled owner still runs); randomness comes
+//! from the RNG it was given. Outputs are [`Action`]s, drained with [`Core::poll_action`] in the
+//! order they must be carried out: journal entries before the frames that announce them.
+//! [`Core::next_timeout`] is the one deadline the shell sleeps until, and
+//! [`Core::handle_timeout`] fires what is due.
+//!
+//! The shell (`hub/mod.rs`) reads clocks, owns sockets and the journal file, sends signals
+//! and reads /proc; nothing here does.
+
+mod answer;
+mod audit;
+#[cfg(test)]
+mod bench;
+mod journaling;
+mod observer;
+mod ops;
+mod sessions;
+mod status;
+mod timers;
+mod usage;
+mod wire;
+
+#[cfg(test)]
+mod fuzz;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use gpud_proto::{LeaseId, ServerFrame};
+use rand::RngCore;
+
+use crate::config::{Config, Limits};
+use crate::ledger::{Ledger, SessionId};
+
+use audit::{Auditor, Footprint};
+use timers::{Timer, TimerTable};
+
+pub use journaling::{LeaseRecord, Restorable};
+pub use observer::{EndReason, Notice, wire_name};
+pub use sessions::{Access, Peer};
+pub use usage::ProcessSample;
+
+/// The placeholder session that holds leases restored from the journal until their owners
+/// re-adopt them. Real sessions are numbered from 1.
+pub const ORPHANS: SessionId = 0;
+
+/// Longest a journaled release waits to be written when no grant comes to carry it.
+const JOURNAL_DELAY: Duration = Duration::from_millis(20);
+
+/// When an input happens: the monotonic clock for deadlines, the wall clock for the journal
+/// (which outlives the process and so the monotonic clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// Monotonic time.
+    pub at: Instant,
+    /// Milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+}
+
+/// What the shell must do, in order.
+#[must_use = "an action must be carried out"]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Queue a frame to a session; a session that cannot take it is closed with
+    /// [`Core::close`].
+    Send {
+        /// The session.
+        session: SessionId,
+        /// The frame.
+        frame: ServerFrame,
+    },
+    /// Record a lease change in the journal (in memory, until [`Action::FlushJournal`]).
+    Journal(JournalEntry),
+    /// Write what the journal recorded.
+    FlushJournal,
+    /// Send a signal to a process, unless its pid now belongs to another process.
+    Signal {
+        /// The process.
+        pid: u32,
+        /// Its start time (clock ticks since boot; 0 when unknown, then it is not checked).
+        start: u64,
+        /// Which signal.
+        signal: Signal,
+        /// Why, for the log.
+        why: KillReason,
+    },
+    /// Tell the watchers (D-Bus) something changed.
+    Notify(Notice),
+}
+
+/// A change for the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JournalEntry {
+    /// A lease granted, or handed to a new owner.
+    Grant(LeaseRecord),
+    /// A lease's new size.
+    Resize {
+        /// The lease.
+        id: LeaseId,
+        /// Bytes it reserves now.
+        vram_bytes: u64,
+    },
+    /// A lease ended.
+    Release(LeaseId),
+}
+
+/// Signals the hub sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGKILL.
+    Kill,
+}
+
+/// Why a process is killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillReason {
+    /// It held a compute lease, ignored the yield notice, and the lease was revoked: a kernel
+    /// still running there would keep the device from the next holder.
+    YieldIgnored {
+        /// The revoked lease.
+        lease: LeaseId,
+    },
+    /// It kept device memory a grace period after its leases were revoked for over-use.
+    KeptMemory {
+        /// The owner it belongs to.
+        owner: u32,
+        /// The device.
+        device: usize,
+    },
+}
+
+/// What the core knows of the daemon it runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// `nvml` or `simulated`.
+    pub backend: &'static str,
+    /// The daemon's own pid: reported in status, and never signalled.
+    pub pid: u32,
+}
+
+/// The settings the core takes from the config (with the access lists resolved by the shell).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Who may connect and administer.
+    pub access: Access,
+    /// Abuse limits.
+    pub limits: Limits,
+    /// Audit policy.
+    pub audit: crate::config::AuditConfig,
+    /// Kill a compute holder that ignored its yield notice until revoked.
+    pub kill_ignored_yield: bool,
+}
+
+impl Settings {
+    /// The settings of `config`, with `access` resolved from its access lists.
+    pub fn new(config: &Config, access: Access) -> Self {
+        Self {
+            access,
+            limits: config.limits,
+            audit: config.audit,
+            kill_ignored_yield: config.kill_ignored_yield,
+        }
+    }
+}
+
+/// The hub's decisions over a ledger. See the module documentation.
+pub struct Core {
+    ledger: Ledger,
+    names: Vec<String>,
+    sessions: HashMap<SessionId, Peer>,
+    settings: Settings,
+    facts: Facts,
+    started: Instant,
+    observer: observer::Observer,
+    timers: TimerTable,
+    /// Frames of the current step; they follow the journal entries of the step.
+    outbox: Vec<(SessionId, ServerFrame)>,
+    actions: VecDeque<Action>,
+    journal: journaling::JournalState,
+    /// Secrets that let an owner re-adopt its lease after a restart.
+    tokens: HashMap<LeaseId, String>,
+    rng: Box<dyn RngCore + Send>,
+    auditor: Auditor,
+    /// The last poll, for status.
+    usage: Vec<Vec<ProcessSample>>,
+    /// The last poll's footprints, for metrics.
+    footprints: Vec<Footprint>,
+}
+
+impl Core {
+    /// A core over `ledger`, whose devices have the product names `names`. `rng` makes the
+    /// adoption tokens: a cryptographic one in the daemon, a seeded one in tests.
+    pub fn new(
+        now: Now,
+        ledger: Ledger,
+        names: Vec<String>,
+        settings: Settings,
+        facts: Facts,
+        rng: Box<dyn RngCore + Send>,
+    ) -> Self {
+        Self {
+            usage: vec![Vec::new(); names.len()],
+            auditor: Auditor::new(settings.audit),
+            observer: observer::Observer::new(names.len()),
+            footprints: Vec::new(),
+            ledger,
+            names,
+            sessions: HashMap::new(),
+            settings,
+            facts,
+            started: now.at,
+            timers: TimerTable::default(),
+            outbox: Vec::new(),
+            actions: VecDeque::new(),
+            journal: journaling::JournalState::default(),
+            tokens: HashMap::new(),
+            rng,
+        }
+    }
+
+    /// The next thing the shell must do.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The one deadline: the earliest of the ledger's, the orphans' and the journal's.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        self.timers.next_timeout()
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Now) {
+        for timer in self.timers.take_due(now.at) {
+            match timer {
+                Timer::Ledger => self.ledger.handle_timeout(now.at),
+                Timer::Orphans => self.drop_orphans(now),
+                Timer::Journal => self.flush_journal(),
+            }
+        }
+        self.end_step(now);
+    }
+
+    /// A new configuration: limits, classes, access lists, audit; leases stay.
+    pub fn reload(&mut self, now: Now, config: &Config, access: Access) {
+        self.settings = Settings::new(config, access);
+        self.auditor.set_config(config.audit);
+        self.ledger.set_config(now.at, config.scheduler.clone());
+        self.ledger
+            .set_slots(now.at, config.compute_slots, config.critical_slots);
+        tracing::info!("configuration reloaded");
+        self.end_step(now);
+    }
+
+    /// Stop: every session hears it, the journal is written, and the sessions are forgotten
+    /// (their leases stay in the journal, for their owners to re-adopt after a restart).
+    pub fn shutdown(&mut self, now: Now) {
+        tracing::info!(sessions = self.sessions.len(), "shutting down");
+        let mut ids: Vec<SessionId> = self.sessions.keys().copied().collect();
+        ids.sort_unstable();
+        for session in ids {
+            self.event(session, gpud_proto::Event::ShuttingDown);
+        }
+        self.end_step(now);
+        self.flush_journal();
+        self.sessions.clear();
+    }
+
+    /// The ledger, for checks.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Ends every input: decisions become frames, lease changes journal entries (written
+    /// first when they grant), device changes notices, and the timers are re-armed.
+    fn end_step(&mut self, now: Now) {
+        self.deliver_decisions(now);
+        self.journal_changes(now);
+        if self.journal.urgent {
+            self.flush_journal();
+        }
+        self.observer.step(now.at, &self.ledger);
+        for notice in self.observer.take_notices() {
+            self.actions.push_back(Action::Notify(notice));
+        }
+        for (session, frame) in std::mem::take(&mut self.outbox) {
+            self.actions.push_back(Action::Send { session, frame });
+        }
+        // Releases wait for the next grant's write, or at most JOURNAL_DELAY.
+        if self.journal.unwritten && self.timers.get(Timer::Journal).is_none() {
+            self.timers
+                .set(Timer::Journal, Some(now.at + JOURNAL_DELAY));
+        }
+        self.timers.set(Timer::Ledger, self.ledger.poll_timeout());
+    }
+}

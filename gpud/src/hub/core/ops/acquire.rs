@@ -1,0 +1,66 @@
+//! `acquire`: a lease of memory, compute, or both — within the session's limits.
+
+use gpud_proto::{AcquireArgs, ErrorBody, ErrorCode};
+
+use super::{Answered, ledger_error, validate};
+use crate::hub::core::{Core, Now};
+use crate::ledger::{AcquireSpec, Decision, Ticket};
+
+impl Core {
+    pub(super) fn acquire(&mut self, now: Now, ticket: Ticket, args: AcquireArgs) -> Answered {
+        let class = args.class;
+        let asked = self.checked_acquire(ticket, args).and_then(|spec| {
+            self.ledger
+                .acquire(now.at, ticket, spec)
+                .map_err(ledger_error)
+        });
+        match asked {
+            Ok(Some(lease)) => {
+                self.decided(now, Decision::Granted { ticket, lease });
+                None
+            }
+            Ok(None) => {
+                self.observer.waiting(now.at, ticket, class);
+                None
+            }
+            Err(e) => {
+                self.observer.refused(class, e.code);
+                Some(Err(e))
+            }
+        }
+    }
+
+    /// The request as the ledger takes it, if its arguments and the session's limits allow.
+    fn checked_acquire(&self, ticket: Ticket, args: AcquireArgs) -> Result<AcquireSpec, ErrorBody> {
+        let timeout = validate::timeout(args.timeout_ms)?;
+        validate::label(args.label.as_deref())?;
+        let limits = &self.settings.limits;
+        let (leases, waiters) = self.ledger.session_counts(ticket.session);
+        if leases >= limits.max_leases_per_session {
+            return Err(ErrorBody::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "a session may hold at most {} leases (limits.max_leases_per_session)",
+                    limits.max_leases_per_session
+                ),
+            ));
+        }
+        if waiters >= limits.max_outstanding_requests {
+            return Err(ErrorBody::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "a session may have at most {} waiting requests (limits.max_outstanding_requests)",
+                    limits.max_outstanding_requests
+                ),
+            ));
+        }
+        Ok(AcquireSpec {
+            placement: args.device.into(),
+            vram_bytes: args.vram_bytes,
+            compute: args.compute,
+            class: args.class.into(),
+            timeout,
+            label: args.label,
+        })
+    }
+}

@@ -1,0 +1,75 @@
+//! Requests, one file per operation: each checks its arguments (the daemon's only request
+//! validation, in [`validate`]), asks the ledger, and answers.
+
+mod acquire;
+mod admin;
+mod adopt;
+mod cancel;
+mod release;
+mod resize;
+mod validate;
+
+use gpud_proto::{ErrorBody, Op, Reply, RequestId};
+
+use super::{Core, Now};
+use crate::ledger::{SessionId, Ticket};
+
+/// What an operation did: answered now, or answered (or to be answered) as a decision.
+pub(super) type Answered = Option<Result<Reply, ErrorBody>>;
+
+impl Core {
+    /// A request from an admitted session. Every request gets exactly one answer: now, or as
+    /// a decision when it waits.
+    pub fn request(&mut self, now: Now, session: SessionId, id: RequestId, op: Op) {
+        if self.sessions.contains_key(&session) {
+            let ticket = Ticket {
+                session,
+                request: id,
+            };
+            if let Some(result) = self.dispatch(now, ticket, op) {
+                // Grants the request caused go out before its own reply.
+                self.deliver_decisions(now);
+                self.reply(session, id, result);
+            }
+        }
+        self.end_step(now);
+    }
+
+    fn dispatch(&mut self, now: Now, ticket: Ticket, op: Op) -> Answered {
+        match op {
+            Op::Acquire(args) => self.acquire(now, ticket, args),
+            Op::Resize {
+                lease,
+                vram_bytes,
+                timeout_ms,
+            } => self.resize(now, ticket, lease, vram_bytes, timeout_ms),
+            Op::Release { lease } => Some(self.release(now, ticket.session, lease)),
+            Op::Cancel { request } => Some(self.cancel(now, ticket.session, request)),
+            Op::Drain { device } => Some(self.drain(now, ticket.session, &device)),
+            Op::Undrain { device } => Some(self.undrain(now, ticket.session, &device)),
+            Op::Revoke { lease } => Some(self.revoke(now, ticket.session, lease)),
+            Op::Adopt { lease, token } => Some(self.adopt(now, ticket.session, lease, &token)),
+            Op::Status => Some(Ok(Reply::Status(Box::new(self.status(now))))),
+            Op::Ping => Some(Ok(Reply::Pong)),
+            Op::Metrics => Some(Ok(Reply::Metrics {
+                text: self.metrics(now),
+            })),
+        }
+    }
+}
+
+/// The error body of a ledger refusal.
+pub(super) fn ledger_error(e: crate::ledger::LedgerError) -> ErrorBody {
+    use crate::ledger::LedgerError;
+    use gpud_proto::ErrorCode;
+    let code = match &e {
+        LedgerError::UnknownDevice(_) => ErrorCode::UnknownDevice,
+        LedgerError::NeverFits { .. } => ErrorCode::NeverFits,
+        LedgerError::Invalid(_) => ErrorCode::InvalidRequest,
+        LedgerError::UnknownLease(_) => ErrorCode::UnknownLease,
+        LedgerError::UnknownRequest(_) => ErrorCode::UnknownRequest,
+        LedgerError::DuplicateRequest(_) => ErrorCode::DuplicateRequest,
+        LedgerError::ResizePending(_) => ErrorCode::ResizePending,
+    };
+    ErrorBody::new(code, e.to_string())
+}

@@ -1,0 +1,473 @@
+//! The hub core on virtual time: admission, adoption after a restart, the journal's order and
+//! timer, and the audit (unmanaged memory lowers capacity; over-use is reported, revoked and
+//! its processes killed) — with no process, socket, file or sleep.
+
+use std::time::Duration;
+
+use gpud_proto::{ErrorCode, Event, Op, Outcome, Reply, RevokeReason, ServerFrame};
+
+use super::bench::{Bench, DAEMON_PID, GIB, outcome, peer, sent_to};
+use super::{Action, JournalEntry, KillReason, ProcessSample, Restorable, Signal};
+use crate::config::{AuditConfig, Config, Limits, Policy};
+use crate::ledger::{LedgerConfig, PerClass};
+
+fn sample(pid: u32, used_bytes: u64, lineage: &[u32]) -> ProcessSample {
+    ProcessSample {
+        pid,
+        used_bytes,
+        lineage: lineage.to_vec(),
+        name: format!("p{pid}"),
+        start: u64::from(pid) * 10,
+    }
+}
+
+fn code(o: Option<&Outcome>) -> Option<ErrorCode> {
+    match o {
+        Some(Outcome::Error(e)) => Some(e.code),
+        _ => None,
+    }
+}
+
+#[test]
+fn admission_checks_access_then_the_session_limits() {
+    let config = Config {
+        limits: Limits {
+            max_sessions: 4,
+            max_sessions_per_uid: 2,
+            ..Limits::default()
+        },
+        ..Config::default()
+    };
+    let mut b = Bench::new(&config);
+    let stranger = b.open(1, peer(10, 4242)).unwrap_err();
+    assert_eq!(stranger.code, ErrorCode::NotAllowed);
+    let mut member = peer(11, 4243);
+    member.groups = vec![500];
+    b.open(2, member)
+        .expect("a member of an allowed group may connect");
+    b.open(3, peer(12, 1000)).unwrap();
+    b.open(4, peer(13, 1000)).unwrap();
+    let third = b.open(5, peer(14, 1000)).unwrap_err();
+    assert_eq!(third.code, ErrorCode::LimitExceeded);
+    assert!(third.message.contains("max_sessions_per_uid"), "{third:?}");
+    b.open(6, peer(15, 2000)).unwrap();
+    let full = b.open(8, peer(16, 0)).unwrap_err();
+    assert_eq!(full.code, ErrorCode::LimitExceeded);
+    assert!(full.message.contains("(limits.max_sessions)"), "{full:?}");
+    assert_eq!(b.core.sessions(), 4);
+    // A refused session's requests are not served.
+    b.request(5, 1, Op::Ping);
+    assert!(b.frames(5).is_empty());
+    // Once one of uid 1000's sessions ends, it may open another.
+    let now = b.now();
+    b.core.close(now, 3);
+    b.open(7, peer(14, 1000)).unwrap();
+}
+
+#[test]
+fn per_session_limits_refuse_more_leases_and_waiters() {
+    let config = Config {
+        limits: Limits {
+            max_leases_per_session: 1,
+            max_outstanding_requests: 1,
+            ..Limits::default()
+        },
+        ..Config::default()
+    };
+    let mut b = Bench::new(&config);
+    b.open(1, peer(20, 0)).unwrap();
+    b.acquire(1, 1, GIB, true);
+    b.acquire(1, 2, GIB, false);
+    let f = b.frames(1);
+    assert!(matches!(
+        outcome(&f, 1),
+        Some(Outcome::Ok(Reply::Granted(_)))
+    ));
+    assert_eq!(code(outcome(&f, 2)), Some(ErrorCode::LimitExceeded));
+    // With both compute slots held, session 2's first compute request waits.
+    b.open(3, peer(22, 0)).unwrap();
+    b.acquire(3, 1, 0, true);
+    b.open(2, peer(21, 0)).unwrap();
+    b.acquire(2, 1, 0, true);
+    b.acquire(2, 2, 0, true);
+    let f = b.frames(2);
+    assert!(outcome(&f, 1).is_none(), "waits for a compute slot");
+    assert_eq!(code(outcome(&f, 2)), Some(ErrorCode::LimitExceeded));
+}
+
+#[test]
+fn a_restored_lease_is_readopted_by_its_owner_with_its_token() {
+    // Before the restart: a lease, journaled before its grant goes out.
+    let mut before = Bench::new(&Config::default());
+    let now = before.now();
+    before
+        .core
+        .restore(now, Vec::new(), Duration::from_secs(10));
+    before.actions();
+    before.open(1, peer(77, 1000)).unwrap();
+    before.acquire(1, 1, 2 * GIB, false);
+    let actions = before.actions();
+    let grant = actions
+        .iter()
+        .position(|a| matches!(a, Action::Journal(JournalEntry::Grant(_))))
+        .expect("the grant is journaled");
+    let flush = actions
+        .iter()
+        .position(|a| *a == Action::FlushJournal)
+        .expect("and written");
+    let reply = actions
+        .iter()
+        .position(|a| matches!(a, Action::Send { .. }))
+        .expect("then announced");
+    assert!(grant < flush && flush < reply, "{actions:?}");
+    let Action::Journal(JournalEntry::Grant(record)) = actions[grant].clone() else {
+        unreachable!()
+    };
+    let Some(Outcome::Ok(Reply::Granted(info))) = outcome(&sent_to(&actions, 1), 1).cloned() else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(record.token, info.token);
+    assert_eq!((record.pid, record.pid_start, record.uid), (77, 770, 1000));
+
+    // After it: the owner still runs; the owner of another lease is gone.
+    let mut after = Bench::new(&Config::default());
+    let mut gone = record.clone();
+    gone.id = record.id + 1;
+    let journaled = vec![
+        Restorable {
+            record: record.clone(),
+            owner_alive: true,
+        },
+        Restorable {
+            record: gone.clone(),
+            owner_alive: false,
+        },
+    ];
+    let now = after.now();
+    after.core.restore(now, journaled, Duration::from_secs(10));
+    let actions = after.actions();
+    assert!(actions.contains(&Action::Journal(JournalEntry::Release(gone.id))));
+    assert!(actions.contains(&Action::FlushJournal));
+    assert_eq!(after.core.ledger().leases().count(), 1);
+    assert_eq!(
+        after.core.status(after.now()).devices[0].reserved_bytes,
+        2 * GIB,
+        "the restored lease keeps its memory reserved"
+    );
+    // Another uid with the token, and the owner with a wrong token, are refused alike.
+    after.open(1, peer(90, 2000)).unwrap();
+    after.request(
+        1,
+        1,
+        Op::Adopt {
+            lease: record.id,
+            token: record.token.clone(),
+        },
+    );
+    after.open(2, peer(78, 1000)).unwrap();
+    after.request(
+        2,
+        1,
+        Op::Adopt {
+            lease: record.id,
+            token: "0".repeat(32),
+        },
+    );
+    after.request(
+        2,
+        2,
+        Op::Adopt {
+            lease: record.id,
+            token: record.token.clone(),
+        },
+    );
+    let actions = after.actions();
+    assert_eq!(
+        code(outcome(&sent_to(&actions, 1), 1)),
+        Some(ErrorCode::UnknownLease)
+    );
+    let mine = sent_to(&actions, 2);
+    assert_eq!(code(outcome(&mine, 1)), Some(ErrorCode::UnknownLease));
+    assert!(
+        matches!(outcome(&mine, 2), Some(Outcome::Ok(Reply::Adopted(i))) if i.lease == record.id),
+        "{mine:?}"
+    );
+    // The new owner process is on file before it hears of the lease.
+    assert!(actions.iter().any(
+        |a| matches!(a, Action::Journal(JournalEntry::Grant(r)) if r.id == record.id && r.pid == 78)
+    ));
+    // Adopted: the grace period ends with nothing to drop.
+    assert_eq!(after.core.next_timeout(), None);
+    after.advance(Duration::from_secs(11));
+    assert_eq!(after.core.ledger().leases().count(), 1);
+}
+
+#[test]
+fn restored_leases_nobody_adopts_are_dropped_when_the_grace_ends() {
+    let mut before = Bench::new(&Config::default());
+    let now = before.now();
+    before
+        .core
+        .restore(now, Vec::new(), Duration::from_secs(10));
+    before.open(1, peer(77, 1000)).unwrap();
+    before.acquire(1, 1, GIB, true);
+    let record = before
+        .actions()
+        .into_iter()
+        .find_map(|a| match a {
+            Action::Journal(JournalEntry::Grant(r)) => Some(r),
+            _ => None,
+        })
+        .unwrap();
+    let mut after = Bench::new(&Config::default());
+    let now = after.now();
+    let journaled = vec![Restorable {
+        record,
+        owner_alive: true,
+    }];
+    after.core.restore(now, journaled, Duration::from_secs(10));
+    assert_eq!(
+        after.core.next_timeout(),
+        Some(now.at + Duration::from_secs(10))
+    );
+    after.advance(Duration::from_millis(9_999));
+    assert_eq!(after.core.ledger().leases().count(), 1);
+    after.actions();
+    after.advance(Duration::from_millis(1));
+    assert_eq!(after.core.ledger().leases().count(), 0);
+    // The release is written within the journal's delay, on the one timer table.
+    let actions = after.actions();
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::Journal(JournalEntry::Release(_)), ..]
+    ));
+    assert!(!actions.contains(&Action::FlushJournal), "{actions:?}");
+    after.advance(Duration::from_millis(20));
+    assert_eq!(after.actions(), vec![Action::FlushJournal]);
+    assert_eq!(after.core.next_timeout(), None);
+}
+
+#[test]
+fn over_use_is_warned_revoked_and_killed_and_unmanaged_memory_lowers_capacity() {
+    let config = Config {
+        audit: AuditConfig {
+            policy: Policy::Revoke,
+            tolerance_bytes: 0,
+            grace: Duration::ZERO,
+            kill: true,
+        },
+        ..Config::default()
+    };
+    let mut b = Bench::new(&config);
+    let pid = 4242;
+    b.open(1, peer(pid, 0)).unwrap();
+    b.acquire(1, 1, GIB, true);
+    let granted = b.frames(1);
+    assert!(matches!(
+        granted.as_slice(),
+        [ServerFrame::Reply {
+            outcome: Outcome::Ok(Reply::Granted(_)),
+            ..
+        }]
+    ));
+    // The holder uses 2 GiB on device 0 against 1 GiB reserved (itself and a child of its);
+    // a process without a lease that is no descendant of the holder uses 3 GiB.
+    let stranger = 9999;
+    let usage = vec![
+        vec![
+            sample(pid, GIB + GIB / 2, &[pid, 1]),
+            sample(pid + 1, GIB / 2, &[pid + 1, pid, 1]),
+            sample(stranger, 3 * GIB, &[stranger, 1]),
+        ],
+        vec![],
+    ];
+    let now = b.now();
+    b.core.usage(now, usage.clone());
+    let status = b.core.status(b.now());
+    assert_eq!(status.devices[0].unmanaged_bytes, 3 * GIB);
+    assert_eq!(status.devices[0].capacity_bytes, 13 * GIB);
+    let procs = &status.devices[0].processes;
+    assert!(
+        procs
+            .iter()
+            .any(|p| p.pid == pid + 1 && p.owner_pid == Some(pid) && p.over_use)
+    );
+    assert!(
+        procs
+            .iter()
+            .any(|p| p.pid == stranger && p.owner_pid.is_none() && !p.over_use)
+    );
+    // Warned, then (grace 0) revoked in the same poll.
+    let got = b.frames(1);
+    assert!(
+        got.iter().any(|f| matches!(f, ServerFrame::Event { event: Event::OverUse { used_bytes, reserved_bytes, .. } } if *used_bytes == 2 * GIB && *reserved_bytes == GIB)),
+        "{got:?}"
+    );
+    assert!(
+        got.iter().any(|f| matches!(
+            f,
+            ServerFrame::Event {
+                event: Event::Revoked {
+                    reason: RevokeReason::OverUse,
+                    ..
+                }
+            }
+        )),
+        "{got:?}"
+    );
+    assert_eq!(b.core.ledger().leases().count(), 0);
+    // Still holding the memory at the next poll: both processes are killed, once.
+    let now = b.now();
+    b.core.usage(now, usage.clone());
+    let kills: Vec<(u32, u64)> = b
+        .actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Signal {
+                pid,
+                start,
+                signal: Signal::Kill,
+                why:
+                    KillReason::KeptMemory {
+                        owner: 4242,
+                        device: 0,
+                    },
+            } => Some((pid, start)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kills, vec![(pid, 42420), (pid + 1, 42430)]);
+    let now = b.now();
+    b.core.usage(now, usage);
+    assert!(
+        !b.actions()
+            .iter()
+            .any(|a| matches!(a, Action::Signal { .. })),
+        "killed once"
+    );
+    // Gone from the usage: resolved, and the unmanaged memory alone lowers capacity.
+    let now = b.now();
+    b.core.usage(
+        now,
+        vec![vec![sample(stranger, 3 * GIB, &[stranger, 1])], vec![]],
+    );
+    let status = b.core.status(b.now());
+    assert_eq!(status.devices[0].capacity_bytes, 13 * GIB);
+    assert!(status.devices[0].processes.iter().all(|p| !p.over_use));
+}
+
+#[test]
+fn the_warn_policy_only_reports() {
+    let mut b = Bench::new(&Config::default());
+    let me = 4242;
+    b.open(1, peer(me, 0)).unwrap();
+    b.acquire(1, 1, GIB, false);
+    b.frames(1);
+    for _ in 0..3 {
+        let now = b.now();
+        b.core
+            .usage(now, vec![vec![sample(me, 4 * GIB, &[me, 1])], vec![]]);
+        b.advance(Duration::from_secs(1));
+    }
+    let got = b.frames(1);
+    let warnings = got
+        .iter()
+        .filter(|f| {
+            matches!(
+                f,
+                ServerFrame::Event {
+                    event: Event::OverUse { .. }
+                }
+            )
+        })
+        .count();
+    assert_eq!(warnings, 1, "warned once: {got:?}");
+    assert_eq!(
+        b.core.ledger().leases().count(),
+        1,
+        "the warn policy revokes nothing"
+    );
+    // Memory used by the holder itself is not unmanaged.
+    assert_eq!(b.core.status(b.now()).devices[0].unmanaged_bytes, 0);
+}
+
+#[test]
+fn a_compute_holder_over_its_max_hold_is_asked_to_yield_revoked_then_killed() {
+    let config = Config {
+        scheduler: LedgerConfig {
+            max_hold: PerClass {
+                normal: Some(Duration::from_millis(100)),
+                ..PerClass::default()
+            },
+            revoke_after_yield: Some(Duration::from_millis(50)),
+            ..LedgerConfig::default()
+        },
+        kill_ignored_yield: true,
+        ..Config::default()
+    };
+    let mut b = Bench::new(&config);
+    let holder = 4242;
+    b.open(1, peer(holder, 0)).unwrap();
+    // The daemon itself holds a lease too: it is never killed.
+    b.open(2, peer(DAEMON_PID, 0)).unwrap();
+    b.acquire(1, 1, 0, true);
+    b.request(
+        2,
+        1,
+        Op::Acquire(gpud_proto::AcquireArgs {
+            compute: true,
+            device: gpud_proto::Placement::Index(1),
+            ..Default::default()
+        }),
+    );
+    b.frames(1);
+    b.advance(Duration::from_millis(99));
+    assert!(b.frames(1).is_empty());
+    b.advance(Duration::from_millis(1));
+    let got = b.frames(1);
+    assert!(
+        matches!(
+            got.as_slice(),
+            [ServerFrame::Event {
+                event: Event::YieldRequested {
+                    revoke_in_ms: Some(50),
+                    ..
+                }
+            }]
+        ),
+        "{got:?}"
+    );
+    b.advance(Duration::from_millis(50));
+    let actions = b.actions();
+    let got = sent_to(&actions, 1);
+    assert!(
+        matches!(
+            got.as_slice(),
+            [ServerFrame::Event {
+                event: Event::Revoked {
+                    reason: RevokeReason::YieldIgnored,
+                    ..
+                }
+            }]
+        ),
+        "{got:?}"
+    );
+    let kills: Vec<u32> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Signal {
+                pid,
+                signal: Signal::Kill,
+                why: KillReason::YieldIgnored { .. },
+                ..
+            } => Some(*pid),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kills,
+        vec![holder],
+        "the holder, not the daemon: {actions:?}"
+    );
+    assert_eq!(b.core.ledger().leases().count(), 0);
+}

@@ -1,0 +1,296 @@
+//! The hub: the one task that owns the ledger, through the pure [`core`].
+//!
+//! Sessions (socket connections, D-Bus callers), the metrics listener and the device poller
+//! send it [`Command`]s. This shell turns each into a call on the core with the time read
+//! now, carries out the [`Action`]s the core returns (frames to session queues, journal
+//! writes, signals, notices to watchers), reads from /proc what the core needs to know, and
+//! sleeps until the core's one next deadline. Nothing else touches the ledger.
+
+pub mod access;
+mod command;
+pub mod core;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use gpud_proto::ServerFrame;
+use rand::SeedableRng;
+use tokio::sync::{broadcast, mpsc};
+use tracing::{error, info, warn};
+
+use crate::backend::ProcessUsage;
+use crate::config::Config;
+use crate::journal::{Journal, LeaseRecord};
+use crate::ledger::{Ledger, SessionId};
+use crate::procfs;
+
+use self::core::{Action, Facts, JournalEntry, KillReason, Now, ProcessSample, Restorable};
+pub use self::core::{Core, EndReason, Notice, ORPHANS, Peer, wire_name};
+use self::core::{Settings, Signal};
+pub use command::{Command, Credentials, Inspect, Refused, SessionIds, inspect, open};
+
+/// Notices queued for each watcher before it counts as lagging.
+const NOTICE_QUEUE: usize = 1024;
+
+/// The ledger's owner. Build with [`Hub::new`], drive with [`Hub::run`].
+pub struct Hub {
+    core: Core,
+    /// Where each admitted session's frames go.
+    outbound: HashMap<SessionId, mpsc::Sender<ServerFrame>>,
+    journal: Option<Journal>,
+    notices: broadcast::Sender<Notice>,
+}
+
+impl Hub {
+    /// A hub over a ledger whose devices have the given product names.
+    pub fn new(ledger: Ledger, names: Vec<String>, config: &Config, backend: &'static str) -> Self {
+        let facts = Facts {
+            backend,
+            pid: std::process::id(),
+        };
+        // Adoption tokens are secrets: a cryptographic generator, seeded from the OS.
+        let rng = Box::new(rand::rngs::StdRng::from_entropy());
+        let settings = Settings::new(config, resolve_access(config));
+        Self {
+            core: Core::new(now(), ledger, names, settings, facts, rng),
+            outbound: HashMap::new(),
+            journal: None,
+            notices: broadcast::channel(NOTICE_QUEUE).0,
+        }
+    }
+
+    /// Journals every lease from now on, and puts back the leases of `records` whose owners
+    /// are still running: they stay reserved for `grace`, for their owners to re-adopt.
+    pub fn with_journal(
+        mut self,
+        journal: Journal,
+        records: Vec<LeaseRecord>,
+        grace: Duration,
+    ) -> Self {
+        let journaled = records
+            .into_iter()
+            .map(|record| Restorable {
+                owner_alive: procfs::owner_alive(record.pid, record.pid_start),
+                record,
+            })
+            .collect();
+        self.journal = Some(journal);
+        self.core.restore(now(), journaled, grace);
+        self.carry_out();
+        self
+    }
+
+    /// Notices of grants, releases and device changes, from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
+        self.notices.subscribe()
+    }
+
+    /// Runs until [`Command::Shutdown`] or until every sender is gone.
+    pub async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        let sleep = tokio::time::sleep(Duration::from_secs(3600));
+        tokio::pin!(sleep);
+        let mut armed: Option<Instant> = None;
+        loop {
+            let next = self.core.next_timeout();
+            if next != armed {
+                if let Some(at) = next {
+                    sleep.as_mut().reset(tokio::time::Instant::from_std(at));
+                }
+                armed = next;
+            }
+            tokio::select! {
+                command = commands.recv() => match command {
+                    None => break,
+                    Some(Command::Shutdown) => {
+                        self.core.shutdown(now());
+                        self.carry_out();
+                        self.outbound.clear();
+                        break;
+                    }
+                    Some(command) => self.handle(command),
+                },
+                () = &mut sleep, if armed.is_some() => {
+                    armed = None;
+                    self.core.handle_timeout(now());
+                }
+            }
+            self.carry_out();
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        let now = now();
+        match command {
+            Command::Open {
+                session,
+                peer,
+                outbound,
+                reply,
+            } => {
+                let verdict = self.core.open(now, session, peer);
+                if verdict.is_ok() {
+                    self.outbound.insert(session, outbound);
+                }
+                // The session may have gone already; nothing to do then.
+                let _ = reply.send(verdict);
+            }
+            Command::Request { session, id, op } => self.core.request(now, session, id, op),
+            Command::Close { session } => self.close(now, session),
+            Command::Usage(usage) => self.core.usage(now, samples(usage)),
+            Command::Reload(config) => self.core.reload(now, &config, resolve_access(&config)),
+            Command::Inspect(Inspect::Status(reply)) => {
+                let _ = reply.send(self.core.status(now));
+            }
+            Command::Inspect(Inspect::Metrics(reply)) => {
+                let _ = reply.send(self.core.metrics(now));
+            }
+            Command::Shutdown => {}
+        }
+    }
+
+    /// Ends a session in the core and drops its queue, which ends its task.
+    fn close(&mut self, now: Now, session: SessionId) {
+        self.outbound.remove(&session);
+        self.core.close(now, session);
+    }
+
+    /// Carries out what the core asks, in its order.
+    fn carry_out(&mut self) {
+        while let Some(action) = self.core.poll_action() {
+            match action {
+                Action::Send { session, frame } => self.transmit(session, frame),
+                Action::Journal(entry) => {
+                    if let Some(j) = &mut self.journal {
+                        match entry {
+                            JournalEntry::Grant(record) => j.grant(record),
+                            JournalEntry::Resize { id, vram_bytes } => j.resize(id, vram_bytes),
+                            JournalEntry::Release(id) => j.release(id),
+                        }
+                    }
+                }
+                Action::FlushJournal => {
+                    if let Some(Err(e)) = self.journal.as_mut().map(Journal::flush) {
+                        // Clients are still served; a restart would then not know these changes.
+                        error!("{e}");
+                    }
+                }
+                Action::Signal {
+                    pid,
+                    start,
+                    signal: Signal::Kill,
+                    why,
+                } => kill(pid, start, why),
+                Action::Notify(notice) => {
+                    // No watcher is not an error.
+                    let _ = self.notices.send(notice);
+                }
+            }
+        }
+    }
+
+    /// Hands a frame to a session's task; a session whose queue is full does not read and is
+    /// closed.
+    fn transmit(&mut self, session: SessionId, frame: ServerFrame) {
+        let Some(outbound) = self.outbound.get(&session) else {
+            return;
+        };
+        match outbound.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                warn!(session, "session does not read what gpud sends; closing it");
+                self.close(now(), session);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => self.close(now(), session),
+        }
+    }
+}
+
+/// The time, as the core takes it.
+fn now() -> Now {
+    let unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Now {
+        at: Instant::now(),
+        unix_ms,
+    }
+}
+
+/// The config's access lists against this host's groups; missing groups are logged.
+fn resolve_access(config: &Config) -> self::core::Access {
+    let (access, missing) = access::resolve(&config.access);
+    for group in missing {
+        info!(
+            group,
+            "access list names a group that does not exist on this host"
+        );
+    }
+    access
+}
+
+/// A device poll with what /proc tells about each process.
+fn samples(usage: Vec<Vec<ProcessUsage>>) -> Vec<Vec<ProcessSample>> {
+    usage
+        .into_iter()
+        .map(|procs| {
+            procs
+                .into_iter()
+                .map(|p| ProcessSample {
+                    pid: p.pid,
+                    used_bytes: p.used_bytes,
+                    lineage: procfs::lineage(p.pid),
+                    name: procfs::process_name(p.pid),
+                    start: procfs::process_start(p.pid).unwrap_or(0),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Sends SIGKILL, unless the pid now names another process than the one the core meant.
+fn kill(pid: u32, start: u64, why: KillReason) {
+    if start != 0 && procfs::process_start(pid) != Some(start) {
+        info!(pid, "not killing: the process has exited already");
+        return;
+    }
+    let r = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    match (why, r) {
+        (KillReason::YieldIgnored { lease }, Ok(())) => warn!(
+            lease,
+            pid, "killed a compute holder that ignored its yield notice"
+        ),
+        (KillReason::YieldIgnored { lease }, Err(e)) => {
+            warn!(lease, pid, error = %e, "cannot kill a compute holder that ignored its yield notice")
+        }
+        (KillReason::KeptMemory { owner, device }, Ok(())) => warn!(
+            owner,
+            device, pid, "killed a process that kept device memory after its leases were revoked"
+        ),
+        (KillReason::KeptMemory { owner, device }, Err(e)) => {
+            warn!(owner, device, pid, error = %e, "cannot kill a process that keeps device memory")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Command as Process;
+
+    use super::*;
+
+    #[test]
+    fn the_one_kill_path_kills_the_process_meant_and_no_other() {
+        let mut meant = Process::new("sleep").arg("30").spawn().unwrap();
+        let pid = meant.id();
+        let start = procfs::process_start(pid).expect("a start time");
+        // A start time that is not this process's: the pid names another process now.
+        kill(pid, start + 1, KillReason::YieldIgnored { lease: 1 });
+        assert_eq!(meant.try_wait().unwrap(), None, "another process is spared");
+        kill(pid, start, KillReason::YieldIgnored { lease: 1 });
+        assert_eq!(meant.wait().unwrap().signal(), Some(9));
+    }
+}

@@ -1,0 +1,133 @@
+//! What /proc tells about a process: its name, groups, parent, start time and liveness.
+//!
+//! The shell's only window on other processes; the hub core gets these as facts.
+
+use std::fs;
+
+/// A process's `comm`, or `?`.
+pub fn process_name(pid: u32) -> String {
+    if pid == 0 {
+        return "?".into();
+    }
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A process's supplementary groups (empty when unreadable).
+pub fn supplementary_groups(pid: u32) -> Vec<u32> {
+    if pid == 0 {
+        return Vec::new();
+    }
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The parent of a process, from /proc/PID/stat.
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: parse after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` is `ancestor` or descends from it (within 32 generations).
+pub fn descends_from(pid: u32, ancestor: u32) -> bool {
+    lineage(pid).contains(&ancestor)
+}
+
+/// A process's state letter and start time in clock ticks since boot (fields 3 and 22 of
+/// /proc/PID/stat).
+fn process_stat(pid: u32) -> Option<(char, u64)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold anything: parse after the last ')'.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // starttime is field 22; the state (field 3) was the first after the name.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// A process's start time in clock ticks since boot.
+pub fn process_start(pid: u32) -> Option<u64> {
+    process_stat(pid).map(|(_, start)| start)
+}
+
+/// Whether the process that owned a lease is still the one running under its pid. A zombie
+/// (killed, not yet reaped by its parent) has stopped using the GPU: it counts as gone.
+pub fn owner_alive(pid: u32, start: u64) -> bool {
+    pid != 0
+        && process_stat(pid).is_some_and(|(state, s)| s == start && !matches!(state, 'Z' | 'X'))
+}
+
+/// The effective gid of a process, from /proc.
+pub fn primary_gid(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Gid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A process and its ancestors, nearest first, within 32 generations.
+pub fn lineage(pid: u32) -> Vec<u32> {
+    let mut line = vec![pid];
+    let mut at = pid;
+    while line.len() < 32 {
+        match parent_pid(at) {
+            Some(p) if p != 0 && p != at => {
+                line.push(p);
+                at = p;
+            }
+            _ => break,
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process() {
+        let me = std::process::id();
+        assert_ne!(process_name(me), "?");
+        assert!(process_start(me).is_some());
+        assert!(owner_alive(me, process_start(me).unwrap_or(0)));
+        assert!(descends_from(me, me));
+        let parent = parent_pid(me).expect("a parent");
+        assert!(descends_from(me, parent));
+        assert!(!descends_from(parent, me));
+    }
+
+    #[test]
+    fn a_zombie_is_not_alive() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let start = process_start(pid);
+        // Not reaped yet: a zombie once it has exited.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        if let Some(start) = start {
+            assert!(!owner_alive(pid, start));
+        }
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_wrong_start_is_not() {
+        let me = std::process::id();
+        let start = process_start(me).expect("start time");
+        assert!(owner_alive(me, start));
+        assert!(!owner_alive(me, start + 1));
+        assert!(!owner_alive(0, start));
+    }
+}
