@@ -5,6 +5,7 @@ mod chaos;
 mod dbus;
 mod gpudctl;
 mod hostile;
+mod journal;
 mod leases;
 mod metrics;
 mod notify;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use gpud_proto::ServerFrame;
 use rand::SeedableRng;
 use tokio::sync::{broadcast, mpsc};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::backend::ProcessUsage;
 use crate::config::Config;
@@ -169,10 +169,20 @@ impl Hub {
                     }
                 }
                 Action::FlushJournal => {
-                    if let Some(Err(e)) = self.journal.as_mut().map(Journal::flush) {
-                        // Clients are still served; a restart would then not know these changes.
-                        error!("{e}");
-                    }
+                    let written = match self.journal.as_mut().map(Journal::flush) {
+                        Some(Err(e)) => {
+                            // Once per stall; the retries that follow stay quiet.
+                            if self.core.journal_stalled() {
+                                debug!("{e}");
+                            } else {
+                                error!("{e}");
+                            }
+                            false
+                        }
+                        _ => true,
+                    };
+                    // The core holds back what this write was to record until it succeeds.
+                    self.core.journal_flushed(now(), written);
                 }
                 Action::Signal {
                     pid,

@@ -24,6 +24,7 @@ mod status;
 mod timers;
 mod usage;
 mod wire;
+mod withheld;
 
 #[cfg(test)]
 mod fuzz;
@@ -192,6 +193,8 @@ pub struct Core {
     usage: Vec<Vec<ProcessSample>>,
     /// The last poll's footprints, for metrics.
     footprints: Vec<Footprint>,
+    /// Frames waiting for a journal write that failed.
+    withheld: withheld::Withheld,
 }
 
 impl Core {
@@ -222,6 +225,7 @@ impl Core {
             journal: journaling::JournalState::default(),
             tokens: HashMap::new(),
             rng,
+            withheld: withheld::Withheld::default(),
         }
     }
 
@@ -242,6 +246,7 @@ impl Core {
                 Timer::Ledger => self.ledger.handle_timeout(now.at),
                 Timer::Orphans => self.drop_orphans(now),
                 Timer::Journal => self.flush_journal(),
+                Timer::JournalRetry => self.retry_journal(),
             }
         }
         self.end_step(now);
@@ -290,7 +295,7 @@ impl Core {
             self.actions.push_back(Action::Notify(notice));
         }
         for (session, frame) in std::mem::take(&mut self.outbox) {
-            self.actions.push_back(Action::Send { session, frame });
+            self.send_now_or_hold(session, frame);
         }
         // Releases wait for the next grant's write, or at most JOURNAL_DELAY.
         if self.journal.unwritten && self.timers.get(Timer::Journal).is_none() {

@@ -79,6 +79,7 @@ impl Core {
     /// A session ended (EOF, error, or it did not read what it was sent): everything it held
     /// is freed.
     pub fn close(&mut self, now: Now, session: SessionId) {
+        self.forget_withheld(session);
         if let Some(peer) = self.sessions.remove(&session) {
             let gone = self.ledger.disconnect(now.at, session);
             self.observer.closed(now.at, session, &gone.leases);

@@ -471,3 +471,70 @@ fn a_compute_holder_over_its_max_hold_is_asked_to_yield_revoked_then_killed() {
     );
     assert_eq!(b.core.ledger().leases().count(), 0);
 }
+
+/// Carries out the actions as the shell does, reporting each journal write as `written`.
+fn carry_out(b: &mut Bench, written: bool) -> Vec<Action> {
+    let mut done = Vec::new();
+    while let Some(action) = b.core.poll_action() {
+        if action == Action::FlushJournal {
+            let now = b.now();
+            b.core.journal_flushed(now, written);
+        }
+        done.push(action);
+    }
+    done
+}
+
+/// Regression: with the disk full, grants were announced though the journal could not record
+/// them, so a kill -9 and a restart forgot leases their holders had been told about.
+#[test]
+fn a_grant_the_journal_cannot_record_is_held_back_until_it_can() {
+    let mut b = Bench::new(&Config::default());
+    let now = b.now();
+    b.core.restore(now, Vec::new(), Duration::from_secs(10));
+    carry_out(&mut b, true);
+    b.open(1, peer(30, 0)).unwrap();
+    b.open(2, peer(31, 0)).unwrap();
+    carry_out(&mut b, true);
+
+    b.acquire(1, 1, 2 * GIB, false);
+    let failed = carry_out(&mut b, false);
+    assert!(
+        failed.contains(&Action::FlushJournal),
+        "the grant is written first"
+    );
+    assert!(sent_to(&failed, 1).is_empty(), "the grant is not announced");
+    assert!(b.core.journal_stalled());
+    // Another session is served; the holder's later answers queue behind its grant.
+    b.request(2, 1, Op::Ping);
+    b.request(1, 2, Op::Ping);
+    let meanwhile = carry_out(&mut b, false);
+    assert!(matches!(
+        outcome(&sent_to(&meanwhile, 2), 1),
+        Some(Outcome::Ok(Reply::Pong))
+    ));
+    assert!(sent_to(&meanwhile, 1).is_empty());
+    // Retries that fail keep holding; the first that succeeds lets everything out, in order.
+    b.advance(super::withheld::RETRY);
+    assert!(sent_to(&carry_out(&mut b, false), 1).is_empty());
+    b.advance(super::withheld::RETRY);
+    let after = sent_to(&carry_out(&mut b, true), 1);
+    assert!(
+        matches!(
+            after.as_slice(),
+            [
+                ServerFrame::Reply {
+                    id: 1,
+                    outcome: Outcome::Ok(Reply::Granted(_))
+                },
+                ServerFrame::Reply {
+                    id: 2,
+                    outcome: Outcome::Ok(Reply::Pong)
+                },
+            ]
+        ),
+        "{after:?}"
+    );
+    assert!(!b.core.journal_stalled());
+    assert_eq!(b.core.next_timeout(), None, "no retry once written");
+}

@@ -13,14 +13,21 @@ pub(super) enum Timer {
     Orphans,
     /// Unwritten journal entries are written.
     Journal,
+    /// A journal write that failed is tried again.
+    JournalRetry,
 }
 
-const ALL: [Timer; 3] = [Timer::Ledger, Timer::Orphans, Timer::Journal];
+const ALL: [Timer; 4] = [
+    Timer::Ledger,
+    Timer::Orphans,
+    Timer::Journal,
+    Timer::JournalRetry,
+];
 
 /// When each timer fires, if armed.
 #[derive(Debug, Default)]
 pub(super) struct TimerTable {
-    at: [Option<Instant>; 3],
+    at: [Option<Instant>; ALL.len()],
 }
 
 impl TimerTable {
