@@ -31,12 +31,39 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use gpud_proto::LeaseId;
+use gpud_proto::{Class, LeaseId};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use crate::hub::core::LeaseRecord;
 use crate::state_dir::{StateDir, StateDirError};
+
+/// What is known of one lease: one journal line's record, as the hub core makes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// Lease id.
+    pub id: LeaseId,
+    /// Secret the owner presents to re-adopt the lease after a restart.
+    pub token: String,
+    /// Device UUID.
+    pub device_uuid: String,
+    /// Bytes reserved.
+    pub vram_bytes: u64,
+    /// Holds the compute slot.
+    pub compute: bool,
+    /// Class.
+    pub class: Class,
+    /// Owner's pid.
+    pub pid: u32,
+    /// Owner's start time (clock ticks since boot), so a reused pid is not taken for the owner.
+    pub pid_start: u64,
+    /// Owner's uid.
+    pub uid: u32,
+    /// Grant time, milliseconds since the Unix epoch.
+    pub granted_unix_ms: u64,
+    /// The client's note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
 
 /// The journal's file name inside the state directory.
 pub const FILE_NAME: &str = "leases.journal";
@@ -386,7 +413,6 @@ fn write_snapshot(dir: &Path, live: &BTreeMap<LeaseId, LeaseRecord>) -> io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpud_proto::Class;
     use std::os::unix::fs::PermissionsExt;
 
     fn record(id: LeaseId) -> LeaseRecord {

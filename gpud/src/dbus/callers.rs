@@ -11,14 +11,14 @@ use tracing::debug;
 use zbus::Connection;
 use zbus::fdo::DBusProxy;
 use zbus::names::{BusName, OwnedUniqueName, UniqueName};
-use zbus::object_server::SignalEmitter;
 
-use crate::hub::{self, Command, Credentials, Refused, SessionIds, wire_name};
+use crate::hub::{self, Command, Credentials, Refused, SessionIds};
 use crate::ledger::SessionId;
 
-use super::PATH;
 use super::error::BusError;
-use super::manager::ManagerSignals;
+
+/// A lease event for one bus caller, for the service to turn into a signal to it.
+pub type CallerEvent = (OwnedUniqueName, Event);
 
 /// One bus caller's hub session.
 #[derive(Debug)]
@@ -39,17 +39,26 @@ pub struct Callers {
     by_name: Mutex<HashMap<OwnedUniqueName, Arc<Caller>>>,
     /// Session → unique name, for signals and the `Leases` property.
     names: SyncMutex<HashMap<SessionId, String>>,
+    /// Where the callers' lease events go (the service signals them).
+    events: mpsc::UnboundedSender<CallerEvent>,
 }
 
 impl Callers {
     /// Callers whose sessions talk to `hub`, numbered from `ids`, with `queue` frames of room.
-    pub fn new(hub: mpsc::Sender<Command>, ids: SessionIds, queue: usize) -> Self {
+    /// Their lease events go to `events`.
+    pub fn new(
+        hub: mpsc::Sender<Command>,
+        ids: SessionIds,
+        queue: usize,
+        events: mpsc::UnboundedSender<CallerEvent>,
+    ) -> Self {
         Self {
             hub,
             ids,
             queue,
             by_name: Mutex::new(HashMap::new()),
             names: SyncMutex::new(HashMap::new()),
+            events,
         }
     }
 
@@ -125,13 +134,7 @@ impl Callers {
         }
         drop(by_name);
         debug!(session, name = %name, "bus caller opened a session");
-        tokio::spawn(pump(
-            self.clone(),
-            caller.clone(),
-            queue,
-            conn.clone(),
-            owned.clone(),
-        ));
+        tokio::spawn(pump(self.clone(), caller.clone(), queue, owned.clone()));
         // The name may have left before this session was registered, and its
         // NameOwnerChanged with it: check once now that `gone` will see it.
         if !dbus
@@ -151,11 +154,8 @@ async fn pump(
     callers: Arc<Callers>,
     caller: Arc<Caller>,
     mut queue: mpsc::Receiver<ServerFrame>,
-    conn: Connection,
     name: OwnedUniqueName,
 ) {
-    let emitter =
-        SignalEmitter::new(&conn, PATH).map(|e| e.set_destination(BusName::from(name.as_ref())));
     while let Some(frame) = queue.recv().await {
         match frame {
             ServerFrame::Reply { id, outcome } => {
@@ -165,26 +165,8 @@ async fn pump(
                 }
             }
             ServerFrame::Event { event } => {
-                let Ok(emitter) = &emitter else { continue };
-                let sent = match event {
-                    Event::YieldRequested {
-                        lease,
-                        reason,
-                        revoke_in_ms,
-                    } => {
-                        emitter
-                            .yield_requested(lease, &wire_name(&reason), revoke_in_ms.unwrap_or(0))
-                            .await
-                    }
-                    Event::Revoked { lease, reason } => {
-                        emitter.lease_revoked(lease, &wire_name(&reason)).await
-                    }
-                    // Bus callers see over-use in Status and the metrics; no signal for it.
-                    Event::ShuttingDown | Event::OverUse { .. } => Ok(()),
-                };
-                if let Err(e) = sent {
-                    debug!(error = %e, "cannot signal a bus caller");
-                }
+                // The service is gone only when gpud stops.
+                let _ = callers.events.send((name.clone(), event));
             }
             ServerFrame::Welcome { .. } | ServerFrame::Error { .. } => {}
         }

@@ -15,16 +15,17 @@ mod rows;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
+use gpud_proto::Event;
 use thiserror::Error;
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 use zbus::Connection;
 use zbus::fdo::DBusProxy;
-use zbus::names::UniqueName;
-use zbus::object_server::InterfaceRef;
+use zbus::names::{BusName, UniqueName};
+use zbus::object_server::{InterfaceRef, SignalEmitter};
 
-use crate::hub::{Command, Notice, SessionIds};
+use crate::hub::{Command, Notice, SessionIds, wire_name};
 
 use callers::Callers;
 
@@ -86,7 +87,8 @@ pub async fn start(
         bus: bus.to_string(),
         source,
     };
-    let callers = Arc::new(Callers::new(hub.clone(), ids, queue));
+    let (events, caller_events) = mpsc::unbounded_channel();
+    let callers = Arc::new(Callers::new(hub.clone(), ids, queue, events));
     let conn = builder
         .serve_at(PATH, Manager::new(hub, callers.clone()))
         .name(NAME)
@@ -99,9 +101,42 @@ pub async fn start(
     let tasks = vec![
         tokio::spawn(watch_departures(departures, callers.clone())),
         tokio::spawn(relay_notices(notices, iface, callers)),
+        tokio::spawn(signal_callers(caller_events, conn.clone())),
     ];
     info!(bus = %bus, name = NAME, "serving D-Bus");
     Ok(Some(Service { conn, tasks }))
+}
+
+/// Signals each bus caller the events of its own leases (a yield notice, a revocation).
+async fn signal_callers(
+    mut events: mpsc::UnboundedReceiver<callers::CallerEvent>,
+    conn: Connection,
+) {
+    while let Some((name, event)) = events.recv().await {
+        let Ok(emitter) = SignalEmitter::new(&conn, PATH) else {
+            continue;
+        };
+        let emitter = emitter.set_destination(BusName::from(name.as_ref()));
+        let sent = match event {
+            Event::YieldRequested {
+                lease,
+                reason,
+                revoke_in_ms,
+            } => {
+                emitter
+                    .yield_requested(lease, &wire_name(&reason), revoke_in_ms.unwrap_or(0))
+                    .await
+            }
+            Event::Revoked { lease, reason } => {
+                emitter.lease_revoked(lease, &wire_name(&reason)).await
+            }
+            // Bus callers see over-use in Status and the metrics; no signal for it.
+            Event::ShuttingDown | Event::OverUse { .. } => Ok(()),
+        };
+        if let Err(e) = sent {
+            debug!(error = %e, "cannot signal a bus caller");
+        }
+    }
 }
 
 /// Ends the session of every unique name that leaves the bus.

@@ -9,42 +9,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use gpud_proto::{Class, LeaseId};
+use gpud_proto::LeaseId;
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use super::timers::Timer;
 use super::{Action, Core, JournalEntry, Now, ORPHANS};
+pub use crate::journal::LeaseRecord;
 use crate::ledger::{LeaseChange, RestoredLease};
-
-/// What is known of one lease.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LeaseRecord {
-    /// Lease id.
-    pub id: LeaseId,
-    /// Secret the owner presents to re-adopt the lease after a restart.
-    pub token: String,
-    /// Device UUID.
-    pub device_uuid: String,
-    /// Bytes reserved.
-    pub vram_bytes: u64,
-    /// Holds the compute slot.
-    pub compute: bool,
-    /// Class.
-    pub class: Class,
-    /// Owner's pid.
-    pub pid: u32,
-    /// Owner's start time (clock ticks since boot), so a reused pid is not taken for the owner.
-    pub pid_start: u64,
-    /// Owner's uid.
-    pub uid: u32,
-    /// Grant time, milliseconds since the Unix epoch.
-    pub granted_unix_ms: u64,
-    /// The client's note.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-}
 
 /// A journaled lease, with what the shell found out about its owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
