@@ -32,6 +32,9 @@ eval "$(cuda/ci-setup.sh)"
 # One clean build: incremental artifacts would only cost disk (and CI disk is finite).
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 cargo fmt --all -- --check
+# The module import graphs have no circle (docs/ARCHITECTURE.md, "The import graph").
+python3 scripts/module-graph.py --self-test
+python3 scripts/module-graph.py --check gpud/src >/dev/null
 cargo clippy --workspace --all-targets -- -D warnings
 # System tests run the real binaries: build them first, with every target at once so that the
 # binaries carry the same features as the tests (a `--bins` build alone leaves dev-dependency
