@@ -2,6 +2,7 @@
 //! [`server`](crate::server), the [`dbus`](crate::dbus) service, the metrics listener, systemd)
 //! and runs until SIGTERM or SIGINT; SIGHUP reloads the config.
 
+mod fd_budget;
 mod services;
 
 use std::path::PathBuf;
@@ -68,12 +69,14 @@ impl Daemon {
     /// Runs until SIGTERM or SIGINT. Call inside a tokio runtime.
     pub async fn run(self) -> Result<(), DaemonError> {
         let Daemon {
-            config,
+            mut config,
             config_path,
             socket,
             backend,
             state_dir,
         } = self;
+        let nofile = fd_budget::raise_limit();
+        fd_budget::fit(&mut config.limits, nofile);
         let probed = backend.devices();
         let specs: Vec<DeviceSpec> = probed
             .iter()
@@ -157,7 +160,8 @@ impl Daemon {
                 _ = int.recv() => break,
                 _ = hup.recv() => match &config_path {
                     Some(path) => match Config::load(path) {
-                        Ok(new) => {
+                        Ok(mut new) => {
+                            fd_budget::fit(&mut new.limits, nofile);
                             limits = new.limits;
                             let _ = commands.send(Command::Reload(Box::new(new))).await;
                         }

@@ -42,6 +42,8 @@ pub struct Daemon {
     /// Its temporary directory (config, socket, logs).
     pub dir: tempfile::TempDir,
     args: Vec<std::ffi::OsString>,
+    /// The open-file limit gpud runs under, when a test sets one.
+    nofile: Option<u64>,
 }
 
 impl Daemon {
@@ -90,24 +92,44 @@ impl Daemon {
             "--log".into(),
             log.into(),
         ];
-        let child = Self::spawn(&args, &dir);
+        let child = Self::spawn(&args, &dir, None);
         let daemon = Self {
             child,
             socket,
             dir,
             args,
+            nofile: None,
         };
         daemon.wait_ready(Duration::from_secs(10));
         daemon
     }
 
-    fn spawn(args: &[std::ffi::OsString], dir: &tempfile::TempDir) -> Child {
+    /// Starts gpud under an open-file limit of `nofile` (soft and hard), through util-linux's
+    /// `prlimit`.
+    pub fn start_with_nofile(simulate: &str, config: &str, nofile: u64) -> Self {
+        let mut daemon = Self::start_with(simulate, config);
+        daemon.nofile = Some(nofile);
+        daemon.kill_and_restart();
+        daemon
+    }
+
+    fn spawn(args: &[std::ffi::OsString], dir: &tempfile::TempDir, nofile: Option<u64>) -> Child {
         let log_file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(dir.path().join("gpud.log"))
             .unwrap();
-        Command::new(bin("gpud"))
+        let mut command = match nofile {
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}:{n}"))
+                    .arg("--")
+                    .arg(bin("gpud"));
+                c
+            }
+            None => Command::new(bin("gpud")),
+        };
+        command
             .args(args)
             .stderr(log_file)
             .spawn()
@@ -125,7 +147,7 @@ impl Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
         while_down();
-        self.child = Self::spawn(&self.args, &self.dir);
+        self.child = Self::spawn(&self.args, &self.dir, self.nofile);
         self.wait_ready(Duration::from_secs(10));
     }
 

@@ -3,6 +3,7 @@
 
 mod chaos;
 mod dbus;
+mod descriptors;
 mod gpudctl;
 mod hostile;
 mod journal;

@@ -24,8 +24,8 @@ use crate::journal::{Journal, LeaseRecord};
 use crate::ledger::{Ledger, SessionId};
 use crate::procfs;
 
+pub use self::core::{ADMIN_SESSIONS, Core, EndReason, Notice, ORPHANS, Peer, wire_name};
 use self::core::{Action, Facts, JournalEntry, KillReason, Now, ProcessSample, Restorable};
-pub use self::core::{Core, EndReason, Notice, ORPHANS, Peer, wire_name};
 use self::core::{Settings, Signal};
 pub use command::{Command, Credentials, Inspect, Refused, SessionIds, inspect, open};
 

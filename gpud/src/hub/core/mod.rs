@@ -45,7 +45,7 @@ use timers::{Timer, TimerTable};
 
 pub use journaling::{LeaseRecord, Restorable};
 pub use observer::{EndReason, Notice, wire_name};
-pub use sessions::{Access, Peer};
+pub use sessions::{ADMIN_SESSIONS, Access, Peer};
 pub use usage::ProcessSample;
 
 /// The placeholder session that holds leases restored from the journal until their owners

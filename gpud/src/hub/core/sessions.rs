@@ -26,6 +26,10 @@ pub struct Peer {
     pub start: u64,
 }
 
+/// Sessions beyond `limits.max_sessions` that admins (root, the admin group) may open, so that
+/// an operator can always look and act when users have taken every ordinary session.
+pub const ADMIN_SESSIONS: usize = 16;
+
 impl Peer {
     /// Whether the peer is in group `gid` (primary or supplementary).
     pub fn in_group(&self, gid: u32) -> bool {
@@ -66,11 +70,14 @@ impl Core {
     /// the error to send it.
     pub fn open(&mut self, now: Now, session: SessionId, peer: Peer) -> Result<(), ErrorBody> {
         let verdict = self.admit(&peer);
-        if verdict.is_ok() {
-            debug!(session, pid = peer.pid, uid = peer.uid, process = %peer.process, "session opened");
-            self.sessions.insert(session, peer);
-        } else {
-            info!(session, pid = peer.pid, uid = peer.uid, process = %peer.process, "session refused");
+        match &verdict {
+            Ok(()) => {
+                debug!(session, pid = peer.pid, uid = peer.uid, process = %peer.process, "session opened");
+                self.sessions.insert(session, peer);
+            }
+            Err(why) => {
+                info!(session, pid = peer.pid, uid = peer.uid, process = %peer.process, reason = %why.message, "session refused");
+            }
         }
         self.end_step(now);
         verdict
@@ -110,7 +117,13 @@ impl Core {
                 ),
             ));
         }
-        if self.sessions.len() >= limits.max_sessions {
+        // Admins may pass the cap a little, so that an operator can always look and act.
+        let cap = if self.settings.access.is_admin(peer) {
+            limits.max_sessions.saturating_add(ADMIN_SESSIONS)
+        } else {
+            limits.max_sessions
+        };
+        if self.sessions.len() >= cap {
             return Err(ErrorBody::new(
                 ErrorCode::LimitExceeded,
                 format!(
