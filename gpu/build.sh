@@ -24,7 +24,9 @@ out=${GPU_BUILD_OUT:-.gpu}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests"
 
-cargo build --release -p gpud-cuda --bins
+# The kernel benchmarks and their variants are not part of the product API: they exist only
+# with gpud-cuda's bench-variants feature (its test targets get it through a dev-dependency).
+cargo build --release -p gpud-cuda --features bench-variants --bins
 cargo build --release -p gpud-prover --bin gpud-prover
 for b in "${BINS[@]}" "${PROVER_BINS[@]}"; do
     cp "$CARGO_TARGET_DIR/release/$b" "$out/bin/"

@@ -148,7 +148,11 @@ impl crate::reservation::Reservation for Lease {
     }
     fn compute_token(&self) -> Option<crate::reservation::ComputeToken<'_>> {
         (self.core.info.compute && !self.core.lost()).then(|| {
-            crate::reservation::ComputeToken::new(self.core.info.lease, &self.core.info.device_uuid)
+            crate::reservation::ComputeToken::new(
+                self.core.info.lease,
+                &self.core.info.device_uuid,
+                Some(&self.core.flags.lost),
+            )
         })
     }
 }

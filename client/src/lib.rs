@@ -33,6 +33,6 @@ pub use error::{ClientError, Result};
 pub use lease::Lease;
 pub use proto::{Class, Placement};
 pub use request::LeaseRequest;
-pub use reservation::{ComputeToken, ExclusiveDevice, LeaseId, Reservation};
+pub use reservation::{ComputeToken, ExclusiveDevice, LeaseId, LeaseLost, Reservation};
 
 pub use gpud_proto::{DEFAULT_SOCKET, default_socket_path};

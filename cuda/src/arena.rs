@@ -6,16 +6,36 @@
 //! shrinking are device-global (they synchronize the context and trim the pool), so they take
 //! a [`ComputeToken`] of the device: for a VRAM-only lease (resident data), the token of the
 //! compute lease the process holds at that moment.
+//!
+//! In the device layer this module sits above [`crate::device`] and [`crate::buffer`]: it
+//! makes buffers, and [`Device::reserve`] is defined here, next to the arena it makes, so that
+//! neither module below needs to know arenas.
 
 use std::ops::Deref;
 
-use gpud_client::{ComputeToken, LeaseId};
+use gpud_client::{ComputeToken, LeaseId, Reservation};
 
 use crate::buffer::{DeviceBuffer, DeviceCopy};
 use crate::device::Device;
+use crate::driver::normalize_uuid;
 use crate::error::{Error, Result};
 use crate::ledger::{Ledger, LedgerUsage};
 use crate::pool::{MemPool, PoolUsage};
+
+impl Device {
+    /// A budget for one lease on this device: its own memory pool, charged against the lease's
+    /// VRAM bytes. The lease must name this device ([`Error::WrongDevice`] otherwise).
+    pub fn reserve<R: Reservation + ?Sized>(&self, lease: &R) -> Result<Arena<'_>> {
+        if normalize_uuid(lease.device_uuid()) != normalize_uuid(&self.info().uuid) {
+            return Err(Error::WrongDevice {
+                lease: lease.lease_id(),
+                lease_device: lease.device_uuid().to_string(),
+                device: self.info().uuid.clone(),
+            });
+        }
+        Arena::new(self, lease.lease_id(), lease.vram_bytes())
+    }
+}
 
 /// A lease's VRAM on a device. Dereferences to the [`Device`] (stream, kernels, device-global
 /// operations); allocates only through [`Arena::alloc`].
@@ -29,7 +49,7 @@ pub struct Arena<'d> {
 }
 
 impl<'d> Arena<'d> {
-    pub(crate) fn new(dev: &'d Device, lease_id: LeaseId, reserved: u64) -> Result<Self> {
+    fn new(dev: &'d Device, lease_id: LeaseId, reserved: u64) -> Result<Self> {
         dev.bind()?;
         let pool = MemPool::create(dev.info().ordinal, reserved)?;
         Ok(Self {
@@ -77,16 +97,14 @@ impl<'d> Arena<'d> {
         match ptr {
             // SAFETY: `ptr` is a fresh allocation of `bytes` bytes from this arena's pool on
             // the device's main stream, charged `charged` bytes.
-            Ok(ptr) => Ok(unsafe { DeviceBuffer::from_raw(self, ptr, len, charged) }),
+            Ok(ptr) => {
+                Ok(unsafe { DeviceBuffer::from_raw(self.dev, &self.ledger, ptr, len, charged) })
+            }
             Err(e) => {
                 self.ledger.refund(charged);
                 Err(e)
             }
         }
-    }
-
-    pub(crate) fn refund(&self, charged: u64) {
-        self.ledger.refund(charged);
     }
 
     /// Synchronizes the context, then returns the pool's cached memory beyond `keep` bytes to

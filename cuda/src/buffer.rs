@@ -1,13 +1,17 @@
 //! Device memory charged against a lease: [`DeviceBuffer`].
+//!
+//! A buffer knows the device it lives on and the ledger it is charged to, not the arena that
+//! made it ([`crate::Arena::alloc`]): this module sits between [`crate::device`] and
+//! [`crate::arena`]. It borrows the arena's ledger, so it still cannot outlive the arena.
 
 use std::marker::PhantomData;
 
 use cudarc::driver::result;
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 
-use crate::arena::Arena;
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::ledger::Ledger;
 
 /// Plain data that can be copied to and from the device byte for byte.
 ///
@@ -30,12 +34,14 @@ unsafe impl<const N: usize> DeviceCopy for [u64; N] {}
 // kernels only write canonical field elements (< r), which are valid Scalars.
 unsafe impl DeviceCopy for blstrs::Scalar {}
 
-/// `len` elements of `T` in device memory from an [`Arena`]'s pool. Borrows the arena, so every
+/// `len` elements of `T` in device memory from an [`crate::Arena`]'s pool. Borrows the arena, so every
 /// buffer is gone before the arena can be closed; dropping it frees the memory on the device's
 /// main stream and returns its charge to the arena's reservation.
 #[derive(Debug)]
 pub struct DeviceBuffer<'d, T: DeviceCopy> {
-    arena: &'d Arena<'d>,
+    dev: &'d Device,
+    /// The arena's ledger, which the drop refunds.
+    ledger: &'d Ledger,
     ptr: CUdeviceptr,
     len: usize,
     charged: u64,
@@ -44,17 +50,19 @@ pub struct DeviceBuffer<'d, T: DeviceCopy> {
 
 impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
     /// # Safety
-    /// `ptr` is a live allocation of at least `len * size_of::<T>()` bytes from `arena`'s pool,
-    /// ordered on the device's main stream, charged `charged` bytes on the arena's ledger, owned
-    /// by no one else.
+    /// `ptr` is a live allocation of at least `len * size_of::<T>()` bytes on `dev` from the
+    /// pool of the arena that owns `ledger`, ordered on the device's main stream, charged
+    /// `charged` bytes on `ledger`, owned by no one else.
     pub(crate) unsafe fn from_raw(
-        arena: &'d Arena<'d>,
+        dev: &'d Device,
+        ledger: &'d Ledger,
         ptr: CUdeviceptr,
         len: usize,
         charged: u64,
     ) -> Self {
         Self {
-            arena,
+            dev,
+            ledger,
             ptr,
             len,
             charged,
@@ -79,12 +87,7 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
 
     /// The device the memory lives on.
     pub fn device(&self) -> &'d Device {
-        self.arena.device()
-    }
-
-    /// The arena (lease) the memory is charged to.
-    pub fn arena(&self) -> &'d Arena<'d> {
-        self.arena
+        self.dev
     }
 
     /// The raw device address, for kernel arguments. Valid while the buffer lives.
@@ -116,7 +119,7 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
     /// Copies `src` into elements `offset..offset + src.len()`, on the main stream, and waits.
     pub fn copy_from_host_at(&mut self, offset: usize, src: &[T]) -> Result<()> {
         self.check_range(offset, src.len())?;
-        let stream = self.arena.stream();
+        let stream = self.dev.stream();
         // SAFETY: the destination range lies in this allocation; the stream is synchronized
         // before `src` can go away.
         unsafe { self.copy_from_host_async(offset, src, stream.cu_stream()) }?;
@@ -138,7 +141,7 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
     /// Copies elements `offset..offset + dst.len()` into `dst`, on the main stream, and waits.
     pub fn copy_to_host_at(&self, offset: usize, dst: &mut [T]) -> Result<()> {
         self.check_range(offset, dst.len())?;
-        let stream = self.arena.stream();
+        let stream = self.dev.stream();
         // SAFETY: the source range lies in this allocation; the stream is synchronized before
         // `dst` can be read or go away.
         unsafe { self.copy_to_host_async(offset, dst, stream.cu_stream()) }?;
@@ -169,14 +172,14 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
 
     /// Sets every byte to `byte` on the main stream (tests poison outputs with it).
     pub fn fill_bytes(&mut self, byte: u8) -> Result<()> {
-        self.arena.bind()?;
+        self.dev.bind()?;
         // SAFETY: the range is exactly this allocation; ordered on the main stream.
         unsafe {
             result::memset_d8_async(
                 self.ptr,
                 byte,
                 self.num_bytes(),
-                self.arena.stream().cu_stream(),
+                self.dev.stream().cu_stream(),
             )
         }?;
         Ok(())
@@ -197,7 +200,7 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
         if src.is_empty() {
             return Ok(());
         }
-        self.arena.bind()?;
+        self.dev.bind()?;
         let dst = self.device_ptr_at(offset)?;
         // SAFETY: caller guarantees lifetime and ordering; the range was checked.
         unsafe { result::memcpy_htod_async(dst, src, stream) }?;
@@ -219,7 +222,7 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
         if dst.is_empty() {
             return Ok(());
         }
-        self.arena.bind()?;
+        self.dev.bind()?;
         let src = self.device_ptr_at(offset)?;
         // SAFETY: caller guarantees lifetime and ordering; the range was checked.
         unsafe { result::memcpy_dtoh_async(dst, src, stream) }?;
@@ -229,11 +232,11 @@ impl<'d, T: DeviceCopy> DeviceBuffer<'d, T> {
 
 impl<T: DeviceCopy> Drop for DeviceBuffer<'_, T> {
     fn drop(&mut self) {
-        if self.arena.bind().is_ok() {
+        if self.dev.bind().is_ok() {
             // SAFETY: the allocation is ours and freed once, ordered on the main stream after
             // all work queued there (other streams were joined into it by their users).
-            let _ = unsafe { result::free_async(self.ptr, self.arena.stream().cu_stream()) };
+            let _ = unsafe { result::free_async(self.ptr, self.dev.stream().cu_stream()) };
         }
-        self.arena.refund(self.charged);
+        self.ledger.refund(self.charged);
     }
 }

@@ -7,25 +7,28 @@
 //!
 //! Rules the types enforce: device memory comes only from an arena; device-global operations
 //! (context synchronize, pool trim, memory info) take a [`ComputeToken`] of this device, which
-//! only a lease holding its compute slot can lend; [`Arena::close`] consumes the arena, so every
-//! buffer (which borrows it) is gone first, then synchronizes, trims and checks that the pool
-//! returned its memory.
+//! only a lease holding its compute slot can lend, and is checked at use to still hold it;
+//! nothing public hands out the raw cudarc context or stream (through either, anyone could
+//! synchronize the context without a token), only typed operations.
+//!
+//! This module is the bottom of the device layer: it knows kernels and the driver, not
+//! arenas or buffers ([`Device::reserve`] is defined in [`crate::arena`], next to the type it
+//! makes).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
-use gpud_client::{ComputeToken, Reservation};
+use gpud_client::ComputeToken;
 
-use crate::arena::Arena;
 use crate::driver::{self, DeviceInfo, normalize_uuid};
 use crate::error::{Error, Result};
 use crate::kernels::KernelModule;
 use crate::nvrtc;
 
 /// A GPU opened for this process. Open it once (by UUID, as gpud names devices) and keep it:
-/// per-lease budgets are [`Arena`]s borrowed from it.
+/// per-lease budgets are [`crate::Arena`]s borrowed from it ([`Device::reserve`]).
 #[derive(Debug)]
 pub struct Device {
     info: DeviceInfo,
@@ -55,55 +58,48 @@ impl Device {
         })
     }
 
-    /// A budget for one lease on this device: its own memory pool, charged against the lease's
-    /// VRAM bytes. The lease must name this device ([`Error::WrongDevice`] otherwise).
-    pub fn reserve<R: Reservation + ?Sized>(&self, lease: &R) -> Result<Arena<'_>> {
-        if normalize_uuid(lease.device_uuid()) != normalize_uuid(&self.info.uuid) {
-            return Err(Error::WrongDevice {
-                lease: lease.lease_id(),
-                lease_device: lease.device_uuid().to_string(),
-                device: self.info.uuid.clone(),
-            });
-        }
-        Arena::new(self, lease.lease_id(), lease.vram_bytes())
-    }
-
     /// The device's identity and properties.
     pub fn info(&self) -> &DeviceInfo {
         &self.info
     }
 
-    /// The cudarc context (for launching kernels through cudarc).
-    pub fn context(&self) -> &Arc<CudaContext> {
+    /// The cudarc context, for this crate's engines (streams and events of their own). Never
+    /// public: through it anyone could synchronize the context without a token.
+    pub(crate) fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
 
     /// The device's main stream. Allocations and frees of every arena are ordered on it; work
     /// on other streams that touches a buffer must be joined back into it before the buffer is
-    /// dropped.
-    pub fn stream(&self) -> &Arc<CudaStream> {
+    /// dropped. Crate-private like [`Device::context`]: a cudarc stream hands out its context.
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
 
+    /// Waits for the work this process queued on the device's main stream (e.g. to time a
+    /// phase, or before reading results through the host). Not device-global (other streams and
+    /// processes are not waited for), so it needs no token.
+    pub fn sync_main_stream(&self) -> Result<()> {
+        Ok(self.stream.synchronize()?)
+    }
+
     /// Makes the device's context current on the calling thread (needed before raw driver calls).
-    pub fn bind(&self) -> Result<()> {
+    pub(crate) fn bind(&self) -> Result<()> {
         Ok(self.ctx.bind_to_thread()?)
     }
 
-    /// Checks that `token` proves the compute slot of this device. The slot is per device, so
-    /// a token of any lease holding it will do (a VRAM-only lease's arena is trimmed under the
-    /// compute lease the process holds at that moment).
+    /// The main stream itself, for the benchmark binaries that time kernels with their own
+    /// events and launch variant kernels directly. Everything reached through it (the context
+    /// included) bypasses the compute-token rules, so it exists only in builds with the
+    /// `bench-variants` feature, which the product does not enable.
+    #[cfg(feature = "bench-variants")]
+    pub fn raw_stream_bypassing_tokens(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Checks that `token` proves the compute slot of this device, now (see [`check_token`]).
     pub(crate) fn check_token(&self, token: &ComputeToken<'_>, lease: u64) -> Result<()> {
-        if normalize_uuid(token.device_uuid()) == normalize_uuid(&self.info.uuid) {
-            Ok(())
-        } else {
-            Err(Error::WrongToken {
-                token_lease: token.lease_id(),
-                token_device: token.device_uuid().to_string(),
-                lease,
-                device: self.info.uuid.clone(),
-            })
-        }
+        check_token(token, &self.info.uuid, lease)
     }
 
     /// Waits for all work in the context (every stream). Device-global: needs the compute slot.
@@ -143,5 +139,58 @@ impl Device {
                 module: module.name,
                 kernel,
             })
+    }
+}
+
+/// Checks that `token` proves the compute slot of the device `device_uuid` at this moment: it
+/// names that device ([`Error::WrongToken`] otherwise) and its lease was not revoked or lost
+/// since it was borrowed ([`Error::LeaseLost`]). The slot is per device, so a token of any
+/// lease holding it will do (a VRAM-only lease's arena is trimmed under the compute lease the
+/// process holds at that moment); `lease` names the lease the operation is for, in errors.
+fn check_token(token: &ComputeToken<'_>, device_uuid: &str, lease: u64) -> Result<()> {
+    if normalize_uuid(token.device_uuid()) != normalize_uuid(device_uuid) {
+        return Err(Error::WrongToken {
+            token_lease: token.lease_id(),
+            token_device: token.device_uuid().to_string(),
+            lease,
+            device: device_uuid.to_string(),
+        });
+    }
+    Ok(token.ensure_held()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use gpud_client::{ExclusiveDevice, Reservation};
+
+    use super::*;
+
+    const UUID: &str = "GPU-8f3c2a10-1111-2222-3333-444455556666";
+
+    #[test]
+    fn a_token_of_the_device_is_accepted_whatever_the_uuid_spelling() {
+        let claim = ExclusiveDevice::assume_unshared(UUID.to_lowercase(), 0, 0);
+        let token = claim
+            .compute_token()
+            .expect("an unshared claim holds the slot");
+        check_token(&token, UUID, 3).expect("the same device");
+    }
+
+    #[test]
+    fn a_token_of_another_device_is_refused_with_both_leases_named() {
+        let claim =
+            ExclusiveDevice::assume_unshared("GPU-00000000-0000-0000-0000-000000000000", 0, 0);
+        let token = claim
+            .compute_token()
+            .expect("an unshared claim holds the slot");
+        match check_token(&token, UUID, 3) {
+            Err(Error::WrongToken {
+                token_lease: 0,
+                lease: 3,
+                ref device,
+                ..
+            }) if device == UUID => {}
+            other => panic!("expected WrongToken, got {other:?}"),
+        }
     }
 }

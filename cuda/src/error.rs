@@ -64,6 +64,10 @@ pub enum Error {
         /// This device's UUID.
         device: String,
     },
+    /// The compute token's lease was revoked or lost while the token was borrowed: the slot
+    /// may belong to someone else now, so the device-global operation was not run.
+    #[error(transparent)]
+    LeaseLost(#[from] gpud_client::LeaseLost),
     /// A lease was presented to a device it does not name.
     #[error("lease {lease} is for device {lease_device}, not {device}")]
     WrongDevice {

@@ -5,6 +5,10 @@
 //! per new header and a [`KernelModule`] here, and list the module in [`ALL_MODULES`] so that
 //! the CI compile test covers it. NVRTC sees only the headers a module lists, under their
 //! file names, so `#include "fr.cuh"` works as it does on disk.
+//!
+//! The benchmark variants (the first NTT, the Karatsuba product, the field-product throughput
+//! kernels, the MSM without inlining or register cap) exist only with the `bench-variants`
+//! feature: the product builds and compiles only the kernels it runs.
 
 /// A header that modules may `#include` by `name`.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +45,7 @@ pub const NTT_CUH: Header = Header {
 };
 
 /// The NTT kernels, as a header for the variant build below.
+#[cfg(feature = "bench-variants")]
 pub const NTT_CU: Header = Header {
     name: "ntt.cu",
     source: include_str!("../kernels/ntt.cu"),
@@ -69,6 +74,7 @@ pub static NTT: KernelModule = KernelModule {
 };
 
 /// The NTT kernels with the first version's field multiplication (benchmark comparisons).
+#[cfg(feature = "bench-variants")]
 pub static NTT_V0: KernelModule = KernelModule {
     name: "ntt_v0",
     source: include_str!("../kernels/ntt_v0.cu"),
@@ -78,6 +84,7 @@ pub static NTT_V0: KernelModule = KernelModule {
 
 /// The NTT kernels with the Karatsuba field multiplication (`FR_MUL_KARATSUBA`; benchmark
 /// comparisons).
+#[cfg(feature = "bench-variants")]
 pub static NTT_KARA: KernelModule = KernelModule {
     name: "ntt_kara",
     source: include_str!("../kernels/ntt_kara.cu"),
@@ -86,6 +93,7 @@ pub static NTT_KARA: KernelModule = KernelModule {
 };
 
 /// Field multiplication throughput (benchmark only): the compute ceiling of the NTT.
+#[cfg(feature = "bench-variants")]
 pub static FR_BENCH: KernelModule = KernelModule {
     name: "fr_bench",
     source: include_str!("../kernels/fr_bench.cu"),
@@ -94,12 +102,14 @@ pub static FR_BENCH: KernelModule = KernelModule {
 };
 
 /// The fr_bench.cu source, as a header for the variant build below.
+#[cfg(feature = "bench-variants")]
 pub const FR_BENCH_CU: Header = Header {
     name: "fr_bench.cu",
     source: include_str!("../kernels/fr_bench.cu"),
 };
 
 /// Field multiplication throughput with the first version's multiplication.
+#[cfg(feature = "bench-variants")]
 pub static FR_BENCH_V0: KernelModule = KernelModule {
     name: "fr_bench_v0",
     source: include_str!("../kernels/fr_bench_v0.cu"),
@@ -108,6 +118,7 @@ pub static FR_BENCH_V0: KernelModule = KernelModule {
 };
 
 /// Field multiplication throughput with the Karatsuba multiplication.
+#[cfg(feature = "bench-variants")]
 pub static FR_BENCH_KARA: KernelModule = KernelModule {
     name: "fr_bench_kara",
     source: include_str!("../kernels/fr_bench_kara.cu"),
@@ -134,6 +145,7 @@ pub const MSM_CUH: Header = Header {
 };
 
 /// The MSM kernels, as a header for the variant build below.
+#[cfg(feature = "bench-variants")]
 pub const MSM_CU: Header = Header {
     name: "msm.cu",
     source: include_str!("../kernels/msm.cu"),
@@ -161,6 +173,7 @@ pub static MSM: KernelModule = KernelModule {
 };
 
 /// The same MSM kernels with the field multiplication not inlined.
+#[cfg(feature = "bench-variants")]
 pub static MSM_NOINLINE: KernelModule = KernelModule {
     name: "msm_noinline",
     source: include_str!("../kernels/msm_noinline.cu"),
@@ -169,6 +182,7 @@ pub static MSM_NOINLINE: KernelModule = KernelModule {
 };
 
 /// The same MSM kernels without the register cap on the hot kernels.
+#[cfg(feature = "bench-variants")]
 pub static MSM_NOCAP: KernelModule = KernelModule {
     name: "msm_nocap",
     source: include_str!("../kernels/msm_nocap.cu"),
@@ -190,7 +204,17 @@ pub static FIXED_BASE: KernelModule = KernelModule {
     kernels: &["g1_fixed_base_kernel"],
 };
 
-/// Every module, for the compile test and for warming the cache.
+/// The modules the product runs: NTT, MSM and fixed-base multiplication.
+pub static PRODUCT_MODULES: &[&KernelModule] = &[&NTT, &MSM, &FIXED_BASE];
+
+/// Every module, for the compile test and for warming the cache: the product's, plus (with the
+/// `bench-variants` feature) the variants the benchmark binaries time against them.
+#[cfg(not(feature = "bench-variants"))]
+pub static ALL_MODULES: &[&KernelModule] = PRODUCT_MODULES;
+
+/// Every module, for the compile test and for warming the cache: the product's, plus (with the
+/// `bench-variants` feature) the variants the benchmark binaries time against them.
+#[cfg(feature = "bench-variants")]
 pub static ALL_MODULES: &[&KernelModule] = &[
     &NTT,
     &NTT_V0,

@@ -22,7 +22,7 @@ fn claim(vram: u64) -> ExclusiveDevice {
         .into_iter()
         .next()
         .expect("a GPU");
-    ExclusiveDevice::claim(info.uuid, info.ordinal as u32, vram)
+    ExclusiveDevice::assume_unshared(info.uuid, info.ordinal as u32, vram)
 }
 
 fn fresh_rng() -> ChaCha20Rng {
@@ -209,7 +209,7 @@ fn a_token_of_another_device_is_refused_and_unknown_devices_are_errors() {
     let lease = claim(64 * MIB);
     let device = Device::open(lease.device_uuid()).unwrap();
     let dev = device.reserve(&lease).unwrap();
-    let other = ExclusiveDevice::claim("GPU-00000000-0000-0000-0000-000000000000", 0, 0);
+    let other = ExclusiveDevice::assume_unshared("GPU-00000000-0000-0000-0000-000000000000", 0, 0);
     let wrong = other.compute_token().unwrap();
     assert!(matches!(
         dev.synchronize(&wrong),
@@ -238,8 +238,10 @@ fn arenas_of_one_device_have_separate_budgets_and_close_under_any_compute_token_
     // (working memory) become two arenas with their own budgets and pools.
     let info = driver::list_devices().unwrap().remove(0);
     let device = Device::open(&info.uuid).unwrap();
-    let resident_lease = ExclusiveDevice::claim(info.uuid.clone(), info.ordinal as u32, 64 * MIB);
-    let phase_lease = ExclusiveDevice::claim(info.uuid.clone(), info.ordinal as u32, 32 * MIB);
+    let resident_lease =
+        ExclusiveDevice::assume_unshared(info.uuid.clone(), info.ordinal as u32, 64 * MIB);
+    let phase_lease =
+        ExclusiveDevice::assume_unshared(info.uuid.clone(), info.ordinal as u32, 32 * MIB);
     let resident = device.reserve(&resident_lease).unwrap();
     let keep = resident.alloc::<u8>(60 << 20).unwrap();
     {
@@ -278,7 +280,7 @@ fn h_fits_in_exactly_its_charged_bytes() {
     let mut rng = fresh_rng();
     for len in [2usize, 5, 1000, (1 << 16) - 3, 1 << 18] {
         let need = gpud_cuda::hpoly::charged_bytes(len).unwrap();
-        let lease = ExclusiveDevice::claim(info.uuid.clone(), info.ordinal as u32, need);
+        let lease = ExclusiveDevice::assume_unshared(info.uuid.clone(), info.ordinal as u32, need);
         let arena = device.reserve(&lease).unwrap();
         let mut h = HPoly::new(&arena).unwrap();
         let (a, b, c) = (
@@ -304,7 +306,7 @@ fn fixed_base_multiplication_matches_blstrs() {
     use group::{Curve, Group};
     let info = driver::list_devices().unwrap().remove(0);
     let device = Device::open(&info.uuid).unwrap();
-    let lease = ExclusiveDevice::claim(
+    let lease = ExclusiveDevice::assume_unshared(
         info.uuid.clone(),
         info.ordinal as u32,
         G1FixedBase::charged_bytes(),

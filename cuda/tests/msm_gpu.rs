@@ -22,7 +22,7 @@ fn claim(vram: u64) -> ExclusiveDevice {
         .into_iter()
         .next()
         .expect("a GPU");
-    ExclusiveDevice::claim(info.uuid, info.ordinal as u32, vram)
+    ExclusiveDevice::assume_unshared(info.uuid, info.ordinal as u32, vram)
 }
 
 fn fresh_rng() -> ChaCha20Rng {
@@ -230,7 +230,7 @@ fn the_plans_estimate_holds_every_msm_size() {
         let need = charge_for(96 * n as u64)
             + charge_for(32 * n as u64)
             + MsmPlan::new(n, info.multiprocessors).unwrap().temp_bytes();
-        let lease = ExclusiveDevice::claim(info.uuid.clone(), info.ordinal as u32, need);
+        let lease = ExclusiveDevice::assume_unshared(info.uuid.clone(), info.ordinal as u32, need);
         let arena = device.reserve(&lease).unwrap();
         let b = G1Bases::upload(&arena, &host[..n]).unwrap();
         let engine = MsmEngine::new(&arena).unwrap();

@@ -54,7 +54,7 @@ pub struct BenchRow {
 /// Times our prover and bellperson's, alternating, `reps` times each; every proof is verified.
 pub fn run(spec: &CircuitSpec, key: &ProvingKey, reps: usize) -> Result<BenchRow> {
     let reps = reps.max(1);
-    let device = ExclusiveDevice::claim("cpu", 0, u64::MAX);
+    let device = ExclusiveDevice::assume_unshared("cpu", 0, u64::MAX);
     let mut rng = ChaCha20Rng::seed_from_u64(u64::from(spec.log_size()));
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     let mut constraints = 0;
@@ -203,7 +203,7 @@ pub fn engines(
         let log = spec.log_size();
         let (uuid, index) = case.device.clone();
         let resident_vram = e.resident_bytes(key);
-        let resident_lease = ExclusiveDevice::claim(uuid.clone(), index, resident_vram);
+        let resident_lease = ExclusiveDevice::assume_unshared(uuid.clone(), index, resident_vram);
         if resident_vram > 0 {
             e.load_resident(key, &resident_lease)?;
         }
@@ -212,7 +212,7 @@ pub fn engines(
         } else {
             e.vram_bytes(key, log)
         };
-        let lease = ExclusiveDevice::claim(uuid.clone(), index, phase_vram.max(1));
+        let lease = ExclusiveDevice::assume_unshared(uuid.clone(), index, phase_vram.max(1));
         let mut samples: Vec<Sample> = Vec::new();
         let mut verified = true;
         let result = (|| -> Result<()> {

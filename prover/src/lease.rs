@@ -220,7 +220,11 @@ impl FixedDevice {
 
     fn claim(&self, request: &LeaseRequest, hold: Hold) -> FixedLease {
         FixedLease {
-            device: ExclusiveDevice::claim(self.uuid.clone(), self.index, request.vram_bytes),
+            device: ExclusiveDevice::assume_unshared(
+                self.uuid.clone(),
+                self.index,
+                request.vram_bytes,
+            ),
             id: self.next_id.fetch_add(1, Ordering::Relaxed) as LeaseId + 1,
             compute: request.compute,
             _hold: hold,

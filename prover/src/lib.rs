@@ -17,7 +17,7 @@
 //! let cache = ParamsCache::new(ParamsCache::default_dir());
 //! let (key, _generated) = cache.load_or_generate(&spec, &mut rand::thread_rng())?;
 //! // Without gpud (a benchmark, a single-tenant host): claim the device explicitly.
-//! let device = ExclusiveDevice::claim("cpu", 0, u64::MAX);
+//! let device = ExclusiveDevice::assume_unshared("cpu", 0, u64::MAX);
 //! let (proof, inputs) = prove::prove(&CpuEngine, &device, &key, spec.with_witness(7),
 //!     Scalar::from(1u64), Scalar::from(2u64))?;
 //! assert!(key.verify(&proof, &inputs)?);

@@ -36,7 +36,7 @@ fn fast_parameters_equal_bellpersons_and_proofs_verify() {
         .unwrap();
         assert!(bytes(&ours) == bytes(&theirs), "{spec}: parameters differ");
         let key = ProvingKey::new(format!("fast {spec}"), ours);
-        let device = ExclusiveDevice::claim("cpu", 0, u64::MAX);
+        let device = ExclusiveDevice::assume_unshared("cpu", 0, u64::MAX);
         let (proof, inputs) = prove::prove(
             &CpuEngine,
             &device,

@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 fn device() -> ExclusiveDevice {
-    ExclusiveDevice::claim("cpu", 0, u64::MAX)
+    ExclusiveDevice::assume_unshared("cpu", 0, u64::MAX)
 }
 
 #[test]

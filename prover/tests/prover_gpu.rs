@@ -27,7 +27,7 @@ fn first_gpu() -> gpud_cuda::driver::DeviceInfo {
 
 fn claim(vram: u64) -> ExclusiveDevice {
     let info = first_gpu();
-    ExclusiveDevice::claim(info.uuid, info.ordinal as u32, vram)
+    ExclusiveDevice::assume_unshared(info.uuid, info.ordinal as u32, vram)
 }
 
 fn engine(resident: bool, pin_bases: bool) -> CudaEngine {

@@ -98,6 +98,7 @@ fn random(seed: u64, n: usize) -> Vec<Scalar> {
 
 fn event(dev: &Arena) -> Res<CudaEvent> {
     Ok(dev
+        .raw_stream_bypassing_tokens()
         .context()
         .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?)
 }
@@ -227,15 +228,17 @@ fn copy_bandwidth(dev: &Arena) -> Res<f64> {
     let src = dev.alloc::<u8>(bytes)?;
     let mut dst = dev.alloc::<u8>(bytes)?;
     dst.fill_bytes(1)?;
-    let stream = dev.stream().cu_stream();
+    let stream = dev.raw_stream_bypassing_tokens().cu_stream();
     let mut times = Vec::new();
     for i in 0..12 {
         let (e0, e1) = (event(dev)?, event(dev)?);
-        e0.record(dev.stream())?;
-        dev.bind()?;
+        e0.record(dev.raw_stream_bypassing_tokens())?;
+        dev.raw_stream_bypassing_tokens()
+            .context()
+            .bind_to_thread()?;
         // SAFETY: both buffers hold `bytes` bytes on this device, ordered on the main stream.
         unsafe { result::memcpy_dtod_async(dst.device_ptr(), src.device_ptr(), bytes, stream) }?;
-        e1.record(dev.stream())?;
+        e1.record(dev.raw_stream_bypassing_tokens())?;
         e1.synchronize()?;
         if i >= 2 {
             times.push(e0.elapsed_ms(&e1)? as f64);
@@ -273,13 +276,13 @@ fn mul_rate_of(
     let mut times = Vec::new();
     for rep in 0..6 {
         let (e0, e1) = (event(dev)?, event(dev)?);
-        e0.record(dev.stream())?;
+        e0.record(dev.raw_stream_bypassing_tokens())?;
         let (px, py) = (x.device_ptr(), y.device_ptr());
-        let mut b = dev.stream().launch_builder(&f);
+        let mut b = dev.raw_stream_bypassing_tokens().launch_builder(&f);
         b.arg(&px).arg(&py).arg(&iters);
         // SAFETY: x holds 4 elements and y one element per thread of the launch.
         unsafe { b.launch(cfg) }?;
-        e1.record(dev.stream())?;
+        e1.record(dev.raw_stream_bypassing_tokens())?;
         e1.synchronize()?;
         if rep > 0 {
             times.push(e0.elapsed_ms(&e1)? as f64);
@@ -327,9 +330,9 @@ fn bench(dev: &Arena, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Val
         let mut times = Vec::new();
         for _ in 0..reps {
             let (e0, e1) = (event(dev)?, event(dev)?);
-            e0.record(dev.stream())?;
+            e0.record(dev.raw_stream_bypassing_tokens())?;
             ntt.run(&mut buf, NttKind::Forward, log_n)?;
-            e1.record(dev.stream())?;
+            e1.record(dev.raw_stream_bypassing_tokens())?;
             e1.synchronize()?;
             times.push(e0.elapsed_ms(&e1)? as f64);
         }
@@ -340,9 +343,9 @@ fn bench(dev: &Arena, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Val
             let mut ts = Vec::new();
             for _ in 0..5 {
                 let (e0, e1) = (event(dev)?, event(dev)?);
-                e0.record(dev.stream())?;
+                e0.record(dev.raw_stream_bypassing_tokens())?;
                 ntt_step(&mut ntt, step, buf.device_ptr())?;
-                e1.record(dev.stream())?;
+                e1.record(dev.raw_stream_bypassing_tokens())?;
                 e1.synchronize()?;
                 ts.push(e0.elapsed_ms(&e1)? as f64);
             }
@@ -419,9 +422,9 @@ fn bench(dev: &Arena, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Val
             let b = bufs.pop().ok_or("b")?;
             let a = bufs.pop().ok_or("a")?;
             let (e0, e1) = (event(dev)?, event(dev)?);
-            e0.record(dev.stream())?;
+            e0.record(dev.raw_stream_bypassing_tokens())?;
             let out = hp.compute_on_device(a, b, c)?;
-            e1.record(dev.stream())?;
+            e1.record(dev.raw_stream_bypassing_tokens())?;
             e1.synchronize()?;
             if rep > 0 {
                 times.push(e0.elapsed_ms(&e1)? as f64);
@@ -439,7 +442,7 @@ fn bench(dev: &Arena, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Val
         for _ in 0..3 {
             let t = Instant::now();
             let out = hp.compute(&pins[0], &pins[1], &pins[2])?;
-            dev.stream().synchronize()?;
+            dev.raw_stream_bypassing_tokens().synchronize()?;
             full.push(t.elapsed().as_secs_f64() * 1e3);
             drop(out);
         }
@@ -455,10 +458,19 @@ fn bench(dev: &Arena, max_log: u32, seed: &mut ChaCha20Rng, report: &mut Vec<Val
 
 /// Device-to-device copy of `bytes` on the main stream.
 fn d2d(dev: &Arena, dst: u64, src: u64, bytes: usize) -> Res<()> {
-    dev.bind()?;
+    dev.raw_stream_bypassing_tokens()
+        .context()
+        .bind_to_thread()?;
     // SAFETY: callers pass two distinct buffers of this arena holding at least `bytes` bytes,
     // ordered on the device's main stream.
-    unsafe { result::memcpy_dtod_async(dst, src, bytes, dev.stream().cu_stream()) }?;
+    unsafe {
+        result::memcpy_dtod_async(
+            dst,
+            src,
+            bytes,
+            dev.raw_stream_bypassing_tokens().cu_stream(),
+        )
+    }?;
     Ok(())
 }
 
@@ -468,9 +480,9 @@ fn time_ms(dev: &Arena, reps: usize, mut f: impl FnMut() -> Res<()>) -> Res<f64>
     let mut times = Vec::new();
     for _ in 0..reps {
         let (e0, e1) = (event(dev)?, event(dev)?);
-        e0.record(dev.stream())?;
+        e0.record(dev.raw_stream_bypassing_tokens())?;
         f()?;
-        e1.record(dev.stream())?;
+        e1.record(dev.raw_stream_bypassing_tokens())?;
         e1.synchronize()?;
         times.push(e0.elapsed_ms(&e1)? as f64);
     }
@@ -671,9 +683,9 @@ fn quick(dev: &Arena, seed: &mut ChaCha20Rng, report: &mut Vec<Value>) -> Res<bo
             for _ in 0..5 {
                 let [a, b, c] = fresh()?;
                 let (e0, e1) = (event(dev)?, event(dev)?);
-                e0.record(dev.stream())?;
+                e0.record(dev.raw_stream_bypassing_tokens())?;
                 let out = hp.compute_on_device(a, b, c)?;
-                e1.record(dev.stream())?;
+                e1.record(dev.raw_stream_bypassing_tokens())?;
                 e1.synchronize()?;
                 times.push(e0.elapsed_ms(&e1)? as f64);
                 drop(out);
@@ -741,9 +753,9 @@ fn repeat_ntt(dev: &Arena, log_n: u32, seed: &mut ChaCha20Rng) -> Res<()> {
     buf.copy_from_host(&x)?;
     for i in 0..3 {
         let (start, end) = (event(dev)?, event(dev)?);
-        start.record(dev.stream())?;
+        start.record(dev.raw_stream_bypassing_tokens())?;
         ntt.run(&mut buf, NttKind::Forward, log_n)?;
-        end.record(dev.stream())?;
+        end.record(dev.raw_stream_bypassing_tokens())?;
         end.synchronize()?;
         println!(
             "forward NTT 2^{log_n}, run {i}: {:.3} ms",
@@ -784,7 +796,7 @@ fn run() -> Res<bool> {
         rayon::current_num_threads()
     );
     // The whole card but 2 GiB, claimed by this program alone.
-    let lease = ExclusiveDevice::claim(
+    let lease = ExclusiveDevice::assume_unshared(
         info.uuid.clone(),
         info.ordinal as u32,
         info.total_mem.saturating_sub(2 << 30),

@@ -741,7 +741,7 @@ fn main() -> Res<()> {
         max_log
     };
     let vram = info.total_mem - (info.total_mem / 16);
-    let lease = ExclusiveDevice::claim(info.uuid.clone(), info.ordinal as u32, vram);
+    let lease = ExclusiveDevice::assume_unshared(info.uuid.clone(), info.ordinal as u32, vram);
     let device = Device::open(lease.device_uuid())?;
     let dev = device.reserve(&lease)?;
     let t = Instant::now();

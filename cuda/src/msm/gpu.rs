@@ -16,7 +16,7 @@ use super::plan::MsmPlan;
 use crate::arena::Arena;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
-use crate::kernels::{KernelModule, MSM, MSM_NOCAP, MSM_NOINLINE};
+use crate::kernels::{KernelModule, MSM};
 use crate::pinned::{PinnedBuffer, is_pinned};
 
 /// Threads per block of the point-arithmetic kernels (their `__launch_bounds__`).
@@ -31,7 +31,9 @@ const UPLOAD_CHUNK: usize = 1 << 19;
 /// fills one while the copy engine drains the others.
 const STAGING_BUFFERS: usize = 3;
 
-/// Which build of the kernels to run (see `kernels/msm*.cu`).
+/// Which build of the kernels to run (see `kernels/msm*.cu`); only with the `bench-variants`
+/// feature: the product runs [`MsmVariant::Inline`].
+#[cfg(feature = "bench-variants")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MsmVariant {
     /// Field multiplication inlined everywhere, hot kernels capped at 168 registers (3 blocks
@@ -43,6 +45,7 @@ pub enum MsmVariant {
     NoRegisterCap,
 }
 
+#[cfg(feature = "bench-variants")]
 impl MsmVariant {
     /// Every build, for comparisons.
     pub const ALL: [MsmVariant; 3] = [
@@ -50,14 +53,12 @@ impl MsmVariant {
         MsmVariant::NoInlineMul,
         MsmVariant::NoRegisterCap,
     ];
-}
 
-impl MsmVariant {
     fn module(self) -> &'static KernelModule {
         match self {
             MsmVariant::Inline => &MSM,
-            MsmVariant::NoInlineMul => &MSM_NOINLINE,
-            MsmVariant::NoRegisterCap => &MSM_NOCAP,
+            MsmVariant::NoInlineMul => &crate::kernels::MSM_NOINLINE,
+            MsmVariant::NoRegisterCap => &crate::kernels::MSM_NOCAP,
         }
     }
 }
@@ -134,6 +135,7 @@ struct Kernels {
 pub struct MsmEngine<'d> {
     dev: &'d Arena<'d>,
     k: Kernels,
+    #[cfg(feature = "bench-variants")]
     variant: MsmVariant,
     window_bits: Option<u32>,
     poison: bool,
@@ -147,9 +149,10 @@ pub struct MsmEngine<'d> {
 
 impl std::fmt::Debug for MsmEngine<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MsmEngine")
-            .field("variant", &self.variant)
-            .field("window_bits", &self.window_bits)
+        let mut d = f.debug_struct("MsmEngine");
+        #[cfg(feature = "bench-variants")]
+        d.field("variant", &self.variant);
+        d.field("window_bits", &self.window_bits)
             .field("poison", &self.poison)
             .finish_non_exhaustive()
     }
@@ -172,12 +175,18 @@ impl<'d> MsmEngine<'d> {
     /// Loads (compiling on first use) the default kernels on `dev`'s device; temporaries are
     /// charged to `dev`.
     pub fn new(dev: &'d Arena<'d>) -> Result<Self, MsmError> {
-        Self::with_variant(dev, MsmVariant::Inline)
+        Self::load(dev, &MSM)
     }
 
     /// Loads the given build of the kernels.
+    #[cfg(feature = "bench-variants")]
     pub fn with_variant(dev: &'d Arena<'d>, variant: MsmVariant) -> Result<Self, MsmError> {
-        let m = variant.module();
+        let mut engine = Self::load(dev, variant.module())?;
+        engine.variant = variant;
+        Ok(engine)
+    }
+
+    fn load(dev: &'d Arena<'d>, m: &'static KernelModule) -> Result<Self, MsmError> {
         let f = |name: &'static str| dev.function(m, name);
         let k = Kernels {
             prepare: f("msm_prepare_kernel")?,
@@ -194,7 +203,8 @@ impl<'d> MsmEngine<'d> {
         Ok(Self {
             dev,
             k,
-            variant,
+            #[cfg(feature = "bench-variants")]
+            variant: MsmVariant::Inline,
             window_bits: None,
             poison: false,
             pipelined_upload: true,
@@ -223,6 +233,7 @@ impl<'d> MsmEngine<'d> {
     }
 
     /// The build of the kernels in use.
+    #[cfg(feature = "bench-variants")]
     pub fn variant(&self) -> MsmVariant {
         self.variant
     }

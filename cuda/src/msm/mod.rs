@@ -9,4 +9,6 @@ pub mod layout;
 pub mod plan;
 
 pub use error::MsmError;
-pub use gpu::{G1Bases, MsmEngine, MsmPhases, MsmVariant};
+#[cfg(feature = "bench-variants")]
+pub use gpu::MsmVariant;
+pub use gpu::{G1Bases, MsmEngine, MsmPhases};

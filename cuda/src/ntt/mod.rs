@@ -7,6 +7,7 @@
 
 pub mod plan;
 pub mod tables;
+mod variant;
 
 use std::collections::HashMap;
 
@@ -18,100 +19,16 @@ use crate::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::fr::FrElement;
-use crate::kernels::{self, KernelModule};
+use crate::kernels::KernelModule;
 use plan::{BITREV_TILE_BITS, BITREV_TILE_THREADS, NttKind, PASS_THREADS, Step, TableKey};
+#[cfg(feature = "bench-variants")]
+pub use variant::NttVariant;
+#[cfg(not(feature = "bench-variants"))]
+use variant::NttVariant;
+use variant::PassKernel;
 
 /// Threads per block of the element-wise kernels.
 const ELEMENTWISE_THREADS: u32 = 256;
-
-/// Which kernels run a plan. [`NttVariant::Radix4Occ4`] is the default (on the H200 the fastest
-/// for the H polynomial, level with [`NttVariant::Radix4`] at 2^20..2^24; [`NttVariant::Radix`]
-/// is 3 % faster at 2^27); the others are the earlier versions and candidates, kept so that one
-/// GPU run can time them side by side (gpud-cuda-bench, BENCHMARKS.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum NttVariant {
-    /// The first measured version: one shared-memory stage per barrier (`ntt_pass_kernel`),
-    /// pairwise bit reversal, passes of at most 8 stages, and the field multiplication whose
-    /// reduction products ptxas splits in two (module `ntt_v0`).
-    Baseline,
-    /// [`NttVariant::Baseline`] with the current field multiplication.
-    LegacyPasses,
-    /// Register-radix passes (`ntt_radix_kernel`), tiled bit reversal, passes of at most 8
-    /// stages.
-    Radix8,
-    /// Register-radix passes, tiled bit reversal, passes of at most 9 stages (2^27 in three
-    /// passes instead of four).
-    Radix,
-    /// [`NttVariant::Radix`] with 4 elements per thread (`ntt_radix4_kernel`: rounds of at
-    /// most 2 stages, 256 threads, 80 registers instead of 124).
-    Radix4,
-    /// [`NttVariant::Radix4`] with the Karatsuba field multiplication (module `ntt_kara`:
-    /// 96 wide multiply-adds per product instead of 111.5, more additions).
-    Radix4Karatsuba,
-    /// [`NttVariant::Radix4`] compiled for 4 blocks per multiprocessor
-    /// (`ntt_radix4_occ4_kernel`: 64 registers, some spilled, instead of 80). The default: H
-    /// 2^24 1.5 % faster than [`NttVariant::Radix4`], NTT 2^27 2 % faster.
-    Radix4Occ4,
-}
-
-impl NttVariant {
-    /// Every variant, oldest first.
-    pub const ALL: [NttVariant; 7] = [
-        NttVariant::Baseline,
-        NttVariant::LegacyPasses,
-        NttVariant::Radix8,
-        NttVariant::Radix,
-        NttVariant::Radix4,
-        NttVariant::Radix4Karatsuba,
-        NttVariant::Radix4Occ4,
-    ];
-
-    /// Most stages per pass in this variant's plans.
-    pub fn max_stages(self) -> u32 {
-        match self {
-            NttVariant::Radix
-            | NttVariant::Radix4
-            | NttVariant::Radix4Karatsuba
-            | NttVariant::Radix4Occ4 => plan::MAX_PASS_STAGES,
-            _ => plan::LEGACY_PASS_STAGES,
-        }
-    }
-
-    /// Whether passes run on a register-radix kernel.
-    pub fn radix(self) -> bool {
-        self.pass_kernel() != PassKernel::Stages
-    }
-
-    fn pass_kernel(self) -> PassKernel {
-        match self {
-            NttVariant::Baseline | NttVariant::LegacyPasses => PassKernel::Stages,
-            NttVariant::Radix8 | NttVariant::Radix => PassKernel::Radix,
-            NttVariant::Radix4 | NttVariant::Radix4Karatsuba => PassKernel::Radix4,
-            NttVariant::Radix4Occ4 => PassKernel::Radix4Occ4,
-        }
-    }
-
-    fn module(self) -> &'static KernelModule {
-        match self {
-            NttVariant::Baseline => &kernels::NTT_V0,
-            NttVariant::Radix4Karatsuba => &kernels::NTT_KARA,
-            _ => &kernels::NTT,
-        }
-    }
-}
-
-/// The kernel that runs a plan's passes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PassKernel {
-    /// `ntt_pass_kernel`: one shared-memory stage per barrier.
-    Stages,
-    /// `ntt_radix_kernel`: 8 elements per thread.
-    Radix,
-    /// `ntt_radix4_kernel`: 4 elements per thread.
-    Radix4,
-    /// `ntt_radix4_occ4_kernel`: the same, 4 blocks per multiprocessor.
-    Radix4Occ4,
-}
 
 #[derive(Debug)]
 struct NttKernels {
@@ -156,11 +73,16 @@ impl<'d> NttEngine<'d> {
     /// Loads the NTT kernels (compiled by NVRTC on first use, then from the disk cache); tables
     /// and work buffers are charged to `dev`'s lease.
     pub fn new(dev: &'d Arena<'d>) -> Result<Self> {
-        Self::with_variant(dev, NttVariant::Radix4Occ4)
+        Self::load(dev, NttVariant::Radix4Occ4)
     }
 
     /// Loads the kernels of a given variant.
+    #[cfg(feature = "bench-variants")]
     pub fn with_variant(dev: &'d Arena<'d>, variant: NttVariant) -> Result<Self> {
+        Self::load(dev, variant)
+    }
+
+    fn load(dev: &'d Arena<'d>, variant: NttVariant) -> Result<Self> {
         Ok(Self {
             dev,
             variant,
@@ -170,6 +92,7 @@ impl<'d> NttEngine<'d> {
     }
 
     /// Switches the kernels (tables are kept: every variant reads the same ones).
+    #[cfg(feature = "bench-variants")]
     pub fn set_variant(&mut self, variant: NttVariant) -> Result<()> {
         if variant.module().name != self.variant.module().name {
             self.k = NttKernels::load(self.dev, variant.module())?;
@@ -179,6 +102,7 @@ impl<'d> NttEngine<'d> {
     }
 
     /// The kernels in use.
+    #[cfg(feature = "bench-variants")]
     pub fn variant(&self) -> NttVariant {
         self.variant
     }

@@ -241,10 +241,7 @@ impl CudaEngine {
         let h = hpoly.compute(&a, &b, &c)?;
         drop((a, b, c));
         drop(hpoly); // frees the NTT tables before the MSMs
-        arena
-            .stream()
-            .synchronize()
-            .map_err(gpud_cuda::Error::from)?;
+        arena.sync_main_stream()?;
         t.h = start.elapsed().as_secs_f64();
 
         let engine = MsmEngine::new(arena)?;

@@ -514,7 +514,7 @@ mod tests {
 
         // A proof from the bundle's key and witness (GPU phase on the CPU engine, the cached
         // G2 sum) verifies; the same with a damaged G2 sum does not.
-        let lease = gpud_client::ExclusiveDevice::claim("cpu", 0, u64::MAX);
+        let lease = gpud_client::ExclusiveDevice::assume_unshared("cpu", 0, u64::MAX);
         let out = crate::engine::Engine::gpu_phase(
             &crate::CpuEngine,
             &lease,

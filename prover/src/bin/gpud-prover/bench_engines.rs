@@ -33,7 +33,7 @@ pub(crate) fn gpu_params(
     index: u32,
 ) -> Result<(bellperson::groth16::Parameters<blstrs::Bls12>, GenTimings)> {
     let device = process_device(uuid)?;
-    let lease = ExclusiveDevice::claim(uuid, index, G1FixedBase::charged_bytes());
+    let lease = ExclusiveDevice::assume_unshared(uuid, index, G1FixedBase::charged_bytes());
     let arena = device.reserve(&lease)?;
     let out = {
         let fb = G1FixedBase::new(&arena, &toxic.g1)?;

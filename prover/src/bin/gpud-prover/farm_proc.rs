@@ -479,11 +479,9 @@ pub fn ballast(a: BallastArgs) -> Result<()> {
     for d in &devices {
         let dev = process_device(&d.uuid)?;
         // The ballast is exactly an unmanaged squatter: nobody leases for it.
-        let claim: &'static ExclusiveDevice = Box::leak(Box::new(ExclusiveDevice::claim(
-            d.uuid.clone(),
-            d.ordinal as u32,
-            u64::MAX / 2,
-        )));
+        let claim: &'static ExclusiveDevice = Box::leak(Box::new(
+            ExclusiveDevice::assume_unshared(d.uuid.clone(), d.ordinal as u32, u64::MAX / 2),
+        ));
         let token = claim
             .compute_token()
             .context("exclusive device without compute")?;
