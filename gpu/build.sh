@@ -12,11 +12,12 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 
 BINS=(gpud-cuda-bench gpud-msm-bench)
 TESTS=(gpu msm_gpu)
-# gpud-prover: the CUDA engine's GPU tests, the engines benchmark (bench-engines) and the farm
-# (issue 8's sharing benchmark). The farm runs gpud from the library inside gpud-prover, in a
-# child process of its own (`gpud-prover farm-gpud`, the daemon binary's code with NVML): a
-# separate gpud binary would add 8 MiB to the 60 MiB a device call carries.
-PROVER_BINS=(gpud-prover)
+# gpud-prover: the CUDA engine's GPU tests. gpud-bench (crate bench/): the engines benchmark
+# (`gpud-bench engines`) and the farm (issue 8's sharing benchmark). The farm runs gpud from the
+# library inside gpud-bench, in a child process of its own (`gpud-bench farm-gpud`, the daemon
+# binary's code with NVML): a separate gpud binary would add 8 MiB to the 60 MiB a device call
+# carries.
+BENCH_BINS=(gpud-bench)
 PROVER_TESTS=(prover_gpu)
 
 # GPU_BUILD_OUT builds elsewhere (e.g. to check the build without replacing a prepared .gpu).
@@ -25,8 +26,8 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests"
 
 cargo build --release -p gpud-cuda --bins
-cargo build --release -p gpud-prover --bin gpud-prover
-for b in "${BINS[@]}" "${PROVER_BINS[@]}"; do
+cargo build --release -p gpud-bench --bin gpud-bench
+for b in "${BINS[@]}" "${BENCH_BINS[@]}"; do
     cp "$CARGO_TARGET_DIR/release/$b" "$out/bin/"
 done
 

@@ -19,7 +19,7 @@ command -v setpriv >/dev/null || missing+=(util-linux)
 command -v busctl >/dev/null || missing+=(systemd)
 command -v systemd-socket-activate >/dev/null || missing+=(systemd)
 command -v pkill >/dev/null || missing+=(procps)
-# A TrueType font for the farm's plot (prover/tests/farm.rs draws one).
+# A TrueType font for the farm's plot (bench/tests/farm.rs draws one).
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing: ${missing[*]}"

@@ -8,5 +8,6 @@ mod hostile;
 mod leases;
 mod metrics;
 mod notify;
+mod prover;
 mod reload;
 mod systemd;
