@@ -10,8 +10,8 @@
 //!   (uncompressed G1 points, read without the subgroup check, as the parameter cache does for
 //!   files it wrote itself). The G2 query is left out: the tail does not recompute the G2 sum.
 //! - witness: the A, B, C evaluations, the input and aux assignments and the densities (what
-//!   [`gpud_prover::prove::synthesize`] records), and the G2 sum `Σ b_i·B_i` of that witness, which
-//!   depends on nothing else.
+//!   [`gpud_prover::prove::synthesize`] records), and the G2 sum `Σ b_i·B_i` of that witness,
+//!   which depends on nothing else.
 //!
 //! Both are scratch files of one run on one machine; a magic number and every length are
 //! checked on reading.
