@@ -12,11 +12,12 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 
 BINS=(gpud-cuda-bench gpud-msm-bench)
 TESTS=(gpu msm_gpu)
-# gpud-prover: the CUDA engine's GPU tests, the engines benchmark (bench-engines) and the farm
-# (issue 8's sharing benchmark). The farm runs gpud from the library inside gpud-prover, in a
-# child process of its own (`gpud-prover farm-gpud`, the daemon binary's code with NVML): a
-# separate gpud binary would add 8 MiB to the 60 MiB a device call carries.
-PROVER_BINS=(gpud-prover)
+# gpud-prover: the CUDA engine's GPU tests. gpud-bench (crate bench/): the engines benchmark
+# (`gpud-bench engines`) and the farm (issue 8's sharing benchmark). The farm runs gpud from the
+# library inside gpud-bench, in a child process of its own (`gpud-bench farm-gpud`, the daemon
+# binary's code with NVML): a separate gpud binary would add 8 MiB to the 60 MiB a device call
+# carries.
+BENCH_BINS=(gpud-bench)
 PROVER_TESTS=(prover_gpu)
 
 # GPU_BUILD_OUT builds elsewhere (e.g. to check the build without replacing a prepared .gpu).
@@ -27,8 +28,8 @@ mkdir -p "$out/bin" "$out/tests"
 # The kernel benchmarks and their variants are not part of the product API: they exist only
 # with gpud-cuda's bench-variants feature (its test targets get it through a dev-dependency).
 cargo build --release -p gpud-cuda --features bench-variants --bins
-cargo build --release -p gpud-prover --bin gpud-prover
-for b in "${BINS[@]}" "${PROVER_BINS[@]}"; do
+cargo build --release -p gpud-bench --bin gpud-bench
+for b in "${BINS[@]}" "${BENCH_BINS[@]}"; do
     cp "$CARGO_TARGET_DIR/release/$b" "$out/bin/"
 done
 

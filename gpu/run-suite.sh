@@ -92,7 +92,7 @@ section msm-check 150 "$G/bin/gpud-msm-bench" --check --max-log 24 --json "$OUT/
 section msm-bench 200 "$G/bin/gpud-msm-bench" --bench --json "$OUT/msm-bench.json"
 [ -f "$OUT/msm-bench.log" ] && grep -A 40 "== MSM summary" "$OUT/msm-bench.log" | head -n 45
 
-# --- gpud-prover: the CUDA engine end to end ----------------------------------------------------
+# --- gpud-prover and gpud-bench: the CUDA engine end to end ----------------------------------
 # About 5 minutes together; as their own device call, or split in two:
 #   bash gpu/run-suite.sh prover-tests prover-bench
 # prover-tests: GPU proofs equal bellperson's create_proof bit for bit (synthetic 2^9..2^14,
@@ -102,7 +102,7 @@ section msm-bench 200 "$G/bin/gpud-msm-bench" --bench --json "$OUT/msm-bench.jso
 # parameters from the fast generator (G1 on the GPU), JSON in $OUT/prover-bench.json.
 export GPUD_PROVER_TEST_PARAMS=${GPUD_PROVER_TEST_PARAMS:-/tmp/gpud-prover-test-params}
 section prover-tests 300 "$G/tests/prover_gpu" --ignored --test-threads=1
-section prover-bench 420 "$G/bin/gpud-prover" bench-engines --sizes 20,22 --json "$OUT/prover-bench.json"
+section prover-bench 420 "$G/bin/gpud-bench" engines --sizes 20,22 --json "$OUT/prover-bench.json"
 [ -f "$OUT/prover-bench.log" ] && grep -A 12 "== engines summary" "$OUT/prover-bench.log" | head -n 20
 
 # --- farm: issue 8's sharing benchmark (gpud vs the in-process ideal, no lock, flock) ---------
@@ -118,7 +118,7 @@ section prover-bench 420 "$G/bin/gpud-prover" bench-engines --sizes 20,22 --json
 # partition's footprint is padded to 6 GiB. Results: $OUT/farm*/farm.json (metrics, written
 # after every cell), farm.md (the tables, also printed last), cells/ (every process's report),
 # logs/. Shrink with e.g. --duration 8 --priority-duration 10 --ns 1,2,8; plot here with
-#   gpud-prover farm-plot farm.json docs/farm.png
+#   gpud-bench farm-plot farm.json docs/farm.png
 # A device call brings back at most 8 files: the per-process reports and logs travel as one
 # archive (unpack with `tar xzf cells-logs.tgz` beside farm.json).
 # farm_section NAME TIMEOUT ARGS...: the farm with ARGS into $OUT/NAME (2^21 partitions), only
@@ -127,7 +127,7 @@ farm_section() {
     local name=$1 limit=$2
     shift 2
     named "$name" || return 0
-    section "$name" "$limit" "$G/bin/gpud-prover" farm --out "$OUT/$name" --log-size 21 "$@"
+    section "$name" "$limit" "$G/bin/gpud-bench" farm --out "$OUT/$name" --log-size 21 "$@"
     [ -f "$OUT/$name/farm.md" ] && cat "$OUT/$name/farm.md"
     [ -d "$OUT/$name/cells" ] || return 0
     (cd "$OUT/$name" && tar czf cells-logs.tgz cells logs && rm -rf cells logs)

@@ -19,7 +19,7 @@ command -v setpriv >/dev/null || missing+=(util-linux)
 command -v busctl >/dev/null || missing+=(systemd)
 command -v systemd-socket-activate >/dev/null || missing+=(systemd)
 command -v pkill >/dev/null || missing+=(procps)
-# A TrueType font for the farm's plot (prover/tests/farm.rs draws one).
+# A TrueType font for the farm's plot (bench/tests/farm.rs draws one).
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing: ${missing[*]}"
@@ -34,7 +34,7 @@ export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 cargo fmt --all -- --check
 # The module import graphs have no circle (docs/ARCHITECTURE.md, "The import graph").
 python3 scripts/module-graph.py --self-test
-python3 scripts/module-graph.py --check gpud/src >/dev/null
+python3 scripts/module-graph.py --check gpud/src cuda/src >/dev/null
 cargo clippy --workspace --all-targets -- -D warnings
 # System tests run the real binaries: build them first, with every target at once so that the
 # binaries carry the same features as the tests (a `--bins` build alone leaves dev-dependency

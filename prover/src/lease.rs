@@ -1,15 +1,9 @@
 //! How the pipeline gets its leases: the [`Leaser`] seam, gpud's blocking client
-//! ([`GpudLeaser`]) and an in-process stand-in ([`LocalLeaser`]); and, for the sharing
-//! benchmark ([`crate::farm`]), the two baselines gpud replaces: a per-GPU lock file
-//! ([`FlockLeaser`], bellperson style) and no coordination at all ([`UnlockedLeaser`]).
+//! ([`GpudLeaser`]) and an in-process stand-in ([`LocalLeaser`]). (The benchmark baselines,
+//! a per-GPU lock file and no coordination, are leasers of the `gpud-bench` crate.)
 
-use std::fs::{File, OpenOptions};
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 
 use gpud_client::{ComputeToken, ExclusiveDevice, LeaseId, Reservation};
 use serde::Serialize;
@@ -145,9 +139,8 @@ impl Leaser for GpudLeaser {
     }
 }
 
-/// A lease of a leaser without a daemon ([`LocalLeaser`], [`FlockLeaser`], [`UnlockedLeaser`]):
-/// the device and bytes are claimed without any accounting; what it holds (the in-process
-/// compute slot, the per-GPU lock file) is released when it drops.
+/// A lease of a leaser without a daemon ([`LocalLeaser`]): the device and bytes are claimed
+/// without any accounting; the in-process compute slot (if it holds it) is freed when it drops.
 #[derive(Debug)]
 pub struct FixedLease {
     device: ExclusiveDevice,
@@ -156,17 +149,12 @@ pub struct FixedLease {
     _hold: Hold,
 }
 
-/// A lease of a baseline leaser ([`FlockLeaser`], [`UnlockedLeaser`]).
-pub type BaselineLease = FixedLease;
-
 /// What a [`FixedLease`] holds until it drops.
 #[derive(Debug)]
 enum Hold {
     Nothing,
     /// [`LocalLeaser`]'s compute slot, freed on drop.
     Slot(Arc<(Mutex<bool>, Condvar)>),
-    /// [`FlockLeaser`]'s lock, released with its file.
-    Lock(#[expect(dead_code, reason = "held only to be dropped")] Flock<File>),
 }
 
 impl Drop for Hold {
@@ -229,82 +217,5 @@ impl FixedDevice {
             compute: request.compute,
             _hold: hold,
         }
-    }
-}
-
-/// bellperson's way of sharing a GPU between processes: an exclusive `flock` on a lock file per
-/// GPU, taken around the GPU phase (compute requests only) and released when the lease drops,
-/// before the CPU tail. Waiters block in the kernel, in no particular order and with no notion
-/// of priority or VRAM; a crashed holder's lock goes with its file descriptor.
-#[derive(Debug, Clone)]
-pub struct FlockLeaser {
-    path: PathBuf,
-    device: FixedDevice,
-}
-
-impl FlockLeaser {
-    /// Leases on device `uuid` (index `index`), serialized by `dir/gpu-{index}.lock`.
-    pub fn new(dir: impl AsRef<Path>, uuid: impl Into<String>, index: u32) -> Self {
-        Self {
-            path: dir.as_ref().join(format!("gpu-{index}.lock")),
-            device: FixedDevice::new(uuid, index),
-        }
-    }
-
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Leaser for FlockLeaser {
-    type Lease = BaselineLease;
-
-    fn acquire(&self, request: &LeaseRequest) -> Result<BaselineLease> {
-        if !request.compute {
-            return Ok(self.device.claim(request, Hold::Nothing));
-        }
-        let lock_err =
-            |e: String| ProverError::Lease(format!("lock file {}: {e}", self.path.display()));
-        // Opened afresh for every GPU phase, as bellperson does.
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&self.path)
-            .map_err(|e| lock_err(e.to_string()))?;
-        let lock = loop {
-            match Flock::lock(file, FlockArg::LockExclusive) {
-                Ok(lock) => break lock,
-                Err((f, Errno::EINTR)) => file = f,
-                Err((_, e)) => return Err(lock_err(e.to_string())),
-            }
-        };
-        Ok(self.device.claim(request, Hold::Lock(lock)))
-    }
-}
-
-/// No coordination: every request is "granted" at once, whatever else runs on the device.
-/// What processes sharing a GPU do without gpud or a lock; they find out about each other
-/// from CUDA's out-of-memory errors and from time-slicing.
-#[derive(Debug, Clone)]
-pub struct UnlockedLeaser {
-    device: FixedDevice,
-}
-
-impl UnlockedLeaser {
-    /// Leases on device `uuid` (index `index`).
-    pub fn new(uuid: impl Into<String>, index: u32) -> Self {
-        Self {
-            device: FixedDevice::new(uuid, index),
-        }
-    }
-}
-
-impl Leaser for UnlockedLeaser {
-    type Lease = BaselineLease;
-
-    fn acquire(&self, request: &LeaseRequest) -> Result<BaselineLease> {
-        Ok(self.device.claim(request, Hold::Nothing))
     }
 }

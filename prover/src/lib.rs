@@ -25,11 +25,9 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod bench;
 pub mod circuits;
 pub mod engine;
 pub mod error;
-pub mod farm;
 pub mod fft;
 pub mod lease;
 pub mod msm;

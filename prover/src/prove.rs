@@ -147,7 +147,7 @@ pub fn b_g2_msm(key: &ProvingKey, out: &GpuPhaseOutput) -> G2Projective {
 }
 
 /// `Σ b_i·B_i` over the B query's G2 bases: the inputs present in B, then the aux variables.
-pub(crate) fn b_g2_sum(
+pub fn b_g2_sum(
     bases: &[G2Affine],
     input: &[Scalar],
     aux: &[Scalar],

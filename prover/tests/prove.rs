@@ -139,23 +139,3 @@ fn key_for_another_circuit_is_a_mismatch_error() {
         prove::synthesize(&key, other.with_witness(1), SynthesisOptions::default()).unwrap_err();
     assert!(matches!(err, ProverError::ParamsMismatch(_)), "{err}");
 }
-
-#[test]
-fn the_engines_benchmark_runs_and_compares_proofs() {
-    let (spec, key) = common::key("synthetic", 8);
-    let case = |name| gpud_prover::bench::EngineCase {
-        name,
-        engine: &CpuEngine,
-        device: ("cpu".into(), 0),
-        warmup: 1,
-        reps: 2,
-    };
-    let row = gpud_prover::bench::engines(&spec, &key, &[case("cpu"), case("cpu-again")]).unwrap();
-    assert_eq!(row.runs.len(), 2);
-    assert!(row.proofs_identical);
-    for r in &row.runs {
-        assert!(r.verified && r.reps == 2);
-        assert!(r.gpu_phase.total >= r.gpu_phase.h + r.gpu_phase.msm_l);
-        assert!(r.total >= r.synthesis + r.cpu_tail);
-    }
-}

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use gpud_client::blocking::Client;
 
 pub mod ops;
-pub mod stats;
 
 /// The directory holding the workspace's binaries (`target/debug` or `target/release`).
 pub fn bin_dir() -> PathBuf {

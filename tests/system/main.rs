@@ -10,5 +10,6 @@ mod journal;
 mod leases;
 mod metrics;
 mod notify;
+mod prover;
 mod reload;
 mod systemd;

@@ -2,11 +2,13 @@
 //!
 //! Starts gpud (simulated devices unless NVIDIA GPUs are present), then N `gpud-prover prove`
 //! processes against it; shows `gpudctl status` while they run and a summary when they finish.
-//! The `gpud` and `gpudctl` binaries are taken from beside this one (a workspace build); when
-//! only `gpud-prover` was built (`cargo run -p gpud-prover -- demo`), the daemon runs inside
-//! this process from the gpud library, and the status comes from the client library.
+//! The `gpud` binary is the one named by `--gpud` (or `GPUD_BIN`), else the one beside this
+//! executable (a workspace build), else the first on `PATH`; the prover does not carry the
+//! daemon. `gpudctl` is taken from beside this one too; without it the status comes from the
+//! client library.
 
 use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -47,8 +49,8 @@ pub struct DemoArgs {
     /// Parameter cache directory (see `prove --help`).
     #[arg(long)]
     params_dir: Option<PathBuf>,
-    /// The gpud binary [default: next to this one, else gpud runs inside this process].
-    #[arg(long)]
+    /// The gpud binary [default: next to this one, else the first gpud on PATH].
+    #[arg(long, env = "GPUD_BIN")]
     gpud: Option<PathBuf>,
     /// The gpudctl binary [default: next to this one, else the client library's status].
     #[arg(long)]
@@ -68,6 +70,41 @@ fn sibling(name: &str, given: &Option<PathBuf>) -> Result<Option<PathBuf>> {
     Ok(beside.is_file().then_some(beside))
 }
 
+/// The gpud binary to run: the one given, else beside this executable, else on `PATH`; when
+/// there is none, an error that says what to build.
+fn gpud_binary(given: &Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(bin) = sibling("gpud", given)? {
+        return Ok(bin);
+    }
+    if let Some(bin) = on_path("gpud") {
+        return Ok(bin);
+    }
+    let exe = std::env::current_exe().context("locating gpud-prover")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let release = if dir.ends_with("release") {
+        " --release"
+    } else {
+        ""
+    };
+    bail!(
+        "the demo runs the gpud daemon, and there is no gpud binary beside {} nor on PATH: \
+         build it with `cargo build{release} -p gpud -p gpud-client` (gpudctl too), or name one \
+         with --gpud or GPUD_BIN",
+        exe.display()
+    )
+}
+
+/// The first executable file called `name` in a directory of `PATH`.
+fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
 fn real_gpus_present() -> bool {
     Path::new("/dev/nvidiactl").exists()
         && Command::new("nvidia-smi")
@@ -78,16 +115,12 @@ fn real_gpus_present() -> bool {
             .is_ok_and(|s| s.success())
 }
 
-/// gpud as a child process (stopped with SIGTERM when dropped), or inside this process.
-enum Gpud {
-    Process(Child),
-    /// Ends with this process.
-    InProcess,
-}
+/// gpud as a child process, stopped with SIGTERM when dropped.
+struct Gpud(Child);
 
 impl Drop for Gpud {
     fn drop(&mut self) {
-        let Gpud::Process(child) = self else { return };
+        let child = &mut self.0;
         if let Ok(pid) = i32::try_from(child.id()) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
         }
@@ -101,35 +134,6 @@ impl Drop for Gpud {
         let _ = child.kill();
         let _ = child.wait();
     }
-}
-
-/// Runs the daemon from the gpud library on a thread of this process.
-fn start_in_process(socket: &Path, simulate: Option<&str>) -> Result<()> {
-    let backend: Box<dyn gpud::backend::Backend> = match simulate {
-        Some(spec) => Box::new(gpud::backend::simulated::Simulated::new(spec)?),
-        None => Box::new(gpud::backend::nvml::Nvml::probe()?),
-    };
-    let daemon = gpud::daemon::Daemon {
-        // The demo's own uid is always allowed; no `gpud` group needed for a private socket.
-        config: gpud::config::Config {
-            socket_group: None,
-            ..Default::default()
-        },
-        config_path: None,
-        socket: socket.to_path_buf(),
-        backend,
-        state_dir: socket.parent().map(|d| d.join("state")),
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the daemon's runtime")?;
-    std::thread::spawn(move || {
-        if let Err(e) = runtime.block_on(daemon.run()) {
-            eprintln!("gpud (in-process): {e}");
-        }
-    });
-    Ok(())
 }
 
 /// `gpudctl status`, or the same facts from the client library when gpudctl is not built.
@@ -202,7 +206,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         bail!("--provers and --circuits must not be empty");
     }
     let started = Instant::now();
-    let gpud_bin = sibling("gpud", &a.gpud)?;
+    let gpud_bin = gpud_binary(&a.gpud)?;
     let gpudctl = sibling("gpudctl", &a.gpudctl)?;
     if gpudctl.is_none() {
         println!("(no gpudctl beside gpud-prover: status comes from the client library)");
@@ -235,30 +239,22 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let socket = dir.join("gpud.sock");
     let log_path = dir.join("gpud.log");
     let simulated = a.force_simulate || !real_gpus_present();
-    let mut gpud = match &gpud_bin {
-        Some(bin) => {
-            let mut cmd = Command::new(bin);
-            cmd.arg("--socket")
-                .arg(&socket)
-                .arg("--state-dir")
-                .arg(dir.join("state"))
-                .args(["--dbus", "none"]);
-            if simulated {
-                cmd.args(["--simulate", &a.simulate]);
-            }
-            let log = std::fs::File::create(&log_path)?;
-            Gpud::Process(
-                cmd.stdout(Stdio::null())
-                    .stderr(log)
-                    .spawn()
-                    .with_context(|| format!("starting {}", bin.display()))?,
-            )
-        }
-        None => {
-            start_in_process(&socket, simulated.then_some(a.simulate.as_str()))?;
-            Gpud::InProcess
-        }
-    };
+    let mut cmd = Command::new(&gpud_bin);
+    cmd.arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(["--dbus", "none"]);
+    if simulated {
+        cmd.args(["--simulate", &a.simulate]);
+    }
+    let log = std::fs::File::create(&log_path)?;
+    let mut gpud = Gpud(
+        cmd.stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", gpud_bin.display()))?,
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match gpud_client::blocking::Client::connect(&socket) {
@@ -269,16 +265,15 @@ pub fn run(a: DemoArgs) -> Result<()> {
                 | gpud_client::ClientError::Protocol(_)),
             ) => {
                 bail!(
-                    "{e} (is the gpud beside gpud-prover from another build? rebuild the workspace)"
+                    "{e} (is {} from another build? rebuild gpud and gpud-prover together)",
+                    gpud_bin.display()
                 )
             }
             Err(_) => {}
         }
-        if let Gpud::Process(child) = &mut gpud {
-            if let Some(status) = child.try_wait()? {
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                bail!("gpud exited ({status}): {}", log.trim());
-            }
+        if let Some(status) = gpud.0.try_wait()? {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            bail!("gpud exited ({status}): {}", log.trim());
         }
         if Instant::now() > deadline {
             bail!("gpud did not start; see {}", log_path.display());
@@ -286,17 +281,15 @@ pub fn run(a: DemoArgs) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     println!(
-        "gpud up on {} ({}), {}",
+        "gpud up on {} ({}), {}, log {}",
         socket.display(),
         if simulated {
             format!("simulated {}", a.simulate)
         } else {
             "NVIDIA GPUs".into()
         },
-        match &gpud_bin {
-            Some(bin) => format!("{}, log {}", bin.display(), log_path.display()),
-            None => "inside this process (no gpud binary beside gpud-prover)".into(),
-        }
+        gpud_bin.display(),
+        log_path.display()
     );
 
     let mut provers = Vec::new();

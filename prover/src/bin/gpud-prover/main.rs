@@ -1,20 +1,17 @@
-//! `gpud-prover`: prove, generate parameters, benchmark, demo.
+//! `gpud-prover`: prove, generate parameters, demo. (The benchmarks are `gpud-bench`, in the
+//! workspace's `bench/` crate.)
 
-mod bench_engines;
 mod demo;
-mod farm;
-mod farm_proc;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use gpud_prover::bench::{self, BenchRow};
 use gpud_prover::engine::{CudaEngine, CudaOptions};
 use gpud_prover::lease::{GpudLeaser, LocalLeaser};
 use gpud_prover::pipeline::{self, PipelineConfig, PipelineReport};
-use gpud_prover::{CircuitKind, CircuitSpec, CpuEngine, ParamsCache, ProverError, ProvingKey};
+use gpud_prover::{CircuitSpec, CpuEngine, ParamsCache, ProverError, ProvingKey};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
@@ -34,35 +31,8 @@ enum Command {
     Prove(ProveArgs),
     /// Generate (or check) the cached parameters of a circuit.
     Params(ParamsArgs),
-    /// Compare our CPU prover with bellperson's on the same circuit, sizes 2^FROM..2^TO.
-    Bench(BenchArgs),
     /// Start gpud and several provers sharing its device; show `gpudctl status` and a summary.
     Demo(demo::DemoArgs),
-    /// Full proofs on the CPU and CUDA engines, split by stage, with parameters from the fast
-    /// generator (GPU); the issue's benchmark (2^20 and 2^22 by default).
-    BenchEngines(BenchEnginesArgs),
-    /// Several provers sharing a GPU through gpud, against the in-process ideal, no lock and
-    /// flock: throughput, GPU busy, out-of-memory, waits, priority, several GPUs (issue 8).
-    Farm(farm::FarmArgs),
-    /// Draw the PNG of a farm run from its farm.json.
-    FarmPlot(farm::PlotArgs),
-    /// One prover process of the farm (started by `farm`).
-    #[command(hide = true)]
-    FarmWorker(farm_proc::WorkerArgs),
-    /// The farm's workload bundle (started by `farm`).
-    #[command(hide = true)]
-    FarmPrepare(farm_proc::PrepareArgs),
-    /// Holds all but --leave of every GPU (started by `farm`).
-    #[command(hide = true)]
-    FarmBallast(farm_proc::BallastArgs),
-    /// gpud from the library (started by `farm` when no gpud binary is beside this one).
-    #[command(hide = true)]
-    FarmGpud(farm_proc::GpudArgs),
-}
-
-/// A byte size on the command line (`6GiB`, `4096`).
-fn size(s: &str) -> Result<u64> {
-    gpud_client::proto::parse_size(s).with_context(|| format!("size {s:?}"))
 }
 
 #[derive(Args, Clone)]
@@ -185,61 +155,12 @@ struct ParamsArgs {
     check: bool,
 }
 
-#[derive(Args)]
-struct BenchArgs {
-    #[command(flatten)]
-    common: CircuitArgs,
-    /// Smallest log size.
-    #[arg(long, default_value_t = 10)]
-    from: u32,
-    /// Largest log size.
-    #[arg(long, default_value_t = 16)]
-    to: u32,
-    /// Timed repetitions per size (after one warm-up).
-    #[arg(long, default_value_t = 3)]
-    reps: usize,
-    /// Also print a Markdown table (for BENCHMARKS.md).
-    #[arg(long)]
-    markdown: bool,
-}
-
-#[derive(Args)]
-struct BenchEnginesArgs {
-    /// Circuit (synthetic, poseidon or sha256).
-    #[arg(long, default_value = "synthetic")]
-    circuit: String,
-    /// log2 sizes, comma separated.
-    #[arg(long, value_delimiter = ',', default_values_t = [20u32, 22])]
-    sizes: Vec<u32>,
-    /// Timed proofs per CUDA engine (after one warm-up).
-    #[arg(long, default_value_t = 3)]
-    reps: usize,
-    /// Timed proofs on the CPU engine (a warm-up too at sizes up to 2^20).
-    #[arg(long, default_value_t = 1)]
-    cpu_reps: usize,
-    /// Also generate the parameters on the CPU and require the GPU's to be identical, up to
-    /// this size.
-    #[arg(long, default_value_t = 20)]
-    check_params_up_to: u32,
-    /// Write the results as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
-}
-
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Prove(a) => prove(a),
         Command::Params(a) => params(a),
-        Command::Bench(a) => bench_cmd(a),
         Command::Demo(a) => demo::run(a),
-        Command::BenchEngines(a) => bench_engines::run(a),
-        Command::Farm(a) => farm::run(a),
-        Command::FarmPlot(a) => farm::plot_cmd(a),
-        Command::FarmWorker(a) => farm_proc::worker(a),
-        Command::FarmPrepare(a) => farm_proc::prepare(a),
-        Command::FarmBallast(a) => farm_proc::ballast(a),
-        Command::FarmGpud(a) => farm_proc::gpud(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -441,64 +362,6 @@ fn print_report(r: &PipelineReport, json: bool) -> Result<()> {
             "VERIFICATION FAILED: {ok} of {} partition proofs verified",
             r.proofs * r.partitions
         );
-    }
-    Ok(())
-}
-
-fn bench_cmd(a: BenchArgs) -> Result<()> {
-    let kind = CircuitKind::from_name(&a.common.circuit)?;
-    if a.from > a.to {
-        bail!("--from {} is larger than --to {}", a.from, a.to);
-    }
-    let cache = a.common.cache();
-    let mut rows: Vec<BenchRow> = Vec::new();
-    for k in a.from..=a.to {
-        let spec = CircuitSpec::new(kind, k)?;
-        let key = load_key(&cache, &spec, true, a.common.json)?;
-        let pb = spinner(format!("benchmarking {spec}"), a.common.json);
-        let row =
-            bench::run(&spec, &key, a.reps).with_context(|| format!("benchmarking {spec}"))?;
-        pb.finish_and_clear();
-        if !a.common.json {
-            println!(
-                "{spec}: ours {:.3} s (synth {:.3}, H {:.3}, G1 {:.3}, tail {:.3}) bellperson {:.3} s ratio {:.2}",
-                row.ours.total,
-                row.ours.synthesis,
-                row.ours.h,
-                row.ours.g1_msms,
-                row.ours.cpu_tail,
-                row.bellperson,
-                row.ratio
-            );
-        }
-        rows.push(row);
-    }
-    if a.common.json {
-        println!(
-            "{}",
-            serde_json::json!({ "rows": rows, "threads": rayon::current_num_threads() })
-        );
-    }
-    if a.markdown {
-        println!(
-            "\n| circuit | k | constraints | ours (s) | synthesis | H (7 FFTs) | G1 MSMs | CPU tail | bellperson (s) | ratio |"
-        );
-        println!("|---|---|---|---|---|---|---|---|---|---|");
-        for r in &rows {
-            println!(
-                "| {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} |",
-                r.circuit,
-                r.log_size,
-                r.constraints,
-                r.ours.total,
-                r.ours.synthesis,
-                r.ours.h,
-                r.ours.g1_msms,
-                r.ours.cpu_tail,
-                r.bellperson,
-                r.ratio
-            );
-        }
     }
     Ok(())
 }

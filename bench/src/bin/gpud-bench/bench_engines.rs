@@ -1,12 +1,12 @@
-//! `gpud-prover bench-engines`: full proofs on the CPU and CUDA engines, same key, same
+//! `gpud-bench engines`: full proofs on the CPU and CUDA engines, same key, same
 //! machine, one run, split by stage; parameters from the fast generator (G1 on the GPU).
 
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use gpud_bench::proofs::{self, EngineCase, EnginesRow};
 use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_cuda::fixed_base::G1FixedBase;
-use gpud_prover::bench::{self, EngineCase, EnginesRow};
 use gpud_prover::engine::{CpuEngine, CudaEngine, CudaOptions, process_device};
 use gpud_prover::paramgen::{self, G1Backend, GenTimings, Toxic};
 use gpud_prover::{CircuitKind, CircuitSpec, ProvingKey};
@@ -55,7 +55,7 @@ fn param_bytes(p: &bellperson::groth16::Parameters<blstrs::Bls12>) -> Result<Vec
 pub fn run(a: BenchEnginesArgs) -> Result<()> {
     let kind = CircuitKind::from_name(&a.circuit)?;
     let gpu = gpud_cuda::driver::list_devices()
-        .context("bench-engines needs a CUDA GPU")?
+        .context("gpud-bench engines needs a CUDA GPU")?
         .into_iter()
         .next()
         .context("no CUDA device is visible")?;
@@ -144,7 +144,7 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
             },
         ];
         let row =
-            bench::engines(&spec, &key, &cases).with_context(|| format!("benchmarking {spec}"))?;
+            proofs::engines(&spec, &key, &cases).with_context(|| format!("benchmarking {spec}"))?;
         // The warm-up pinned them: this returns the bytes without pinning again.
         let pinned = uploads.pin_bases(&key, process_device(&gpu.uuid)?)?;
         println!(

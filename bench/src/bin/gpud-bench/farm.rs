@@ -1,4 +1,4 @@
-//! `gpud-prover farm`: issue 8's benchmark driver. Several prover processes share a GPU through
+//! `gpud-bench farm`: issue 8's benchmark driver. Several prover processes share a GPU through
 //! gpud, against the in-process ideal, no coordination and a per-GPU flock, in one run:
 //!
 //! 1. `farm-prepare`: the workload bundle (fast parameters, witnesses) for the normal and the
@@ -16,7 +16,7 @@
 //!
 //! Every process's report goes to `OUT/cells/`, the metrics to `OUT/farm.json`, the tables to
 //! `OUT/farm.md` (printed last), the plot to `OUT/farm.png` (when a font is found).
-//! See `gpud_prover::farm` for what is modeled and why.
+//! See `gpud_bench::farm` for what is modeled and why.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use gpud_prover::farm::analysis::{
+use gpud_bench::farm::analysis::{
     Calibration, CellMetrics, CellSpec, Dist, FarmResults, HostInfo, NvmlSample, ProcessOutcome,
     RunConfig,
 };
-use gpud_prover::farm::worker::{Outcome, Window, WorkerReport, now_unix_ns};
-use gpud_prover::farm::{plot, simvram};
+use gpud_bench::farm::worker::{Outcome, Window, WorkerReport, now_unix_ns};
+use gpud_bench::farm::{plot, simvram};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -148,7 +148,7 @@ pub struct PlotArgs {
     font: Option<PathBuf>,
 }
 
-/// `gpud-prover farm-plot results.json out.png`.
+/// `gpud-bench farm-plot results.json out.png`.
 pub fn plot_cmd(a: PlotArgs) -> Result<()> {
     let text = std::fs::read_to_string(&a.results)
         .with_context(|| format!("reading {}", a.results.display()))?;
@@ -459,7 +459,7 @@ impl Farm {
         self.devices.first().context("gpud lists no device")
     }
 
-    /// Runs `gpud-prover farm-prepare` for a size; returns its JSON summary.
+    /// Runs `gpud-bench farm-prepare` for a size; returns its JSON summary.
     fn prepare(&self, log_size: u32, witnesses: usize) -> Result<Value> {
         let t = Instant::now();
         let mut cmd = Command::new(&self.me);
@@ -697,7 +697,7 @@ impl Farm {
             )
         });
         let metrics =
-            gpud_prover::farm::analysis::cell_metrics(&spec, duration, &processes, &samples);
+            gpud_bench::farm::analysis::cell_metrics(&spec, duration, &processes, &samples);
         let raw = serde_json::json!({
             "name": spec.name, "mode": spec.mode, "n": spec.n, "placement": spec.placement,
             "devices": spec.devices, "window": [window.start_unix_ns.to_string(), window.end_unix_ns.to_string()],
@@ -987,7 +987,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
     if a.duration <= 0.0 || a.witnesses == 0 {
         bail!("--duration and --witnesses must be positive");
     }
-    let me = std::env::current_exe().context("locating gpud-prover")?;
+    let me = std::env::current_exe().context("locating gpud-bench")?;
     let out = a
         .out
         .clone()
@@ -1345,7 +1345,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
             Err(e) => format!("plot failed: {e}"),
         },
         (false, None) => format!(
-            "no font here: `gpud-prover farm-plot {} farm.png` elsewhere",
+            "no font here: `gpud-bench farm-plot {} farm.png` elsewhere",
             json_path.display()
         ),
     };

@@ -18,9 +18,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use gpud_bench::stats::{Summary, summarize};
 use gpud_client::{Client, LeaseRequest};
 use gpud_tests::Daemon;
-use gpud_tests::stats::{Summary, summarize};
 use nix::fcntl::{Flock, FlockArg};
 
 struct Options {

@@ -1,4 +1,5 @@
-//! Our CPU prover against bellperson's `create_random_proof`, same circuit, key and machine.
+//! Whole proofs timed by stage: our CPU prover against bellperson's `create_random_proof`, same
+//! circuit, key and machine ([`run`]), and engines against each other on one key ([`engines`]).
 
 use std::time::Instant;
 
@@ -10,12 +11,12 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 
-use crate::circuits::CircuitSpec;
-use crate::engine::CpuEngine;
-use crate::error::{ProverError, Result};
-use crate::params::ProvingKey;
-use crate::prove;
-use crate::synthesis::SynthesisOptions;
+use gpud_prover::circuits::CircuitSpec;
+use gpud_prover::engine::CpuEngine;
+use gpud_prover::error::{ProverError, Result};
+use gpud_prover::params::ProvingKey;
+use gpud_prover::prove;
+use gpud_prover::synthesis::SynthesisOptions;
 
 /// Per-stage seconds of one of our proofs.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -130,7 +131,7 @@ pub struct EngineRun {
     /// Witness synthesis.
     pub synthesis: f64,
     /// The GPU phase, by stage (for the CPU engine: the same stages on the CPU).
-    pub gpu_phase: crate::engine::PhaseTimings,
+    pub gpu_phase: gpud_prover::engine::PhaseTimings,
     /// G2 MSM for B and the assembly.
     pub cpu_tail: f64,
     /// Synthesis + GPU phase + CPU tail.
@@ -160,7 +161,7 @@ pub struct EnginesRow {
 }
 
 /// One timed proof: synthesis, GPU phase by stage, CPU tail, total.
-type Sample = (f64, crate::engine::PhaseTimings, f64, f64);
+type Sample = (f64, gpud_prover::engine::PhaseTimings, f64, f64);
 
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
@@ -175,7 +176,7 @@ pub struct EngineCase<'a> {
     /// Name in the report.
     pub name: &'a str,
     /// The engine.
-    pub engine: &'a dyn crate::engine::Engine,
+    pub engine: &'a dyn gpud_prover::engine::Engine,
     /// Runs the GPU phases under this lease's device (a CUDA engine's GPU); the leases are
     /// claimed here (`ExclusiveDevice`): the benchmark owns the GPU.
     pub device: (String, u32),
@@ -252,7 +253,7 @@ pub fn engines(
         }
         result?;
         let pick = |f: &dyn Fn(&Sample) -> f64| median(samples.iter().map(f).collect());
-        let phase = crate::engine::PhaseTimings {
+        let phase = gpud_prover::engine::PhaseTimings {
             h: pick(&|s| s.1.h),
             msm_h: pick(&|s| s.1.msm_h),
             msm_l: pick(&|s| s.1.msm_l),

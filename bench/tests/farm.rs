@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use gpud_prover::farm::analysis::{CellMetrics, FarmResults};
+use gpud_bench::farm::analysis::{CellMetrics, FarmResults};
 
 fn cell<'a>(cells: &'a [CellMetrics], name: &str) -> &'a CellMetrics {
     cells
@@ -20,7 +20,7 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
     let out = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let run = run_ok(
-        Command::new(env!("CARGO_BIN_EXE_gpud-prover"))
+        Command::new(env!("CARGO_BIN_EXE_gpud-bench"))
             .args(["farm", "--simulate", "--sim-gpus", "2"])
             .args(["--log-size", "10", "--critical-log-size", "8"])
             .args(["--ns", "1,2", "--duration", "1.5", "--calibrate-secs", "1"])
@@ -156,7 +156,7 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
     assert_png(&out.path().join("farm.png"));
     let again = out.path().join("again.png");
     run_ok(
-        Command::new(env!("CARGO_BIN_EXE_gpud-prover"))
+        Command::new(env!("CARGO_BIN_EXE_gpud-bench"))
             .arg("farm-plot")
             .arg(out.path().join("farm.json"))
             .arg(&again),
@@ -166,7 +166,7 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
 
 /// Runs `cmd` to its end and fails the test, with its output, unless it succeeded.
 fn run_ok(cmd: &mut Command) -> std::process::Output {
-    let out = cmd.output().expect("running gpud-prover");
+    let out = cmd.output().expect("running gpud-bench");
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}\n{}",
@@ -192,7 +192,7 @@ fn assert_png(path: &Path) {
 #[test]
 fn a_worker_that_cannot_pin_says_why_and_proves_on() {
     let bundle = tempfile::tempdir().unwrap();
-    let exe = env!("CARGO_BIN_EXE_gpud-prover");
+    let exe = env!("CARGO_BIN_EXE_gpud-bench");
     run_ok(
         Command::new(exe)
             .args(["farm-prepare", "--log-size", "8", "--witnesses", "1"])
@@ -208,7 +208,7 @@ fn a_worker_that_cannot_pin_says_why_and_proves_on() {
             .arg(bundle.path()),
     );
     let stdout = String::from_utf8_lossy(&run.stdout);
-    let report: gpud_prover::farm::worker::WorkerReport = stdout
+    let report: gpud_bench::farm::worker::WorkerReport = stdout
         .lines()
         .rev()
         .find_map(|l| serde_json::from_str(l).ok())

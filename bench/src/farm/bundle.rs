@@ -10,8 +10,8 @@
 //!   (uncompressed G1 points, read without the subgroup check, as the parameter cache does for
 //!   files it wrote itself). The G2 query is left out: the tail does not recompute the G2 sum.
 //! - witness: the A, B, C evaluations, the input and aux assignments and the densities (what
-//!   [`crate::prove::synthesize`] records), and the G2 sum `Σ b_i·B_i` of that witness, which
-//!   depends on nothing else.
+//!   [`gpud_prover::prove::synthesize`] records), and the G2 sum `Σ b_i·B_i` of that witness,
+//!   which depends on nothing else.
 //!
 //! Both are scratch files of one run on one machine; a magic number and every length are
 //! checked on reading.
@@ -27,11 +27,11 @@ use group::Curve;
 use rayon::prelude::*;
 
 use super::{FarmError, FarmResult, io_err};
-use crate::circuits::{CircuitKind, CircuitSpec};
-use crate::engine::G1Scalars;
-use crate::fft::Domain;
-use crate::params::ProvingKey;
-use crate::synthesis::{Density, SynthesisOptions};
+use gpud_prover::circuits::{CircuitKind, CircuitSpec};
+use gpud_prover::engine::G1Scalars;
+use gpud_prover::fft::Domain;
+use gpud_prover::params::ProvingKey;
+use gpud_prover::synthesis::{Density, SynthesisOptions};
 
 const KEY_MAGIC: &[u8; 8] = b"GPUDFK01";
 const WITNESS_MAGIC: &[u8; 8] = b"GPUDFW01";
@@ -124,10 +124,12 @@ impl FarmWitness {
         params: &Parameters<Bls12>,
         seed: u64,
     ) -> FarmResult<Self> {
-        let cs =
-            crate::synthesis::synthesize(spec.with_witness(seed), SynthesisOptions::default())?;
+        let cs = gpud_prover::synthesis::synthesize(
+            spec.with_witness(seed),
+            SynthesisOptions::default(),
+        )?;
         let domain = Domain::for_constraints(cs.num_constraints())?;
-        let crate::synthesis::ProvingAssignment {
+        let gpud_prover::synthesis::ProvingAssignment {
             a,
             b,
             c,
@@ -141,14 +143,19 @@ impl FarmWitness {
         let b_in = b_input_density.count();
         let b_total = b_in + b_aux_density.count();
         if params.b_g2.len() != b_total {
-            return Err(crate::ProverError::ParamsMismatch(format!(
+            return Err(gpud_prover::ProverError::ParamsMismatch(format!(
                 "B query in G2: key has {}, circuit needs {b_total}",
                 params.b_g2.len()
             ))
             .into());
         }
-        let b_g2 =
-            crate::prove::b_g2_sum(&params.b_g2, &input, &aux, &b_input_density, &b_aux_density);
+        let b_g2 = gpud_prover::prove::b_g2_sum(
+            &params.b_g2,
+            &input,
+            &aux,
+            &b_input_density,
+            &b_aux_density,
+        );
         Ok(Self {
             seed,
             domain,
@@ -201,7 +208,7 @@ impl FarmWitness {
         ];
         for (what, k, w) in checks {
             if k != w {
-                return Err(crate::ProverError::ParamsMismatch(format!(
+                return Err(gpud_prover::ProverError::ParamsMismatch(format!(
                     "{what}: key {} has {k}, witness {} needs {w}",
                     key.name(),
                     self.seed
@@ -210,7 +217,7 @@ impl FarmWitness {
             }
         }
         if [self.b.len(), self.c.len()] != [self.a.len(); 2] || self.a.len() > self.domain.size() {
-            return Err(crate::ProverError::ParamsMismatch(format!(
+            return Err(gpud_prover::ProverError::ParamsMismatch(format!(
                 "witness {}: {} / {} / {} evaluations for a domain of {}",
                 self.seed,
                 self.a.len(),
@@ -482,8 +489,8 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::paramgen::{self, G1Backend, Toxic};
     use blstrs::G2Projective;
+    use gpud_prover::paramgen::{self, G1Backend, Toxic};
     use rand::SeedableRng;
 
     #[test]
@@ -515,11 +522,11 @@ mod tests {
         // A proof from the bundle's key and witness (GPU phase on the CPU engine, the cached
         // G2 sum) verifies; the same with a damaged G2 sum does not.
         let lease = gpud_client::ExclusiveDevice::assume_unshared("cpu", 0, u64::MAX);
-        let out = crate::engine::Engine::gpu_phase(
-            &crate::CpuEngine,
+        let out = gpud_prover::engine::Engine::gpu_phase(
+            &gpud_prover::CpuEngine,
             &lease,
             &key,
-            crate::engine::PhaseInput {
+            gpud_prover::engine::PhaseInput {
                 domain: &back.domain,
                 a: back.a.clone(),
                 b: back.b.clone(),
@@ -529,10 +536,10 @@ mod tests {
         )
         .unwrap();
         let (r, s) = (Scalar::from(5u64), Scalar::from(7u64));
-        let proof = crate::prove::assemble(&key, &out.sums, back.b_g2.into(), r, s).unwrap();
+        let proof = gpud_prover::prove::assemble(&key, &out.sums, back.b_g2.into(), r, s).unwrap();
         assert!(key.verify(&proof, back.public_inputs()).unwrap());
         let wrong = G2Projective::from(back.b_g2) + G2Projective::from(back.b_g2);
-        let proof = crate::prove::assemble(&key, &out.sums, wrong, r, s).unwrap();
+        let proof = gpud_prover::prove::assemble(&key, &out.sums, wrong, r, s).unwrap();
         assert!(!key.verify(&proof, back.public_inputs()).unwrap());
 
         // Damage is a typed error, not a panic.

@@ -1,6 +1,6 @@
-//! The processes the farm driver starts (hidden subcommands of `gpud-prover`):
+//! The processes the farm driver starts (hidden subcommands of `gpud-bench`):
 //!
-//! - `farm-worker`: one prover process (see `gpud_prover::farm::worker`); prints a `ready` JSON
+//! - `farm-worker`: one prover process (see `gpud_bench::farm::worker`); prints a `ready` JSON
 //!   line once set up, waits for `go START END` on stdin (`--sync`) or starts at once
 //!   (`--duration`), and prints its report as one JSON line at the end of the window.
 //! - `farm-prepare`: the workload bundle (key from the fast parameter generator, witnesses).
@@ -14,14 +14,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
+use gpud_bench::baseline::{FlockLeaser, UnlockedLeaser};
+use gpud_bench::farm::bundle::{self, FarmWitness};
+use gpud_bench::farm::worker::{self, PhaseMemory, Window, WorkerOptions, WorkerReport, Workload};
+use gpud_bench::farm::{FarmError, LockKind};
 use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_prover::engine::{CudaEngine, CudaOptions, Engine, process_device};
-use gpud_prover::farm::bundle::{self, FarmWitness};
-use gpud_prover::farm::worker::{self, PhaseMemory, Window, WorkerOptions, WorkerReport, Workload};
-use gpud_prover::farm::{FarmError, LockKind};
-use gpud_prover::lease::{
-    FlockLeaser, GpudLeaser, LeaseRequest, Leaser, LocalLeaser, UnlockedLeaser,
-};
+use gpud_prover::lease::{GpudLeaser, LeaseRequest, Leaser, LocalLeaser};
 use gpud_prover::paramgen::{self, G1Backend, Toxic};
 use gpud_prover::{CircuitSpec, CpuEngine};
 use rand::SeedableRng;
@@ -320,7 +319,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
     let context_total = context_vram * context_leases.len() as u64;
     let memory = match &a.sim_vram {
         Some(s) => {
-            let (dir, capacity) = gpud_prover::farm::simvram::SimVram::parse_spec(s)
+            let (dir, capacity) = gpud_bench::farm::simvram::SimVram::parse_spec(s)
                 .context("--sim-vram takes DIR:SIZE")?;
             PhaseMemory::Sim { dir, capacity }
         }

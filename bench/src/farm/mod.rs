@@ -1,7 +1,7 @@
 //! The sharing benchmark of issue 8 ("farm"): several provers sharing one GPU through gpud,
 //! against the in-process ideal, no coordination, and a per-GPU `flock`.
 //!
-//! The driver (`gpud-prover farm`, in the binary) starts the pieces and runs every cell; this
+//! The driver (`gpud-bench farm`, in the binary) starts the pieces and runs every cell; this
 //! module holds what a prover process does and what the driver computes:
 //!
 //! - [`bundle`]: the workload on disk, written once per run by `farm-prepare`: a proving key
@@ -111,7 +111,7 @@ pub enum FarmError {
     },
     /// The prover failed (synthesis, parameters, an engine).
     #[error(transparent)]
-    Prover(#[from] crate::ProverError),
+    Prover(#[from] gpud_prover::ProverError),
     /// Drawing the plot failed.
     #[error("plot: {0}")]
     Plot(String),

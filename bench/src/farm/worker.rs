@@ -30,11 +30,11 @@ use serde::{Deserialize, Serialize};
 use super::bundle::{self, FarmWitness};
 use super::simvram::{SimAlloc, SimVram};
 use super::{FarmResult, LockKind};
-use crate::circuits::CircuitSpec;
-use crate::engine::{Engine, PhaseInput, PhaseOutput};
-use crate::error::ProverError;
-use crate::lease::{LeaseRequest, Leaser};
-use crate::params::ProvingKey;
+use gpud_prover::circuits::CircuitSpec;
+use gpud_prover::engine::{Engine, PhaseInput, PhaseOutput};
+use gpud_prover::error::ProverError;
+use gpud_prover::lease::{LeaseRequest, Leaser};
+use gpud_prover::params::ProvingKey;
 
 /// Now as Unix nanoseconds.
 pub fn now_unix_ns() -> u128 {
@@ -395,7 +395,7 @@ impl PhaseMemory {
         &self,
         lease: &dyn Reservation,
         pad: u64,
-        phase: impl FnOnce(&dyn Reservation) -> crate::Result<T>,
+        phase: impl FnOnce(&dyn Reservation) -> gpud_prover::Result<T>,
     ) -> Result<(T, f64), PhaseFailure> {
         match self {
             PhaseMemory::Plain => phase(lease).map(|t| (t, 0.0)).map_err(failure),
@@ -431,7 +431,8 @@ impl PhaseMemory {
             PhaseMemory::Cuda => {
                 let t0 = Instant::now();
                 let cuda = |e: gpud_cuda::Error| failure(ProverError::Cuda(e));
-                let dev = crate::engine::process_device(lease.device_uuid()).map_err(failure)?;
+                let dev =
+                    gpud_prover::engine::process_device(lease.device_uuid()).map_err(failure)?;
                 let pad_part = Part {
                     inner: lease,
                     bytes: pad,
@@ -632,7 +633,7 @@ impl<E: Engine, L: Leaser> Ctx<E, L> {
                         self.opts.seed ^ ((lane as u64) << 40) ^ iteration as u64,
                     );
                     let (r, s) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
-                    let checked = crate::prove::assemble(key, &out.sums, w.b_g2.into(), r, s)
+                    let checked = gpud_prover::prove::assemble(key, &out.sums, w.b_g2.into(), r, s)
                         .and_then(|p| key.verify(&p, w.public_inputs()));
                     match checked {
                         Ok(true) => rec.outcome = Outcome::Ok,
@@ -773,8 +774,8 @@ where
 mod tests {
     use super::*;
     use crate::farm::bundle::{key_path, witness_path, write_key};
-    use crate::lease::LocalLeaser;
-    use crate::paramgen::{self, G1Backend, Toxic};
+    use gpud_prover::lease::LocalLeaser;
+    use gpud_prover::paramgen::{self, G1Backend, Toxic};
 
     #[test]
     fn go_lines_round_trip() {
@@ -821,7 +822,7 @@ mod tests {
         };
         let window = Window::starting_in(Duration::from_millis(20), Duration::from_millis(800));
         let out = run(
-            Arc::new(crate::CpuEngine),
+            Arc::new(gpud_prover::CpuEngine),
             Arc::new(LocalLeaser::default()),
             work,
             Arc::new(sim),
@@ -881,8 +882,8 @@ mod tests {
         };
         let window = Window::starting_in(Duration::from_millis(20), Duration::from_millis(800));
         let out = run(
-            Arc::new(crate::CpuEngine),
-            Arc::new(crate::lease::UnlockedLeaser::new("sim", 0)),
+            Arc::new(gpud_prover::CpuEngine),
+            Arc::new(crate::baseline::UnlockedLeaser::new("sim", 0)),
             work,
             Arc::new(sim),
             opts,

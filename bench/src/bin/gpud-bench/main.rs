@@ -1,0 +1,237 @@
+//! `gpud-bench`: the prover's benchmarks (`vs-bellperson`, `engines`) and the sharing farm
+//! (`farm`, `farm-plot`, and the processes `farm` starts, hidden from `--help`).
+
+mod bench_engines;
+mod farm;
+mod farm_proc;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use gpud_bench::proofs::{self, BenchRow};
+use gpud_prover::{CircuitKind, CircuitSpec, ParamsCache, ProverError, ProvingKey};
+use indicatif::ProgressBar;
+
+#[derive(Parser)]
+#[command(
+    name = "gpud-bench",
+    version,
+    about = "Benchmarks of the gpud prover and of GPU sharing through gpud"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compare our CPU prover with bellperson's on the same circuit, sizes 2^FROM..2^TO.
+    VsBellperson(BenchArgs),
+    /// Full proofs on the CPU and CUDA engines, split by stage, with parameters from the fast
+    /// generator (GPU); the issue's benchmark (2^20 and 2^22 by default).
+    Engines(BenchEnginesArgs),
+    /// Several provers sharing a GPU through gpud, against the in-process ideal, no lock and
+    /// flock: throughput, GPU busy, out-of-memory, waits, priority, several GPUs (issue 8).
+    Farm(farm::FarmArgs),
+    /// Draw the PNG of a farm run from its farm.json.
+    FarmPlot(farm::PlotArgs),
+    /// One prover process of the farm (started by `farm`).
+    #[command(hide = true)]
+    FarmWorker(farm_proc::WorkerArgs),
+    /// The farm's workload bundle (started by `farm`).
+    #[command(hide = true)]
+    FarmPrepare(farm_proc::PrepareArgs),
+    /// Holds all but --leave of every GPU (started by `farm`).
+    #[command(hide = true)]
+    FarmBallast(farm_proc::BallastArgs),
+    /// gpud from the library (started by `farm` unless --gpud names a binary).
+    #[command(hide = true)]
+    FarmGpud(farm_proc::GpudArgs),
+}
+
+/// A byte size on the command line (`6GiB`, `4096`).
+fn size(s: &str) -> Result<u64> {
+    gpud_client::proto::parse_size(s).with_context(|| format!("size {s:?}"))
+}
+
+/// Which engine runs the GPU phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum EngineArg {
+    /// `cuda` when a CUDA driver and a GPU are present, else `cpu`.
+    Auto,
+    /// H polynomial and G1 MSMs on the GPU.
+    Cuda,
+    /// Everything on the CPU.
+    Cpu,
+}
+
+impl EngineArg {
+    /// `Auto` resolved on this machine.
+    fn resolve(self) -> EngineArg {
+        match self {
+            EngineArg::Auto => {
+                let gpu = gpud_cuda::driver::list_devices().is_ok_and(|d| !d.is_empty());
+                if gpu { EngineArg::Cuda } else { EngineArg::Cpu }
+            }
+            e => e,
+        }
+    }
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Circuit: synthetic, poseidon or sha256.
+    #[arg(long, default_value = "synthetic")]
+    circuit: String,
+    /// Parameter cache directory [default: $GPUD_PROVER_PARAMS, $XDG_CACHE_HOME/gpud-prover,
+    /// ~/.cache/gpud-prover or /var/tmp/gpud-prover].
+    #[arg(long)]
+    params_dir: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Smallest log size.
+    #[arg(long, default_value_t = 10)]
+    from: u32,
+    /// Largest log size.
+    #[arg(long, default_value_t = 16)]
+    to: u32,
+    /// Timed repetitions per size (after one warm-up).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Also print a Markdown table (for BENCHMARKS.md).
+    #[arg(long)]
+    markdown: bool,
+}
+
+#[derive(Args)]
+struct BenchEnginesArgs {
+    /// Circuit (synthetic, poseidon or sha256).
+    #[arg(long, default_value = "synthetic")]
+    circuit: String,
+    /// log2 sizes, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [20u32, 22])]
+    sizes: Vec<u32>,
+    /// Timed proofs per CUDA engine (after one warm-up).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Timed proofs on the CPU engine (a warm-up too at sizes up to 2^20).
+    #[arg(long, default_value_t = 1)]
+    cpu_reps: usize,
+    /// Also generate the parameters on the CPU and require the GPU's to be identical, up to
+    /// this size.
+    #[arg(long, default_value_t = 20)]
+    check_params_up_to: u32,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::VsBellperson(a) => vs_bellperson(a),
+        Command::Engines(a) => bench_engines::run(a),
+        Command::Farm(a) => farm::run(a),
+        Command::FarmPlot(a) => farm::plot_cmd(a),
+        Command::FarmWorker(a) => farm_proc::worker(a),
+        Command::FarmPrepare(a) => farm_proc::prepare(a),
+        Command::FarmBallast(a) => farm_proc::ballast(a),
+        Command::FarmGpud(a) => farm_proc::gpud(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpud-bench: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn spinner(msg: String, json: bool) -> ProgressBar {
+    if json {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new_spinner().with_message(msg);
+    pb.enable_steady_tick(Duration::from_millis(120));
+    pb
+}
+
+/// Loads cached parameters, or generates them (with a spinner) when missing or damaged.
+fn load_key(cache: &ParamsCache, spec: &CircuitSpec, json: bool) -> Result<ProvingKey> {
+    match cache.load(spec) {
+        Ok(key) => Ok(key),
+        Err(ProverError::ParamsMissing { .. } | ProverError::ParamsCorrupt { .. }) => {
+            let pb = spinner(
+                format!("generating parameters for {spec} (slow; cached afterwards)"),
+                json,
+            );
+            let key = cache
+                .generate(spec, &mut rand::thread_rng())
+                .with_context(|| format!("generating parameters for {spec}"))?;
+            pb.finish_and_clear();
+            Ok(key)
+        }
+        Err(e) => Err(e).context(format!("loading parameters for {spec}")),
+    }
+}
+
+fn vs_bellperson(a: BenchArgs) -> Result<()> {
+    let kind = CircuitKind::from_name(&a.circuit)?;
+    if a.from > a.to {
+        bail!("--from {} is larger than --to {}", a.from, a.to);
+    }
+    let cache = ParamsCache::new(a.params_dir.unwrap_or_else(ParamsCache::default_dir));
+    let mut rows: Vec<BenchRow> = Vec::new();
+    for k in a.from..=a.to {
+        let spec = CircuitSpec::new(kind, k)?;
+        let key = load_key(&cache, &spec, a.json)?;
+        let pb = spinner(format!("benchmarking {spec}"), a.json);
+        let row =
+            proofs::run(&spec, &key, a.reps).with_context(|| format!("benchmarking {spec}"))?;
+        pb.finish_and_clear();
+        if !a.json {
+            println!(
+                "{spec}: ours {:.3} s (synth {:.3}, H {:.3}, G1 {:.3}, tail {:.3}) bellperson {:.3} s ratio {:.2}",
+                row.ours.total,
+                row.ours.synthesis,
+                row.ours.h,
+                row.ours.g1_msms,
+                row.ours.cpu_tail,
+                row.bellperson,
+                row.ratio
+            );
+        }
+        rows.push(row);
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({ "rows": rows, "threads": rayon::current_num_threads() })
+        );
+    }
+    if a.markdown {
+        println!(
+            "\n| circuit | k | constraints | ours (s) | synthesis | H (7 FFTs) | G1 MSMs | CPU tail | bellperson (s) | ratio |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        for r in &rows {
+            println!(
+                "| {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} |",
+                r.circuit,
+                r.log_size,
+                r.constraints,
+                r.ours.total,
+                r.ours.synthesis,
+                r.ours.h,
+                r.ours.g1_msms,
+                r.ours.cpu_tail,
+                r.bellperson,
+                r.ratio
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! gpud's benchmarks, kept out of the product crates: what they measure needs the daemon, the
+//! prover's internals, NVML and a plotting library, none of which a prover in production wants.
+//!
+//! - [`proofs`]: whole proofs timed by stage, our CPU prover against bellperson's and the
+//!   engines against each other (`gpud-bench vs-bellperson`, `gpud-bench engines`).
+//! - [`farm`]: the sharing benchmark of issue 8 (`gpud-bench farm`): several prover processes
+//!   sharing a GPU through gpud, against the in-process ideal, no lock and flock.
+//! - [`baseline`]: the two ways of sharing a GPU that gpud replaces, as prover leasers.
+//! - [`stats`]: latency percentiles for the lease benchmarks (`gpud-bench-lease`,
+//!   `gpud-bench-scale`).
+#![deny(missing_docs)]
+
+pub mod baseline;
+pub mod farm;
+pub mod proofs;
+pub mod stats;
