@@ -3,7 +3,7 @@
 //!
 //! - [`proofs`]: whole proofs timed by stage, our CPU prover against bellperson's and the
 //!   engines against each other (`gpud-bench vs-bellperson`, `gpud-bench engines`).
-//! - [`farm`]: the sharing benchmark of issue 8 (`gpud-bench farm`): several prover processes
+//! - [`farm`]: the sharing benchmark (`gpud-bench farm`): several prover processes
 //!   sharing a GPU through gpud, against the in-process ideal, no lock and flock.
 //! - [`baseline`]: the two ways of sharing a GPU that gpud replaces, as prover leasers.
 //! - [`stats`]: latency percentiles for the lease benchmarks (`gpud-bench-lease`,

@@ -1,4 +1,4 @@
-//! The farm driver (issue 8's benchmark) end to end on the CPU: gpud on simulated devices, the
+//! The farm driver (the sharing benchmark) end to end on the CPU: gpud on simulated devices, the
 //! CPU engine, a simulated device memory shared by the prover processes. Checks the
 //! orchestration (every mode at every N, the priority runs, placement over two devices), the
 //! out-of-memory accounting, the JSON, the tables and the plot.

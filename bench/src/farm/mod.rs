@@ -1,4 +1,4 @@
-//! The sharing benchmark of issue 8 ("farm"): several provers sharing one GPU through gpud,
+//! The sharing benchmark ("farm"): several provers sharing one GPU through gpud,
 //! against the in-process ideal, no coordination, and a per-GPU `flock`.
 //!
 //! The driver (`gpud-bench farm`, in the binary) starts the pieces and runs every cell; this

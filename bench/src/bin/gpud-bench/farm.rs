@@ -1,4 +1,4 @@
-//! `gpud-bench farm`: issue 8's benchmark driver. Several prover processes share a GPU through
+//! `gpud-bench farm`: the sharing benchmark's driver. Several prover processes share a GPU through
 //! gpud, against the in-process ideal, no coordination and a per-GPU flock, in one run:
 //!
 //! 1. `farm-prepare`: the workload bundle (fast parameters, witnesses) for the normal and the

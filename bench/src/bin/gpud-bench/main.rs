@@ -33,7 +33,7 @@ enum Command {
     /// generator (GPU); the issue's benchmark (2^20 and 2^22 by default).
     Engines(BenchEnginesArgs),
     /// Several provers sharing a GPU through gpud, against the in-process ideal, no lock and
-    /// flock: throughput, GPU busy, out-of-memory, waits, priority, several GPUs (issue 8).
+    /// flock: throughput, GPU busy, out-of-memory, waits, priority, several GPUs.
     Farm(farm::FarmArgs),
     /// Draw the PNG of a farm run from its farm.json.
     FarmPlot(farm::PlotArgs),
