@@ -426,54 +426,69 @@ impl Config {
             c.access.admin_groups = v;
         }
         let l = raw.limits;
-        let positive = |key: &str, v: Option<usize>, into: &mut usize| {
+        // Every limit has a ceiling: past it a value is a typo or an attack on gpud itself (a
+        // queue of 2^61 frames passed validation once and then every new session panicked).
+        let bounded = |key: &str, v: Option<usize>, into: &mut usize, min: usize, max: usize| {
             match v {
-                Some(0) => return Err(value_err(key, "must be at least 1".into())),
+                Some(n) if n < min || n > max => {
+                    return Err(value_err(
+                        key,
+                        format!("must be from {min} to {max}, not {n}"),
+                    ));
+                }
                 Some(n) => *into = n,
                 None => {}
             }
             Ok(())
         };
-        positive(
+        bounded(
             "limits.max_frame_bytes",
             l.max_frame_bytes,
             &mut c.limits.max_frame_bytes,
+            1024,
+            16 << 20,
         )?;
-        if c.limits.max_frame_bytes < 1024 {
-            return Err(value_err(
-                "limits.max_frame_bytes",
-                "must be at least 1024".into(),
-            ));
-        }
-        positive(
+        bounded(
             "limits.max_outstanding_requests",
             l.max_outstanding_requests,
             &mut c.limits.max_outstanding_requests,
+            1,
+            1 << 16,
         )?;
-        positive(
+        bounded(
             "limits.max_leases_per_session",
             l.max_leases_per_session,
             &mut c.limits.max_leases_per_session,
+            1,
+            1 << 16,
         )?;
-        positive(
+        bounded(
             "limits.max_sessions",
             l.max_sessions,
             &mut c.limits.max_sessions,
+            1,
+            1 << 20,
         )?;
-        positive(
+        bounded(
             "limits.max_sessions_per_uid",
             l.max_sessions_per_uid,
             &mut c.limits.max_sessions_per_uid,
+            1,
+            1 << 20,
         )?;
-        positive(
+        bounded(
             "limits.event_queue",
             l.event_queue,
             &mut c.limits.event_queue,
+            1,
+            1 << 16,
         )?;
-        positive(
+        bounded(
             "limits.requests_per_second",
             l.requests_per_second,
             &mut c.limits.requests_per_second,
+            1,
+            1_000_000,
         )?;
         let a = raw.audit;
         if let Some(p) = a.policy {
@@ -580,6 +595,35 @@ max_sessions = 10
         );
         assert_eq!(c.limits.max_sessions, 10);
         assert_eq!(c.poll_interval, Duration::from_millis(250));
+    }
+
+    /// Regression: `limits.event_queue = 2^61` passed validation, start and SIGHUP, and then
+    /// every new session panicked inside tokio.
+    #[test]
+    fn every_limit_has_a_ceiling() {
+        for key in [
+            "max_frame_bytes",
+            "max_outstanding_requests",
+            "max_leases_per_session",
+            "max_sessions",
+            "max_sessions_per_uid",
+            "event_queue",
+            "requests_per_second",
+        ] {
+            let e = parse(&format!("[limits]\n{key} = {}\n", 1u64 << 61))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("limits.{key}")) && e.contains("must be from"),
+                "{e}"
+            );
+            let e = parse(&format!("[limits]\n{key} = 0\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("limits.{key}")), "{e}");
+        }
+        let c = parse("[limits]\nevent_queue = 65536\nmax_frame_bytes = 1024\n").unwrap();
+        assert_eq!(c.limits.event_queue, 65536);
     }
 
     #[test]
