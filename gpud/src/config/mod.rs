@@ -142,6 +142,8 @@ struct RawAccess {
     allowed_groups: Option<Vec<GroupRef>>,
     admin_uids: Option<Vec<u32>>,
     admin_groups: Option<Vec<GroupRef>>,
+    critical_uids: Option<Vec<u32>>,
+    critical_groups: Option<Vec<GroupRef>>,
 }
 
 /// A group named by name or by number.
@@ -177,6 +179,12 @@ pub struct AccessConfig {
     pub admin_uids: Vec<u32>,
     /// Groups whose members may drain, undrain and revoke.
     pub admin_groups: Vec<GroupRef>,
+    /// Uids that may ask for the `critical` class (root always may). Critical requests overtake
+    /// everyone and make holders yield (and, with `revoke_after_yield`, lose their leases), so
+    /// by default only the admins may.
+    pub critical_uids: Vec<u32>,
+    /// Groups whose members may ask for the `critical` class.
+    pub critical_groups: Vec<GroupRef>,
 }
 
 impl Default for AccessConfig {
@@ -186,6 +194,8 @@ impl Default for AccessConfig {
             allowed_groups: vec![GroupRef::Name("gpud".into())],
             admin_uids: vec![0],
             admin_groups: vec![GroupRef::Name("gpud-admin".into())],
+            critical_uids: vec![0],
+            critical_groups: vec![GroupRef::Name("gpud-admin".into())],
         }
     }
 }
@@ -424,6 +434,12 @@ impl Config {
         }
         if let Some(v) = a.admin_groups {
             c.access.admin_groups = v;
+        }
+        if let Some(v) = a.critical_uids {
+            c.access.critical_uids = v;
+        }
+        if let Some(v) = a.critical_groups {
+            c.access.critical_groups = v;
         }
         let l = raw.limits;
         // Every limit has a ceiling: past it a value is a typo or an attack on gpud itself (a

@@ -26,18 +26,23 @@ pub fn resolve(config: &AccessConfig) -> (Access, Vec<String>) {
     };
     let allowed_gids = gids(&config.allowed_groups);
     let admin_gids = gids(&config.admin_groups);
+    let critical_gids = gids(&config.critical_groups);
     // The daemon's own user may always use it: it owns the socket anyway.
     let me = nix::unistd::geteuid().as_raw();
     let mut allowed_uids: HashSet<u32> = config.allowed_uids.iter().copied().collect();
     allowed_uids.extend([0, me]);
     let mut admin_uids: HashSet<u32> = config.admin_uids.iter().copied().collect();
     admin_uids.extend([0, me]);
+    let mut critical_uids: HashSet<u32> = config.critical_uids.iter().copied().collect();
+    critical_uids.extend([0, me]);
     (
         Access {
             allowed_uids,
             allowed_gids,
             admin_uids,
             admin_gids,
+            critical_uids,
+            critical_gids,
         },
         missing,
     )
@@ -69,9 +74,19 @@ mod tests {
             ],
             admin_uids: vec![],
             admin_groups: vec![GroupRef::Id(600)],
+            critical_uids: vec![4242],
+            critical_groups: vec![GroupRef::Id(700)],
         };
         let (access, missing) = resolve(&config);
         assert_eq!(missing, vec!["no-such-group-gpud".to_string()]);
+        assert!(access.may_use(&peer(4242, 4242, vec![]), gpud_proto::Class::Critical));
+        assert!(access.may_use(&peer(2000, 2000, vec![700]), gpud_proto::Class::Critical));
+        assert!(
+            access.may_use(&peer(0, 0, vec![]), gpud_proto::Class::Critical),
+            "root"
+        );
+        assert!(!access.may_use(&peer(2000, 500, vec![]), gpud_proto::Class::Critical));
+        assert!(access.may_use(&peer(2000, 500, vec![]), gpud_proto::Class::High));
         assert!(access.may_connect(&peer(4242, 4242, vec![])));
         assert!(access.may_connect(&peer(2000, 500, vec![])));
         assert!(access.may_connect(&peer(2000, 2000, vec![7, 500])));

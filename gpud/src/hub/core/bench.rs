@@ -30,6 +30,8 @@ pub(super) fn access() -> Access {
         allowed_gids: HashSet::from([500]),
         admin_uids: HashSet::from([0]),
         admin_gids: HashSet::new(),
+        critical_uids: HashSet::from([0]),
+        critical_gids: HashSet::new(),
     }
 }
 

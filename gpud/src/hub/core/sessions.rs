@@ -49,6 +49,10 @@ pub struct Access {
     pub admin_uids: HashSet<u32>,
     /// Gids whose members may drain, undrain and revoke.
     pub admin_gids: HashSet<u32>,
+    /// Uids that may ask for the critical class.
+    pub critical_uids: HashSet<u32>,
+    /// Gids whose members may ask for the critical class.
+    pub critical_gids: HashSet<u32>,
 }
 
 impl Access {
@@ -57,6 +61,14 @@ impl Access {
         self.allowed_uids.contains(&peer.uid)
             || self.allowed_gids.iter().any(|&g| peer.in_group(g))
             || self.is_admin(peer)
+    }
+
+    /// Whether the peer may ask for `class`: every class but `critical` is open to all who
+    /// may connect.
+    pub fn may_use(&self, peer: &Peer, class: gpud_proto::Class) -> bool {
+        class != gpud_proto::Class::Critical
+            || self.critical_uids.contains(&peer.uid)
+            || self.critical_gids.iter().any(|&g| peer.in_group(g))
     }
 
     /// Whether the peer may drain, undrain and revoke.

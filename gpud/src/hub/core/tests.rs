@@ -51,10 +51,16 @@ fn admission_checks_access_then_the_session_limits() {
     assert_eq!(third.code, ErrorCode::LimitExceeded);
     assert!(third.message.contains("max_sessions_per_uid"), "{third:?}");
     b.open(6, peer(15, 2000)).unwrap();
-    let full = b.open(8, peer(16, 0)).unwrap_err();
+    let full = b.open(8, peer(16, 2000)).unwrap_err();
     assert_eq!(full.code, ErrorCode::LimitExceeded);
     assert!(full.message.contains("(limits.max_sessions)"), "{full:?}");
     assert_eq!(b.core.sessions(), 4);
+    // An admin may pass the cap, by a few sessions, so that an operator can always act.
+    b.open(9, peer(17, 0))
+        .expect("an admin session beyond max_sessions");
+    assert_eq!(b.core.sessions(), 5);
+    let now = b.now();
+    b.core.close(now, 9);
     // A refused session's requests are not served.
     b.request(5, 1, Op::Ping);
     assert!(b.frames(5).is_empty());
@@ -537,4 +543,28 @@ fn a_grant_the_journal_cannot_record_is_held_back_until_it_can() {
     );
     assert!(!b.core.journal_stalled());
     assert_eq!(b.core.next_timeout(), None, "no retry once written");
+}
+
+/// Regression: anyone allowed could ask for the critical class, and so have another user's
+/// compute phase asked to yield, revoked and (with kill_ignored_yield) killed.
+#[test]
+fn only_those_listed_may_ask_for_the_critical_class() {
+    let mut b = Bench::new(&Config::default());
+    b.open(1, peer(40, 1000)).unwrap();
+    b.open(2, peer(41, 0)).unwrap();
+    let critical = |vram_bytes| gpud_proto::AcquireArgs {
+        vram_bytes,
+        class: gpud_proto::Class::Critical,
+        ..gpud_proto::AcquireArgs::default()
+    };
+    b.request(1, 1, Op::Acquire(critical(GIB)));
+    b.request(2, 1, Op::Acquire(critical(GIB)));
+    let actions = b.actions();
+    let user = sent_to(&actions, 1);
+    assert_eq!(code(outcome(&user, 1)), Some(ErrorCode::NotAllowed));
+    let root = sent_to(&actions, 2);
+    assert!(matches!(
+        outcome(&root, 1),
+        Some(Outcome::Ok(Reply::Granted(_)))
+    ));
 }

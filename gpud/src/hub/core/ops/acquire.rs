@@ -34,6 +34,17 @@ impl Core {
     fn checked_acquire(&self, ticket: Ticket, args: AcquireArgs) -> Result<AcquireSpec, ErrorBody> {
         let timeout = validate::timeout(args.timeout_ms)?;
         validate::label(args.label.as_deref())?;
+        let peer = self.peer(ticket.session);
+        if !peer.is_some_and(|p| self.settings.access.may_use(p, args.class)) {
+            return Err(ErrorBody::new(
+                ErrorCode::NotAllowed,
+                format!(
+                    "uid {} may not ask for the {} class: add it to access.critical_uids or a group in access.critical_groups",
+                    peer.map_or(0, |p| p.uid),
+                    args.class.as_str()
+                ),
+            ));
+        }
         let limits = &self.settings.limits;
         let (leases, waiters) = self.ledger.session_counts(ticket.session);
         if leases >= limits.max_leases_per_session {
