@@ -262,7 +262,10 @@ fn kill(pid: u32, start: u64, why: KillReason) {
     // Without the start time recorded when the process was met, the pid cannot be told apart
     // from a process that reused it: such a process is never signalled.
     if start == 0 || procfs::process_start(pid) != Some(start) {
-        info!(pid, "not killing: the process has exited already (or cannot be identified)");
+        info!(
+            pid,
+            "not killing: the process has exited already (or cannot be identified)"
+        );
         return;
     }
     let r = nix::sys::signal::kill(
@@ -303,7 +306,11 @@ mod tests {
         kill(pid, start + 1, KillReason::YieldIgnored { lease: 1 });
         assert_eq!(meant.try_wait().unwrap(), None, "another process is spared");
         kill(pid, 0, KillReason::YieldIgnored { lease: 1 });
-        assert_eq!(meant.try_wait().unwrap(), None, "an unidentified process is spared");
+        assert_eq!(
+            meant.try_wait().unwrap(),
+            None,
+            "an unidentified process is spared"
+        );
         kill(pid, start, KillReason::YieldIgnored { lease: 1 });
         assert_eq!(meant.wait().unwrap().signal(), Some(9));
     }

@@ -3,5 +3,6 @@
 //! [`Command`](crate::hub::Command)s, as the D-Bus adapter does.
 
 pub mod listener;
+pub mod peer_groups;
 pub mod scrape;
 pub mod session;

@@ -5,6 +5,7 @@
 //! frame and closes this session only.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -34,7 +35,7 @@ pub async fn serve(
             pid: c.pid(),
             uid: c.uid(),
             gid: Some(c.gid()),
-            groups: None,
+            groups: super::peer_groups::peer_groups(stream.as_fd()),
         },
         Err(e) => {
             debug!(session, error = %e, "no peer credentials; dropping connection");
