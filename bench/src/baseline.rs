@@ -2,80 +2,18 @@
 //! ([`crate::farm`]): a per-GPU lock file ([`FlockLeaser`], bellperson style) and no
 //! coordination at all ([`UnlockedLeaser`]).
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use gpud_client::{ComputeToken, ExclusiveDevice, LeaseId, Reservation};
 use gpud_prover::error::{ProverError, Result};
-use gpud_prover::lease::{LeaseRequest, Leaser};
+use gpud_prover::lease::{FixedDevice, FixedLease, LeaseRequest, Leaser};
 
-/// A lease of a baseline leaser: the device and bytes are claimed without any accounting; the
-/// per-GPU lock file (if it holds one) is released when it drops.
-#[derive(Debug)]
-pub struct BaselineLease {
-    device: ExclusiveDevice,
-    id: LeaseId,
-    compute: bool,
-    _lock: Option<Flock<File>>,
-}
-
-impl Reservation for BaselineLease {
-    fn lease_id(&self) -> LeaseId {
-        self.id
-    }
-    fn device_uuid(&self) -> &str {
-        self.device.device_uuid()
-    }
-    fn device_index(&self) -> u32 {
-        self.device.device_index()
-    }
-    fn vram_bytes(&self) -> u64 {
-        self.device.vram_bytes()
-    }
-    fn compute_token(&self) -> Option<ComputeToken<'_>> {
-        if self.compute {
-            self.device.compute_token()
-        } else {
-            None
-        }
-    }
-}
-
-/// The device a baseline hands out (it has nothing to place requests).
-#[derive(Debug, Clone)]
-struct FixedDevice {
-    uuid: String,
-    index: u32,
-    next_id: Arc<AtomicUsize>,
-}
-
-impl FixedDevice {
-    fn new(uuid: impl Into<String>, index: u32) -> Self {
-        Self {
-            uuid: uuid.into(),
-            index,
-            next_id: Arc::default(),
-        }
-    }
-
-    fn claim(&self, request: &LeaseRequest, lock: Option<Flock<File>>) -> BaselineLease {
-        BaselineLease {
-            device: ExclusiveDevice::assume_unshared(
-                self.uuid.clone(),
-                self.index,
-                request.vram_bytes,
-            ),
-            id: self.next_id.fetch_add(1, Ordering::Relaxed) as LeaseId + 1,
-            compute: request.compute,
-            _lock: lock,
-        }
-    }
-}
+/// A lease of a baseline leaser: the prover's lease without a daemon, holding the per-GPU lock
+/// file (when it took one) until it drops.
+pub type BaselineLease = FixedLease;
 
 /// bellperson's way of sharing a GPU between processes: an exclusive `flock` on a lock file per
 /// GPU, taken around the GPU phase (compute requests only) and released when the lease drops,
@@ -107,7 +45,7 @@ impl Leaser for FlockLeaser {
 
     fn acquire(&self, request: &LeaseRequest) -> Result<BaselineLease> {
         if !request.compute {
-            return Ok(self.device.claim(request, None));
+            return Ok(self.device.claim_holding(request, None));
         }
         let lock_err =
             |e: String| ProverError::Lease(format!("lock file {}: {e}", self.path.display()));
@@ -125,7 +63,7 @@ impl Leaser for FlockLeaser {
                 Err((_, e)) => return Err(lock_err(e.to_string())),
             }
         };
-        Ok(self.device.claim(request, Some(lock)))
+        Ok(self.device.claim_holding(request, Some(Box::new(lock))))
     }
 }
 
@@ -150,6 +88,6 @@ impl Leaser for UnlockedLeaser {
     type Lease = BaselineLease;
 
     fn acquire(&self, request: &LeaseRequest) -> Result<BaselineLease> {
-        Ok(self.device.claim(request, None))
+        Ok(self.device.claim_holding(request, None))
     }
 }

@@ -139,8 +139,9 @@ impl Leaser for GpudLeaser {
     }
 }
 
-/// A lease of a leaser without a daemon ([`LocalLeaser`]): the device and bytes are claimed
-/// without any accounting; the in-process compute slot (if it holds it) is freed when it drops.
+/// A lease of a leaser without a daemon ([`LocalLeaser`], or a baseline's): the device and bytes
+/// are claimed without any accounting; what it holds (the in-process compute slot, a lock) is
+/// freed when it drops.
 #[derive(Debug)]
 pub struct FixedLease {
     device: ExclusiveDevice,
@@ -150,11 +151,22 @@ pub struct FixedLease {
 }
 
 /// What a [`FixedLease`] holds until it drops.
-#[derive(Debug)]
 enum Hold {
     Nothing,
     /// [`LocalLeaser`]'s compute slot, freed on drop.
     Slot(Arc<(Mutex<bool>, Condvar)>),
+    /// Another leaser's guard (a lock file, say), released when dropped: it is held, not read.
+    Guard(#[allow(dead_code)] Box<dyn Send + Sync>),
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Hold::Nothing => "Nothing",
+            Hold::Slot(_) => "Slot",
+            Hold::Guard(_) => "Guard",
+        })
+    }
 }
 
 impl Drop for Hold {
@@ -189,21 +201,32 @@ impl Reservation for FixedLease {
     }
 }
 
-/// The device a leaser without a daemon hands out (it has nothing to place requests).
+/// The device a leaser without a daemon hands out (it has nothing to place requests): for
+/// [`LocalLeaser`] here, and for the baselines gpud is measured against.
 #[derive(Debug, Clone)]
-struct FixedDevice {
+pub struct FixedDevice {
     uuid: String,
     index: u32,
     next_id: Arc<AtomicUsize>,
 }
 
 impl FixedDevice {
-    fn new(uuid: impl Into<String>, index: u32) -> Self {
+    /// Device `uuid`, index `index`; lease ids count from 1.
+    pub fn new(uuid: impl Into<String>, index: u32) -> Self {
         Self {
             uuid: uuid.into(),
             index,
             next_id: Arc::default(),
         }
+    }
+
+    /// A lease of `request` that holds `guard` (a lock, say) until it drops; no accounting.
+    pub fn claim_holding(
+        &self,
+        request: &LeaseRequest,
+        guard: Option<Box<dyn Send + Sync>>,
+    ) -> FixedLease {
+        self.claim(request, guard.map_or(Hold::Nothing, Hold::Guard))
     }
 
     fn claim(&self, request: &LeaseRequest, hold: Hold) -> FixedLease {

@@ -14,15 +14,7 @@ impl Core {
         session: SessionId,
         device: &Placement,
     ) -> Result<Reply, ErrorBody> {
-        if !self.is_admin(session) {
-            return Err(not_admin(&format!("draining {device}")));
-        }
-        let d = self
-            .ledger
-            .drain(now.at, &device.clone().into())
-            .map_err(ledger_error)?;
-        info!(device = d, "device drained");
-        Ok(Reply::Done)
+        self.set_drained(now, session, device, true)
     }
 
     pub(super) fn undrain(
@@ -31,14 +23,33 @@ impl Core {
         session: SessionId,
         device: &Placement,
     ) -> Result<Reply, ErrorBody> {
+        self.set_drained(now, session, device, false)
+    }
+
+    /// Drains (no new grants) or undrains a device, for an admin.
+    fn set_drained(
+        &mut self,
+        now: Now,
+        session: SessionId,
+        device: &Placement,
+        drained: bool,
+    ) -> Result<Reply, ErrorBody> {
+        let what = if drained { "draining" } else { "undraining" };
         if !self.is_admin(session) {
-            return Err(not_admin(&format!("draining {device}")));
+            return Err(not_admin(&format!("{what} {device}")));
         }
-        let d = self
-            .ledger
-            .undrain(now.at, &device.clone().into())
-            .map_err(ledger_error)?;
-        info!(device = d, "device undrained");
+        let device = device.clone().into();
+        let d = if drained {
+            self.ledger.drain(now.at, &device)
+        } else {
+            self.ledger.undrain(now.at, &device)
+        }
+        .map_err(ledger_error)?;
+        info!(
+            device = d,
+            "device {}",
+            if drained { "drained" } else { "undrained" }
+        );
         Ok(Reply::Done)
     }
 
