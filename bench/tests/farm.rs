@@ -136,8 +136,11 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
             .normal
             .phase_parts
             .unwrap_or_else(|| panic!("{}: no split", c.name));
+        // The split is medians part by part, and medians do not add up: each part is within
+        // the engine's time in every phase, so each median is within the engine's median, but
+        // their sum need not be (a loaded machine spreads the parts and broke `h + msms`).
         assert!(
-            p.engine > 0.0 && p.h + p.msms <= p.engine * 1.05,
+            p.engine > 0.0 && p.h <= p.engine && p.msms <= p.engine,
             "{}: {p:?}",
             c.name
         );

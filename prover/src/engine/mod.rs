@@ -22,6 +22,35 @@ mod cpu;
 mod cuda;
 
 pub use cpu::CpuEngine;
+
+/// Which engine a command runs the GPU phase on (the `--engine` of the prover and the
+/// benchmarks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineChoice {
+    /// `cuda` when a CUDA driver and a GPU are present, else `cpu`.
+    Auto,
+    /// H polynomial and G1 MSMs on the GPU.
+    Cuda,
+    /// Everything on the CPU.
+    Cpu,
+}
+
+impl EngineChoice {
+    /// `Auto` resolved on this machine.
+    pub fn resolve(self) -> EngineChoice {
+        match self {
+            EngineChoice::Auto => {
+                let gpu = gpud_cuda::driver::list_devices().is_ok_and(|d| !d.is_empty());
+                if gpu {
+                    EngineChoice::Cuda
+                } else {
+                    EngineChoice::Cpu
+                }
+            }
+            e => e,
+        }
+    }
+}
 pub use cuda::{CudaEngine, CudaOptions, process_device};
 
 use blstrs::{G1Projective, Scalar};

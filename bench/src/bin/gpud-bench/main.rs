@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use gpud_bench::proofs::{self, BenchRow};
 use gpud_prover::{CircuitKind, CircuitSpec, ParamsCache, ProverError, ProvingKey};
 use indicatif::ProgressBar;
@@ -56,29 +56,7 @@ fn size(s: &str) -> Result<u64> {
     gpud_client::proto::parse_size(s).with_context(|| format!("size {s:?}"))
 }
 
-/// Which engine runs the GPU phase.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum EngineArg {
-    /// `cuda` when a CUDA driver and a GPU are present, else `cpu`.
-    Auto,
-    /// H polynomial and G1 MSMs on the GPU.
-    Cuda,
-    /// Everything on the CPU.
-    Cpu,
-}
-
-impl EngineArg {
-    /// `Auto` resolved on this machine.
-    fn resolve(self) -> EngineArg {
-        match self {
-            EngineArg::Auto => {
-                let gpu = gpud_cuda::driver::list_devices().is_ok_and(|d| !d.is_empty());
-                if gpu { EngineArg::Cuda } else { EngineArg::Cpu }
-            }
-            e => e,
-        }
-    }
-}
+use gpud_prover::engine::EngineChoice as EngineArg;
 
 #[derive(Args)]
 struct BenchArgs {

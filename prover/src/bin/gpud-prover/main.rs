@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use gpud_prover::engine::{CudaEngine, CudaOptions};
 use gpud_prover::lease::{GpudLeaser, LocalLeaser};
 use gpud_prover::pipeline::{self, PipelineConfig, PipelineReport};
@@ -59,29 +59,7 @@ impl CircuitArgs {
     }
 }
 
-/// Which engine runs the GPU phase.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum EngineArg {
-    /// `cuda` when a CUDA driver and a GPU are present, else `cpu`.
-    Auto,
-    /// H polynomial and G1 MSMs on the GPU.
-    Cuda,
-    /// Everything on the CPU.
-    Cpu,
-}
-
-impl EngineArg {
-    /// `Auto` resolved on this machine.
-    fn resolve(self) -> EngineArg {
-        match self {
-            EngineArg::Auto => {
-                let gpu = gpud_cuda::driver::list_devices().is_ok_and(|d| !d.is_empty());
-                if gpu { EngineArg::Cuda } else { EngineArg::Cpu }
-            }
-            e => e,
-        }
-    }
-}
+use gpud_prover::engine::EngineChoice as EngineArg;
 
 #[derive(Args, Clone, Copy)]
 struct EngineArgs {
