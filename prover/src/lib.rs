@@ -34,6 +34,7 @@ pub mod msm;
 pub mod paramgen;
 pub mod params;
 pub mod pipeline;
+pub mod progress;
 pub mod prove;
 pub mod synthesis;
 pub mod vram;

@@ -312,10 +312,34 @@ impl ParamsCache {
         spec: &CircuitSpec,
         rng: &mut R,
     ) -> Result<(ProvingKey, bool)> {
+        self.load_else(spec, || self.generate(spec, rng))
+    }
+
+    /// [`ParamsCache::load_or_generate`] for a command line: a generation (slow) shows a
+    /// spinner on stderr unless `quiet`.
+    pub fn load_or_generate_shown(&self, spec: &CircuitSpec, quiet: bool) -> Result<ProvingKey> {
+        self.load_else(spec, || {
+            let pb = crate::progress::spinner(
+                format!("generating parameters for {spec} (slow; cached afterwards)"),
+                quiet,
+            );
+            let key = self.generate(spec, &mut rand::thread_rng());
+            pb.finish_and_clear();
+            key
+        })
+        .map(|(key, _)| key)
+    }
+
+    /// The cached parameters, or `generate`'s when they are missing or damaged.
+    fn load_else(
+        &self,
+        spec: &CircuitSpec,
+        generate: impl FnOnce() -> Result<ProvingKey>,
+    ) -> Result<(ProvingKey, bool)> {
         match self.load(spec) {
             Ok(key) => Ok((key, false)),
             Err(ProverError::ParamsMissing { .. } | ProverError::ParamsCorrupt { .. }) => {
-                Ok((self.generate(spec, rng)?, true))
+                Ok((generate()?, true))
             }
             Err(e) => Err(e),
         }

@@ -6,13 +6,11 @@ mod farm;
 mod farm_proc;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use gpud_bench::proofs::{self, BenchRow};
-use gpud_prover::{CircuitKind, CircuitSpec, ParamsCache, ProverError, ProvingKey};
-use indicatif::ProgressBar;
+use gpud_prover::{CircuitKind, CircuitSpec, ParamsCache};
 
 #[derive(Parser)]
 #[command(
@@ -128,34 +126,6 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn spinner(msg: String, json: bool) -> ProgressBar {
-    if json {
-        return ProgressBar::hidden();
-    }
-    let pb = ProgressBar::new_spinner().with_message(msg);
-    pb.enable_steady_tick(Duration::from_millis(120));
-    pb
-}
-
-/// Loads cached parameters, or generates them (with a spinner) when missing or damaged.
-fn load_key(cache: &ParamsCache, spec: &CircuitSpec, json: bool) -> Result<ProvingKey> {
-    match cache.load(spec) {
-        Ok(key) => Ok(key),
-        Err(ProverError::ParamsMissing { .. } | ProverError::ParamsCorrupt { .. }) => {
-            let pb = spinner(
-                format!("generating parameters for {spec} (slow; cached afterwards)"),
-                json,
-            );
-            let key = cache
-                .generate(spec, &mut rand::thread_rng())
-                .with_context(|| format!("generating parameters for {spec}"))?;
-            pb.finish_and_clear();
-            Ok(key)
-        }
-        Err(e) => Err(e).context(format!("loading parameters for {spec}")),
-    }
-}
-
 fn vs_bellperson(a: BenchArgs) -> Result<()> {
     let kind = CircuitKind::from_name(&a.circuit)?;
     if a.from > a.to {
@@ -165,8 +135,10 @@ fn vs_bellperson(a: BenchArgs) -> Result<()> {
     let mut rows: Vec<BenchRow> = Vec::new();
     for k in a.from..=a.to {
         let spec = CircuitSpec::new(kind, k)?;
-        let key = load_key(&cache, &spec, a.json)?;
-        let pb = spinner(format!("benchmarking {spec}"), a.json);
+        let key = cache
+            .load_or_generate_shown(&spec, a.json)
+            .with_context(|| format!("parameters for {spec}"))?;
+        let pb = gpud_prover::progress::spinner(format!("benchmarking {spec}"), a.json);
         let row =
             proofs::run(&spec, &key, a.reps).with_context(|| format!("benchmarking {spec}"))?;
         pb.finish_and_clear();

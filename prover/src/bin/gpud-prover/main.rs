@@ -4,14 +4,14 @@
 mod demo;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use gpud_prover::engine::{CudaEngine, CudaOptions};
 use gpud_prover::lease::{GpudLeaser, LocalLeaser};
 use gpud_prover::pipeline::{self, PipelineConfig, PipelineReport};
-use gpud_prover::{CircuitSpec, CpuEngine, ParamsCache, ProverError, ProvingKey};
+use gpud_prover::{CircuitSpec, CpuEngine, ParamsCache, ProverError};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
@@ -149,44 +149,6 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn spinner(msg: String, json: bool) -> ProgressBar {
-    if json {
-        return ProgressBar::hidden();
-    }
-    let pb = ProgressBar::new_spinner().with_message(msg);
-    pb.enable_steady_tick(Duration::from_millis(120));
-    pb
-}
-
-/// Loads cached parameters, or generates them (with a spinner) when `generate` is set.
-fn load_key(
-    cache: &ParamsCache,
-    spec: &CircuitSpec,
-    generate: bool,
-    json: bool,
-) -> Result<ProvingKey> {
-    match cache.load(spec) {
-        Ok(key) => Ok(key),
-        Err(e @ (ProverError::ParamsMissing { .. } | ProverError::ParamsCorrupt { .. }))
-            if !generate =>
-        {
-            Err(e).context(format!("parameters for {spec}"))
-        }
-        Err(ProverError::ParamsMissing { .. } | ProverError::ParamsCorrupt { .. }) => {
-            let pb = spinner(
-                format!("generating parameters for {spec} (slow; cached afterwards)"),
-                json,
-            );
-            let key = cache
-                .generate(spec, &mut rand::thread_rng())
-                .with_context(|| format!("generating parameters for {spec}"))?;
-            pb.finish_and_clear();
-            Ok(key)
-        }
-        Err(e) => Err(e).context(format!("loading parameters for {spec}")),
-    }
-}
-
 fn params(a: ParamsArgs) -> Result<()> {
     let spec = CircuitSpec::parse(&a.common.circuit, a.log_size)?;
     let cache = a.common.cache();
@@ -200,7 +162,9 @@ fn params(a: ParamsArgs) -> Result<()> {
         match cache.load(&spec) {
             Ok(_) => false,
             Err(ProverError::ParamsMissing { .. } | ProverError::ParamsCorrupt { .. }) => {
-                load_key(&cache, &spec, true, a.common.json)?;
+                cache
+                    .load_or_generate_shown(&spec, a.common.json)
+                    .with_context(|| format!("parameters for {spec}"))?;
                 true
             }
             Err(e) => return Err(e).context(format!("loading parameters for {spec}")),
@@ -255,7 +219,13 @@ fn prove(a: ProveArgs) -> Result<()> {
         EngineArg::Cuda => Some(a.engine.cuda()?),
         _ => None,
     };
-    let key = load_key(&a.common.cache(), &spec, a.generate, json)?;
+    let cache = a.common.cache();
+    let key = if a.generate {
+        cache.load_or_generate_shown(&spec, json)
+    } else {
+        cache.load(&spec)
+    }
+    .with_context(|| format!("parameters for {spec}"))?;
     let cfg = PipelineConfig {
         spec,
         partitions: a.partitions,
