@@ -69,6 +69,22 @@ impl Daemon {
         log: &str,
         prepare: impl FnOnce(&std::path::Path),
     ) -> Self {
+        Self::launch(simulate, config, log, prepare, None)
+    }
+
+    /// Starts gpud under an open-file limit of `nofile` (soft and hard), through util-linux's
+    /// `prlimit`.
+    pub fn start_with_nofile(simulate: &str, config: &str, nofile: u64) -> Self {
+        Self::launch(simulate, config, "debug", |_| {}, Some(nofile))
+    }
+
+    fn launch(
+        simulate: &str,
+        config: &str,
+        log: &str,
+        prepare: impl FnOnce(&std::path::Path),
+        nofile: Option<u64>,
+    ) -> Self {
         // Let other uids reach the socket, so that access control is gpud's to decide.
         let dir = ops::tempdir("gpud-test");
         prepare(&dir.path().join("state"));
@@ -91,24 +107,15 @@ impl Daemon {
             "--log".into(),
             log.into(),
         ];
-        let child = Self::spawn(&args, &dir, None);
+        let child = Self::spawn(&args, &dir, nofile);
         let daemon = Self {
             child,
             socket,
             dir,
             args,
-            nofile: None,
+            nofile,
         };
         daemon.wait_ready(Duration::from_secs(10));
-        daemon
-    }
-
-    /// Starts gpud under an open-file limit of `nofile` (soft and hard), through util-linux's
-    /// `prlimit`.
-    pub fn start_with_nofile(simulate: &str, config: &str, nofile: u64) -> Self {
-        let mut daemon = Self::start_with(simulate, config);
-        daemon.nofile = Some(nofile);
-        daemon.kill_and_restart();
         daemon
     }
 
