@@ -116,9 +116,25 @@ impl Client {
         timed_out_is_none(self.acquire(&request.clone().timeout(timeout)).await)
     }
 
-    /// The daemon's devices, leases and queues.
+    /// The daemon's devices, leases and queues, every page of them (see
+    /// [`StatusReport::append`] for what paging means for consistency).
     pub async fn status(&self) -> Result<StatusReport> {
-        match self.reply(Op::Status).await? {
+        let mut report = self.status_page(Op::Status).await?;
+        while let Some(cursor) = report.more {
+            let page = self.status_page(Op::StatusPage(cursor)).await?;
+            // A daemon that hands back the cursor it was given would keep us here for ever.
+            if page.more == Some(cursor) {
+                return Err(ClientError::Protocol(
+                    "status paging does not advance".into(),
+                ));
+            }
+            report.append(page);
+        }
+        Ok(report)
+    }
+
+    async fn status_page(&self, op: Op) -> Result<StatusReport> {
+        match self.reply(op).await? {
             Reply::Status(s) => Ok(*s),
             _ => Err(ClientError::Protocol("unexpected answer to status".into())),
         }

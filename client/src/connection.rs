@@ -23,8 +23,8 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use crate::error::{ClientError, Result};
 use crate::proto::frame::{MAX_REQUEST_FRAME, MAX_SERVER_FRAME, codec, from_payload, to_payload};
 use crate::proto::{
-    ClientFrame, ErrorCode, Event, LeaseInfo, Op, Outcome, PROTOCOL_VERSION, Reply, RequestId,
-    RevokeReason, ServerFrame,
+    ClientFrame, ErrorBody, ErrorCode, Event, LeaseInfo, Op, Outcome, PROTOCOL_VERSION, Reply,
+    RequestId, RevokeReason, ServerFrame,
 };
 use crate::reservation::LeaseId;
 
@@ -234,6 +234,9 @@ enum End {
     Closed,
     /// The socket failed or the daemon went away.
     Lost,
+    /// The daemon closed the session for what this client sent (a session error): sending
+    /// the same requests again would only be refused again.
+    Refused(ErrorBody),
 }
 
 impl Driver {
@@ -244,8 +247,13 @@ impl Driver {
         mut rx: mpsc::UnboundedReceiver<ToDriver>,
     ) {
         loop {
-            if let End::Closed = self.serve(&mut reader, &mut writer, &mut rx).await {
-                return;
+            match self.serve(&mut reader, &mut writer, &mut rx).await {
+                End::Closed => return,
+                End::Refused(body) => {
+                    self.give_up(Some(body));
+                    return;
+                }
+                End::Lost => {}
             }
             let worth_it = !self.leases.is_empty() || !self.pending.is_empty();
             match self.reconnect_for.filter(|_| worth_it) {
@@ -259,7 +267,7 @@ impl Driver {
                 None => break,
             }
         }
-        self.give_up();
+        self.give_up(None);
     }
 
     /// Serves one connection until it ends.
@@ -291,6 +299,13 @@ impl Driver {
                 frame = reader.next() => {
                     let Some(Ok(bytes)) = frame else { return End::Lost };
                     let Ok(frame) = from_payload::<ServerFrame>(&bytes) else { return End::Lost };
+                    if let ServerFrame::Error { error } = frame {
+                        // A daemon that stops says so too; it may come back, this may not.
+                        if error.code == ErrorCode::ShuttingDown {
+                            return End::Lost;
+                        }
+                        return End::Refused(error);
+                    }
                     for lease in self.dispatch(frame) {
                         let id = self.own(Op::Release { lease });
                         if self.write(writer, id).await.is_err()
@@ -412,11 +427,15 @@ impl Driver {
         SinkExt::<bytes::Bytes>::flush(writer).await
     }
 
-    /// The connection is gone for good: fail what waits, and tell every lease.
-    fn give_up(&mut self) {
+    /// The connection is gone for good: fail what waits (with the daemon's session error, if
+    /// it gave one), and tell every lease.
+    fn give_up(&mut self, why: Option<ErrorBody>) {
         for (_, p) in std::mem::take(&mut self.pending) {
             if let Some(a) = p.answer {
-                let _ = a.send(Err(ClientError::Disconnected));
+                let error = why
+                    .clone()
+                    .map_or(ClientError::Disconnected, ClientError::Daemon);
+                let _ = a.send(Err(error));
             }
         }
         for (lease, e) in self.leases.drain() {
@@ -525,5 +544,57 @@ pub(crate) fn timed_out_is_none<T>(r: Result<T>) -> Result<Option<T>> {
         Ok(v) => Ok(Some(v)),
         Err(e) if e.code() == Some(ErrorCode::TimedOut) => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use tokio::net::UnixListener;
+
+    use super::*;
+    use crate::Client;
+
+    /// A daemon that welcomes each connection and answers its first request with a session
+    /// error, then closes it; it counts the connections it got.
+    async fn refusing_daemon(listener: UnixListener, connections: Arc<AtomicUsize>) {
+        while let Ok((stream, _)) = listener.accept().await {
+            connections.fetch_add(1, Ordering::SeqCst);
+            let (read, write) = stream.into_split();
+            let mut reader = FramedRead::new(read, codec(MAX_REQUEST_FRAME));
+            let mut writer = FramedWrite::new(write, codec(MAX_SERVER_FRAME));
+            let _hello = reader.next().await;
+            let welcome = ServerFrame::Welcome {
+                version: PROTOCOL_VERSION,
+                session: 1,
+                daemon: "test".into(),
+            };
+            let _ = writer.send(to_payload(&welcome)).await;
+            let _request = reader.next().await;
+            let error = ServerFrame::Error {
+                error: ErrorBody::new(ErrorCode::BadFrame, "not for this daemon"),
+            };
+            let _ = writer.send(to_payload(&error)).await;
+        }
+    }
+
+    /// Regression: a session the daemon closed for what the client sent (a status too large
+    /// to frame, once) was taken for a lost connection: the client reconnected and sent the
+    /// same request again, for ever (`gpudctl status` hung).
+    #[tokio::test]
+    async fn a_session_error_fails_the_call_and_is_not_sent_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpud.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(refusing_daemon(listener, connections.clone()));
+        let client = Client::connect(&path).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), client.ping())
+            .await
+            .expect("the call ends");
+        let error = answer.expect_err("the session error");
+        assert_eq!(error.code(), Some(ErrorCode::BadFrame), "{error}");
+        assert_eq!(connections.load(Ordering::SeqCst), 1, "no reconnect");
     }
 }

@@ -61,8 +61,12 @@ pub enum Op {
         /// The id of the waiting request.
         request: RequestId,
     },
-    /// The daemon's devices, leases and queues.
+    /// The daemon's devices, leases and queues: the first page (at most
+    /// [`STATUS_PAGE_ENTRIES`] leases and waiters in all; the report's `more` says where the
+    /// next page starts).
     Status,
+    /// A later page of the status, from the cursor the previous page gave in `more`.
+    StatusPage(StatusCursor),
     /// Stop granting on a device (admin).
     Drain {
         /// The device.
@@ -372,17 +376,55 @@ impl QueueCounts {
     }
 }
 
-/// The daemon's whole state, as `status` returns it.
+/// Leases and waiters in one status page, in all. A page then stays a few MiB however many
+/// sessions a host has (a lease or waiter is at most about 700 bytes of JSON).
+pub const STATUS_PAGE_ENTRIES: usize = 4096;
+
+/// The daemon's state, as `status` returns it: every device, and one page of the leases and
+/// then the waiters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatusReport {
     /// The daemon itself.
     pub daemon: DaemonInfo,
     /// Every device, by index.
     pub devices: Vec<DeviceStatus>,
-    /// Every granted lease.
+    /// Granted leases, by id (this page's).
     pub leases: Vec<LeaseStatus>,
-    /// Every waiting request, in the order they would be served.
+    /// Waiting requests, in the order they would be served (this page's).
     pub waiters: Vec<WaiterStatus>,
+    /// Where the next page starts (ask with [`Op::StatusPage`]); absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub more: Option<StatusCursor>,
+}
+
+impl StatusReport {
+    /// Adds a later page's leases and waiters to this report, and takes its cursor. Pages are
+    /// read at different moments: a lease released or a waiter served between two pages is
+    /// shown as it was, one granted meanwhile may be missing.
+    pub fn append(&mut self, page: StatusReport) {
+        self.leases.extend(page.leases);
+        self.waiters.extend(page.waiters);
+        self.more = page.more;
+    }
+}
+
+/// Where a status page starts: after a lease, or (once the leases are done) after a waiter's
+/// place in the queue. Clients send it back as it came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum StatusCursor {
+    /// Leases with a greater id, then every waiter.
+    Leases {
+        /// The last lease shown.
+        after: LeaseId,
+    },
+    /// Waiters served after this place (class rank, then arrival).
+    Waiters {
+        /// The last waiter's class rank (0 = critical).
+        rank: u32,
+        /// The last waiter's arrival number.
+        seq: u64,
+    },
 }
 
 /// Facts about the daemon.

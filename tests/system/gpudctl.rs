@@ -257,3 +257,40 @@ fn sigterm_stops_the_daemon_cleanly_and_tells_clients() {
     );
     assert!(!daemon.socket.exists(), "socket file removed");
 }
+
+/// A host with more leases than one status page holds: the client and gpudctl follow the
+/// pages and show every lease (status was one frame, and past 64 MiB it closed the asker's
+/// session and `gpudctl status` hung).
+#[test]
+fn status_of_more_leases_than_a_page_holds_comes_in_pages() {
+    let daemon = Daemon::start_with(
+        "1x16GiB",
+        "[limits]\nmax_leases_per_session = 5000\nmax_entries_per_uid = 5000\nrequests_per_second = 1000000\n",
+    );
+    let c = daemon.client();
+    let wanted = gpud_client::proto::STATUS_PAGE_ENTRIES + 100;
+    let leases: Vec<_> = (0..wanted)
+        .map(|i| {
+            c.acquire(&LeaseRequest::new().vram(1 << 20).label(format!("job-{i}")))
+                .unwrap()
+        })
+        .collect();
+    let report = c.status().unwrap();
+    assert_eq!(report.leases.len(), wanted);
+    assert_eq!(report.more, None);
+    let ids: Vec<u64> = report.leases.iter().map(|l| l.id).collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "each lease once, in id order"
+    );
+    let out = daemon.gpudctl(&["leases", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = v.as_array().or_else(|| v["leases"].as_array()).unwrap();
+    assert_eq!(shown.len(), wanted);
+    drop(leases);
+}

@@ -165,6 +165,8 @@ struct RawLimits {
     max_sessions: Option<usize>,
     max_sessions_per_uid: Option<usize>,
     event_queue: Option<usize>,
+    session_buffer: Option<String>,
+    max_entries_per_uid: Option<usize>,
     requests_per_second: Option<usize>,
 }
 
@@ -215,6 +217,11 @@ pub struct Limits {
     pub max_sessions_per_uid: usize,
     /// Frames queued to a session that does not read; past it the session is closed.
     pub event_queue: usize,
+    /// Bytes of frames queued to a session that does not read; past it the session is closed
+    /// (one frame alone may be larger).
+    pub session_buffer_bytes: usize,
+    /// Leases and waiting requests of all of one uid's sessions together.
+    pub max_entries_per_uid: usize,
     /// Requests per second one session may send (with a burst of as many); past it gpud reads
     /// from that session more slowly.
     pub requests_per_second: usize,
@@ -229,6 +236,8 @@ impl Default for Limits {
             max_sessions: 4096,
             max_sessions_per_uid: 1024,
             event_queue: 1024,
+            session_buffer_bytes: 16 << 20,
+            max_entries_per_uid: 4096,
             requests_per_second: 5000,
         }
     }
@@ -499,6 +508,25 @@ impl Config {
             1,
             1 << 16,
         )?;
+        if let Some(text) = &l.session_buffer {
+            let n =
+                parse_size(text).map_err(|e| value_err("limits.session_buffer", e.to_string()))?;
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            bounded(
+                "limits.session_buffer",
+                Some(n),
+                &mut c.limits.session_buffer_bytes,
+                64 << 10,
+                1 << 30,
+            )?;
+        }
+        bounded(
+            "limits.max_entries_per_uid",
+            l.max_entries_per_uid,
+            &mut c.limits.max_entries_per_uid,
+            1,
+            1 << 24,
+        )?;
         bounded(
             "limits.requests_per_second",
             l.requests_per_second,
@@ -626,6 +654,7 @@ max_sessions = 10
             "max_sessions",
             "max_sessions_per_uid",
             "event_queue",
+            "max_entries_per_uid",
             "requests_per_second",
         ] {
             let e = parse(&format!("[limits]\n{key} = {}\n", 1u64 << 61))
@@ -642,6 +671,14 @@ max_sessions = 10
         }
         let c = parse("[limits]\nevent_queue = 65536\nmax_frame_bytes = 1024\n").unwrap();
         assert_eq!(c.limits.event_queue, 65536);
+        for bad in ["\"2GiB\"", "\"1KiB\"", "\"lots\""] {
+            let e = parse(&format!("[limits]\nsession_buffer = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("limits.session_buffer"), "{e}");
+        }
+        let c = parse("[limits]\nsession_buffer = \"1MiB\"\n").unwrap();
+        assert_eq!(c.limits.session_buffer_bytes, 1 << 20);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use tracing::info;
 
 use crate::config::{BusChoice, Config};
 use crate::dbus;
-use crate::hub::{Command, Inspect, Notice, SessionIds, inspect};
+use crate::hub::{Command, Inspect, Notice, QueueRoom, SessionIds, inspect};
 use crate::server::scrape::{self, Scrape};
 use crate::systemd::notify::Notifier;
 
@@ -50,7 +50,10 @@ impl Services {
             Some(bus) => (bus.clone(), true),
             None => (BusChoice::System, false),
         };
-        let queue = config.limits.event_queue;
+        let queue = QueueRoom {
+            frames: config.limits.event_queue,
+            bytes: config.limits.session_buffer_bytes,
+        };
         let dbus = match dbus::start(&bus, hub.clone(), notices, ids, queue).await {
             Ok(service) => service,
             Err(e) if !required => {

@@ -12,7 +12,8 @@ use zbus::Connection;
 use zbus::fdo::DBusProxy;
 use zbus::names::{BusName, OwnedUniqueName, UniqueName};
 
-use crate::hub::{self, Command, Credentials, Refused, SessionIds};
+use crate::hub::outbox::Inbox;
+use crate::hub::{self, Command, Credentials, QueueRoom, Refused, SessionIds};
 use crate::ledger::SessionId;
 
 use super::error::BusError;
@@ -34,7 +35,7 @@ struct Caller {
 pub struct Callers {
     hub: mpsc::Sender<Command>,
     ids: SessionIds,
-    queue: usize,
+    queue: QueueRoom,
     /// Held across opening a session, so that one name never gets two.
     by_name: Mutex<HashMap<OwnedUniqueName, Arc<Caller>>>,
     /// Session → unique name, for signals and the `Leases` property.
@@ -44,12 +45,12 @@ pub struct Callers {
 }
 
 impl Callers {
-    /// Callers whose sessions talk to `hub`, numbered from `ids`, with `queue` frames of room.
+    /// Callers whose sessions talk to `hub`, numbered from `ids`, with `queue` room for frames.
     /// Their lease events go to `events`.
     pub fn new(
         hub: mpsc::Sender<Command>,
         ids: SessionIds,
-        queue: usize,
+        queue: QueueRoom,
         events: mpsc::UnboundedSender<CallerEvent>,
     ) -> Self {
         Self {
@@ -150,12 +151,7 @@ impl Callers {
 
 /// Delivers what the hub sends a bus session: replies to waiting calls, and lease events as
 /// signals addressed to the caller only.
-async fn pump(
-    callers: Arc<Callers>,
-    caller: Arc<Caller>,
-    mut queue: mpsc::Receiver<ServerFrame>,
-    name: OwnedUniqueName,
-) {
+async fn pump(callers: Arc<Callers>, caller: Arc<Caller>, mut queue: Inbox, name: OwnedUniqueName) {
     while let Some(frame) = queue.recv().await {
         match frame {
             ServerFrame::Reply { id, outcome } => {

@@ -25,7 +25,7 @@ use zbus::fdo::DBusProxy;
 use zbus::names::{BusName, UniqueName};
 use zbus::object_server::{InterfaceRef, SignalEmitter};
 
-use crate::hub::{Command, Notice, SessionIds, wire_name};
+use crate::hub::{Command, Notice, QueueRoom, SessionIds, wire_name};
 
 use callers::Callers;
 
@@ -69,13 +69,13 @@ impl Drop for Service {
 }
 
 /// Connects to `bus`, serves the manager and owns [`NAME`]. `None` for [`BusChoice::None`].
-/// `queue` is the room for frames to each bus session (`limits.event_queue`).
+/// `queue` is the room for frames to each bus session.
 pub async fn start(
     bus: &BusChoice,
     hub: mpsc::Sender<Command>,
     notices: broadcast::Receiver<Notice>,
     ids: SessionIds,
-    queue: usize,
+    queue: QueueRoom,
 ) -> Result<Option<Service>, DbusError> {
     let builder = match bus {
         BusChoice::None => return Ok(None),

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use gpud_proto::{ErrorBody, Op, RequestId, ServerFrame, StatusReport};
+use gpud_proto::{ErrorBody, Op, RequestId, StatusReport};
 use tokio::sync::{mpsc, oneshot};
 
 use super::core::Peer;
+use super::outbox::{self, Inbox, Outbox};
 use crate::backend::ProcessUsage;
 use crate::config::Config;
 use crate::ledger::SessionId;
@@ -23,7 +24,7 @@ pub enum Command {
         /// Who it is.
         peer: Peer,
         /// Where its frames go.
-        outbound: mpsc::Sender<ServerFrame>,
+        outbound: Outbox,
         /// Admission verdict.
         reply: oneshot::Sender<Result<(), ErrorBody>>,
     },
@@ -112,16 +113,26 @@ pub enum Refused {
     Stopping,
 }
 
+/// Room for the frames the hub queues to one session (`limits.event_queue`,
+/// `limits.session_buffer_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueRoom {
+    /// Frames.
+    pub frames: usize,
+    /// Bytes of their encoding.
+    pub bytes: usize,
+}
+
 /// Opens a hub session for a new client: completes its peer from /proc, asks the hub to
-/// admit it, and returns the queue (of `queue` frames) the hub writes the session's frames to.
+/// admit it, and returns the queue (with `room`) the hub writes the session's frames to.
 pub async fn open(
     hub: &mpsc::Sender<Command>,
     session: SessionId,
     credentials: Credentials,
-    queue: usize,
-) -> Result<mpsc::Receiver<ServerFrame>, Refused> {
+    room: QueueRoom,
+) -> Result<Inbox, Refused> {
     let peer = peer_of(credentials);
-    let (outbound, frames) = mpsc::channel(queue);
+    let (outbound, frames) = outbox::outbox(room.frames, room.bytes);
     let (reply, verdict) = oneshot::channel();
     let open = Command::Open {
         session,

@@ -9,11 +9,12 @@
 pub mod access;
 mod command;
 pub mod core;
+pub mod outbox;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use gpud_proto::ServerFrame;
+use gpud_proto::{ErrorBody, ErrorCode, Outcome, ServerFrame};
 use rand::SeedableRng;
 use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, error, info, warn};
@@ -27,7 +28,8 @@ use crate::procfs;
 pub use self::core::{ADMIN_SESSIONS, Core, EndReason, Notice, ORPHANS, Peer, wire_name};
 use self::core::{Action, Facts, JournalEntry, KillReason, Now, ProcessSample, Restorable};
 use self::core::{Settings, Signal};
-pub use command::{Command, Credentials, Inspect, Refused, SessionIds, inspect, open};
+use self::outbox::{Outbox, Undelivered};
+pub use command::{Command, Credentials, Inspect, QueueRoom, Refused, SessionIds, inspect, open};
 
 /// Notices queued for each watcher before it counts as lagging.
 const NOTICE_QUEUE: usize = 1024;
@@ -36,7 +38,7 @@ const NOTICE_QUEUE: usize = 1024;
 pub struct Hub {
     core: Core,
     /// Where each admitted session's frames go.
-    outbound: HashMap<SessionId, mpsc::Sender<ServerFrame>>,
+    outbound: HashMap<SessionId, Outbox>,
     journal: Option<Journal>,
     notices: broadcast::Sender<Notice>,
 }
@@ -198,21 +200,56 @@ impl Hub {
         }
     }
 
-    /// Hands a frame to a session's task; a session whose queue is full does not read and is
-    /// closed.
+    /// Hands a frame to a session's task; a session whose queue is over its frames or bytes
+    /// does not read, and is closed.
     fn transmit(&mut self, session: SessionId, frame: ServerFrame) {
         let Some(outbound) = self.outbound.get(&session) else {
             return;
         };
-        match outbound.try_send(frame) {
+        let (frame, bytes) = framable(frame);
+        match outbound.offer(frame, bytes) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
+            Err(Undelivered::Backlog) => {
                 warn!(session, "session does not read what gpud sends; closing it");
                 self.close(now(), session);
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => self.close(now(), session),
+            Err(Undelivered::Gone) => self.close(now(), session),
         }
     }
+}
+
+/// The frame with its encoded length; a reply too large for any frame becomes a refusal of
+/// its request, so that the asker learns why and keeps its session (and leases).
+fn framable(frame: ServerFrame) -> (ServerFrame, usize) {
+    let bytes = outbox::encoded_len(&frame);
+    if bytes <= gpud_proto::frame::MAX_SERVER_FRAME {
+        return (frame, bytes);
+    }
+    let ServerFrame::Reply { id, .. } = frame else {
+        // Only replies carry what grows with the host (status, metrics); nothing else is near.
+        error!(bytes, "a frame too large for the protocol; dropped");
+        let refusal = ServerFrame::Error {
+            error: ErrorBody::new(ErrorCode::Internal, "a frame too large was dropped"),
+        };
+        let bytes = outbox::encoded_len(&refusal);
+        return (refusal, bytes);
+    };
+    warn!(
+        bytes,
+        "a reply is larger than a frame may be; refusing its request"
+    );
+    let refusal = ServerFrame::Reply {
+        id,
+        outcome: Outcome::Error(ErrorBody::new(
+            ErrorCode::LimitExceeded,
+            format!(
+                "the answer ({bytes} bytes) exceeds the largest frame ({} bytes)",
+                gpud_proto::frame::MAX_SERVER_FRAME
+            ),
+        )),
+    };
+    let bytes = outbox::encoded_len(&refusal);
+    (refusal, bytes)
 }
 
 /// The time, as the core takes it.
@@ -295,7 +332,107 @@ mod tests {
     use std::os::unix::process::ExitStatusExt;
     use std::process::Command as Process;
 
+    use gpud_proto::{AcquireArgs, Op, Reply};
+
     use super::*;
+    use crate::ledger::DeviceSpec;
+
+    /// A running hub over one simulated 16 GiB device, and a root session on it with `room`.
+    async fn hub_with_session(room: QueueRoom) -> (mpsc::Sender<Command>, outbox::Inbox) {
+        let config = Config::default();
+        let device = DeviceSpec {
+            uuid: "GPU-test-0".into(),
+            name: "test".into(),
+            total_bytes: 16 << 30,
+            headroom_bytes: 0,
+            unmanaged_bytes: 0,
+            compute_slots: 1,
+            critical_slots: 0,
+        };
+        let ledger = Ledger::new(config.scheduler.clone(), vec![device]);
+        let hub = Hub::new(ledger, vec!["test".into()], &config, "simulated");
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(hub.run(rx));
+        let root = Credentials {
+            pid: Some(std::process::id() as i32),
+            uid: 0,
+            gid: Some(0),
+            groups: Some(Vec::new()),
+        };
+        let inbox = open(&tx, 1, root, room).await.expect("root is admitted");
+        (tx, inbox)
+    }
+
+    async fn ask(hub: &mpsc::Sender<Command>, id: u64, op: Op) {
+        let request = Command::Request { session: 1, id, op };
+        hub.send(request).await.expect("the hub runs");
+    }
+
+    /// Regression: the queue to a session counted frames only, so a session that pipelined
+    /// `status` and never read held up to 1024 status reports (~230 MiB each session).
+    #[tokio::test]
+    async fn a_session_that_asks_and_does_not_read_is_closed_at_its_byte_budget() {
+        let room = QueueRoom {
+            frames: 1024,
+            bytes: 256 << 10,
+        };
+        let (hub, mut inbox) = hub_with_session(room).await;
+        // Fifty labelled leases make each status report some 25 KiB.
+        for id in 0..50 {
+            let args = AcquireArgs {
+                vram_bytes: 1 << 20,
+                label: Some("x".repeat(200)),
+                ..AcquireArgs::default()
+            };
+            ask(&hub, id, Op::Acquire(args)).await;
+        }
+        for id in 50..1000 {
+            ask(&hub, id, Op::Status).await;
+        }
+        // The hub stops once it has served these: the queue then ends either way.
+        drop(hub);
+        let (mut reports, mut bytes) = (0, 0);
+        while let Some(frame) = inbox.recv().await {
+            bytes += outbox::encoded_len(&frame);
+            if let ServerFrame::Reply {
+                outcome: Outcome::Ok(Reply::Status(_)),
+                ..
+            } = frame
+            {
+                reports += 1;
+            }
+        }
+        assert!(reports > 0, "the first reports went out");
+        assert!(
+            bytes <= room.bytes + (64 << 10),
+            "{reports} reports, {bytes} bytes queued: past the budget"
+        );
+    }
+
+    #[test]
+    fn a_reply_too_large_for_a_frame_becomes_a_refusal_of_its_request() {
+        let huge = ServerFrame::Reply {
+            id: 9,
+            outcome: Outcome::Ok(Reply::Metrics {
+                text: "#".repeat(gpud_proto::frame::MAX_SERVER_FRAME),
+            }),
+        };
+        let (frame, bytes) = framable(huge);
+        let ServerFrame::Reply {
+            id: 9,
+            outcome: Outcome::Error(e),
+        } = &frame
+        else {
+            panic!("{frame:?}")
+        };
+        assert_eq!(e.code, ErrorCode::LimitExceeded);
+        assert_eq!(bytes, outbox::encoded_len(&frame));
+        let small = ServerFrame::Reply {
+            id: 1,
+            outcome: Outcome::Ok(Reply::Pong),
+        };
+        assert_eq!(framable(small.clone()).0, small);
+    }
 
     #[test]
     fn the_one_kill_path_kills_the_process_meant_and_no_other() {

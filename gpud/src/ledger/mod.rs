@@ -559,6 +559,13 @@ impl Ledger {
         self.leases.values()
     }
 
+    /// Granted leases with ids greater than `after`, by id.
+    pub fn leases_after(&self, after: LeaseId) -> impl Iterator<Item = &Lease> + '_ {
+        self.leases
+            .range((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
+            .map(|(_, lease)| lease)
+    }
+
     /// One lease.
     pub fn lease(&self, id: LeaseId) -> Option<&Lease> {
         self.leases.get(&id)

@@ -17,7 +17,8 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodecError};
 use tracing::debug;
 
 use crate::config::Limits;
-use crate::hub::{self, Command, Credentials, Refused};
+use crate::hub::outbox::Inbox;
+use crate::hub::{self, Command, Credentials, QueueRoom, Refused};
 use crate::ledger::SessionId;
 
 /// How long a client has to send its hello.
@@ -46,7 +47,11 @@ pub async fn serve(
     let mut reader = FramedRead::new(read, codec(limits.max_frame_bytes));
     let mut writer = FramedWrite::new(write, codec(gpud_proto::frame::MAX_SERVER_FRAME));
 
-    let mut queue = match hub::open(&hub, session, credentials, limits.event_queue).await {
+    let room = QueueRoom {
+        frames: limits.event_queue,
+        bytes: limits.session_buffer_bytes,
+    };
+    let mut queue = match hub::open(&hub, session, credentials, room).await {
         Ok(queue) => queue,
         Err(Refused::Denied(body)) => {
             let _ = writer
@@ -86,7 +91,7 @@ async fn run(
     hub: &mpsc::Sender<Command>,
     reader: &mut Reader,
     writer: &mut Writer,
-    queue: &mut mpsc::Receiver<ServerFrame>,
+    queue: &mut Inbox,
     bucket: &mut TokenBucket,
 ) -> Result<(), ErrorBody> {
     // Handshake.
@@ -131,7 +136,7 @@ async fn run(
                 // None: the hub dropped us (shutdown, or we did not read fast enough).
                 let Some(frame) = out else { return Ok(()) };
                 writer.feed(to_payload(&frame)).await.map_err(io_closed)?;
-                while let Ok(more) = queue.try_recv() {
+                while let Some(more) = queue.try_recv() {
                     writer.feed(to_payload(&more)).await.map_err(io_closed)?;
                 }
                 SinkExt::<bytes::Bytes>::flush(writer).await.map_err(io_closed)?;

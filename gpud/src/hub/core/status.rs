@@ -4,15 +4,28 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use gpud_proto::{
-    ComputeHolder, DaemonInfo, DeviceStatus, LeaseStatus, ProcessStatus, StatusReport, WaiterStatus,
+    ComputeHolder, DaemonInfo, DeviceStatus, LeaseStatus, ProcessStatus, StatusCursor,
+    StatusReport, WaiterStatus,
 };
 
 use super::{Core, Now, Peer};
 use crate::ledger::SessionId;
 
 impl Core {
-    /// The whole state, as `status` reports it.
+    /// The whole state: every lease and waiter on one report (for the D-Bus service, the
+    /// metrics and tests; clients get it in pages).
     pub fn status(&self, now: Now) -> StatusReport {
+        self.status_page(now, None, usize::MAX)
+    }
+
+    /// One status page: every device, then at most `entries` leases (after the cursor's) and
+    /// waiters (after the cursor's place), and where the next page starts.
+    pub fn status_page(
+        &self,
+        now: Now,
+        from: Option<StatusCursor>,
+        entries: usize,
+    ) -> StatusReport {
         let since = |t: Instant| now.at.saturating_duration_since(t).as_millis() as u64;
         let peer = |session: SessionId| self.sessions.get(&session);
         let pid = |p: Option<&Peer>| p.map_or(0, |p| p.pid);
@@ -52,9 +65,15 @@ impl Core {
                 }
             })
             .collect();
-        let leases = self
-            .ledger
-            .leases()
+        let leases_after = match from {
+            None => Some(0),
+            Some(StatusCursor::Leases { after }) => Some(after),
+            Some(StatusCursor::Waiters { .. }) => None,
+        };
+        let leases: Vec<LeaseStatus> = leases_after
+            .into_iter()
+            .flat_map(|after| self.ledger.leases_after(after))
+            .take(entries.max(1))
             .map(|l| {
                 let p = peer(l.session);
                 LeaseStatus {
@@ -78,10 +97,44 @@ impl Core {
                 }
             })
             .collect();
-        let waiters = self
-            .ledger
-            .waiters()
+        // Past a full page of leases, the next page goes on with the leases.
+        let room = entries.max(1) - leases.len();
+        let more_leases = room == 0
+            && leases
+                .last()
+                .is_some_and(|last| self.ledger.leases_after(last.id).next().is_some());
+        let place = |w: &crate::ledger::Waiter| (w.class.rank() as u32, w.seq);
+        let waiters_after = match from {
+            Some(StatusCursor::Waiters { rank, seq }) => Some((rank, seq)),
+            _ => None,
+        };
+        let queue: Vec<_> = if more_leases {
+            Vec::new()
+        } else {
+            self.ledger
+                .waiters()
+                .into_iter()
+                .filter(|w| waiters_after.is_none_or(|after| place(w) > after))
+                .collect()
+        };
+        let more = if more_leases {
+            leases.last().map(|l| StatusCursor::Leases { after: l.id })
+        } else if queue.len() > room {
+            queue[..room]
+                .last()
+                .map(|w| place(w))
+                .map(|(rank, seq)| StatusCursor::Waiters { rank, seq })
+                .or(Some(match leases.last() {
+                    // A page full of leases, with waiters still to come.
+                    Some(l) => StatusCursor::Leases { after: l.id },
+                    None => StatusCursor::Leases { after: 0 },
+                }))
+        } else {
+            None
+        };
+        let waiters = queue
             .into_iter()
+            .take(room)
             .map(|w| WaiterStatus {
                 session: w.ticket.session,
                 request: w.ticket.request,
@@ -106,6 +159,7 @@ impl Core {
             devices,
             leases,
             waiters,
+            more,
         }
     }
 
@@ -150,5 +204,90 @@ impl Core {
                     .collect()
             })
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpud_proto::{AcquireArgs, Class, Op, StatusReport};
+
+    use crate::config::Config;
+    use crate::hub::core::bench::{Bench, GIB, peer};
+
+    /// Leases 1..=6 (memory only) and five compute waiters of mixed classes behind the two
+    /// compute holders.
+    fn busy() -> Bench {
+        let mut b = Bench::new(&Config::default());
+        b.open(1, peer(10, 0)).unwrap();
+        for id in 0..6 {
+            b.acquire(1, id, GIB, false);
+        }
+        b.open(2, peer(20, 0)).unwrap();
+        b.acquire(2, 0, 0, true);
+        b.acquire(2, 1, 0, true);
+        let classes = [
+            Class::Background,
+            Class::High,
+            Class::Normal,
+            Class::Critical,
+        ];
+        for (id, class) in (2..7).zip(classes.iter().cycle()) {
+            let args = AcquireArgs {
+                compute: true,
+                class: *class,
+                ..AcquireArgs::default()
+            };
+            b.request(2, id, Op::Acquire(args));
+        }
+        b.actions();
+        b
+    }
+
+    fn keys(r: &StatusReport) -> (Vec<u64>, Vec<(u64, u64)>) {
+        let leases = r.leases.iter().map(|l| l.id).collect();
+        let waiters = r.waiters.iter().map(|w| (w.session, w.request)).collect();
+        (leases, waiters)
+    }
+
+    #[test]
+    fn pages_of_any_size_add_up_to_the_whole_status_in_order() {
+        let b = busy();
+        let now = b.now();
+        let whole = b.core.status(now);
+        assert_eq!((whole.leases.len(), whole.waiters.len()), (8, 5));
+        assert_eq!(whole.more, None);
+        for size in 1..=14 {
+            let mut report = b.core.status_page(now, None, size);
+            let mut pages = 1;
+            while let Some(cursor) = report.more {
+                let page = b.core.status_page(now, Some(cursor), size);
+                assert!(page.leases.len() + page.waiters.len() <= size);
+                assert!(
+                    !page.leases.is_empty() || !page.waiters.is_empty(),
+                    "{cursor:?}"
+                );
+                assert_eq!(page.devices.len(), 2, "every page shows the devices");
+                report.append(page);
+                pages += 1;
+            }
+            assert_eq!(keys(&report), keys(&whole), "pages of {size}");
+            assert_eq!(pages, 13usize.div_ceil(size), "pages of {size}");
+        }
+    }
+
+    #[test]
+    fn a_waiter_served_between_pages_does_not_shift_the_next_page() {
+        let mut b = busy();
+        let now = b.now();
+        let first = b.core.status_page(now, None, 10);
+        let cursor = first.more.expect("three waiters left");
+        // The critical waiter (first in the queue, shown on the first page) gets a slot.
+        let (_, waiters) = keys(&first);
+        assert_eq!(waiters, [(2, 5), (2, 3)]);
+        b.request(2, 100, Op::Release { lease: 7 });
+        let now = b.now();
+        let next = b.core.status_page(now, Some(cursor), 10);
+        let (_, rest) = keys(&next);
+        assert_eq!(rest, [(2, 4), (2, 2), (2, 6)], "the rest, none skipped");
     }
 }

@@ -102,6 +102,46 @@ fn per_session_limits_refuse_more_leases_and_waiters() {
 }
 
 #[test]
+fn one_uid_holds_and_waits_for_at_most_its_entries_across_sessions() {
+    let config = Config {
+        limits: Limits {
+            max_entries_per_uid: 3,
+            ..Limits::default()
+        },
+        ..Config::default()
+    };
+    let mut b = Bench::new(&config);
+    b.open(1, peer(30, 1000)).unwrap();
+    b.open(2, peer(31, 1000)).unwrap();
+    b.open(3, peer(32, 2000)).unwrap();
+    b.acquire(1, 1, GIB, false);
+    b.acquire(1, 2, 0, true);
+    // Another session of the same uid: its lease of the second device's compute is the uid's
+    // third entry, and a fourth is refused.
+    b.acquire(2, 1, 0, true);
+    b.acquire(2, 3, GIB, false);
+    let f = b.frames(2);
+    assert_eq!(code(outcome(&f, 3)), Some(ErrorCode::LimitExceeded));
+    let Some(Outcome::Error(e)) = outcome(&f, 3) else {
+        unreachable!()
+    };
+    assert!(e.message.contains("limits.max_entries_per_uid"), "{e:?}");
+    // Other uids are not held back by uid 1000's count.
+    b.acquire(3, 1, GIB, false);
+    assert!(matches!(
+        outcome(&b.frames(3), 1),
+        Some(Outcome::Ok(Reply::Granted(_)))
+    ));
+    // A release makes room again.
+    b.request(1, 9, Op::Release { lease: 1 });
+    b.acquire(2, 4, GIB, false);
+    assert!(matches!(
+        outcome(&b.frames(2), 4),
+        Some(Outcome::Ok(Reply::Granted(_)))
+    ));
+}
+
+#[test]
 fn a_restored_lease_is_readopted_by_its_owner_with_its_token() {
     // Before the restart: a lease, journaled before its grant goes out.
     let mut before = Bench::new(&Config::default());

@@ -65,6 +65,18 @@ impl Core {
                 ),
             ));
         }
+        if let Some(p) = peer {
+            let mine = self.uid_entries(p.uid);
+            if mine >= limits.max_entries_per_uid {
+                return Err(ErrorBody::new(
+                    ErrorCode::LimitExceeded,
+                    format!(
+                        "uid {} already holds or waits for {mine} leases (limits.max_entries_per_uid)",
+                        p.uid
+                    ),
+                ));
+            }
+        }
         Ok(AcquireSpec {
             placement: args.device.into(),
             vram_bytes: args.vram_bytes,
@@ -73,5 +85,17 @@ impl Core {
             timeout,
             label: args.label,
         })
+    }
+
+    /// Leases and waiting requests of all of `uid`'s sessions.
+    fn uid_entries(&self, uid: u32) -> usize {
+        self.sessions
+            .iter()
+            .filter(|(_, p)| p.uid == uid)
+            .map(|(&s, _)| {
+                let (leases, waiters) = self.ledger.session_counts(s);
+                leases + waiters
+            })
+            .sum()
     }
 }

@@ -49,12 +49,20 @@ impl Core {
             Op::Undrain { device } => Some(self.undrain(now, ticket.session, &device)),
             Op::Revoke { lease } => Some(self.revoke(now, ticket.session, lease)),
             Op::Adopt { lease, token } => Some(self.adopt(now, ticket.session, lease, &token)),
-            Op::Status => Some(Ok(Reply::Status(Box::new(self.status(now))))),
+            Op::Status => Some(Ok(self.status_reply(now, None))),
+            Op::StatusPage(cursor) => Some(Ok(self.status_reply(now, Some(cursor)))),
             Op::Ping => Some(Ok(Reply::Pong)),
             Op::Metrics => Some(Ok(Reply::Metrics {
                 text: self.metrics(now),
             })),
         }
+    }
+}
+
+impl Core {
+    fn status_reply(&self, now: Now, from: Option<gpud_proto::StatusCursor>) -> Reply {
+        let page = self.status_page(now, from, gpud_proto::STATUS_PAGE_ENTRIES);
+        Reply::Status(Box::new(page))
     }
 }
 

@@ -1,0 +1,175 @@
+//! The frames on their way to one session: a queue bounded in frames and in bytes.
+//!
+//! A client that asks and does not read would otherwise make gpud hold its answers: a status
+//! report is megabytes, and a frame count alone let one session grow the daemon by hundreds
+//! of MiB. The hub counts each frame's encoded size when it queues it, the session's task
+//! uncounts it when it takes it off; past the byte budget the hub closes the session, as it
+//! does past the frame count. One frame may exceed the budget when nothing else waits, so
+//! that a large (but framable) answer still goes out.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use gpud_proto::ServerFrame;
+use tokio::sync::mpsc;
+
+/// The hub's end: where it queues a session's frames.
+#[derive(Debug)]
+pub struct Outbox {
+    frames: mpsc::Sender<Queued>,
+    queued_bytes: Arc<AtomicUsize>,
+    byte_budget: usize,
+}
+
+/// The session's end: the frames, in order.
+#[derive(Debug)]
+pub struct Inbox {
+    frames: mpsc::Receiver<Queued>,
+    queued_bytes: Arc<AtomicUsize>,
+}
+
+#[derive(Debug)]
+struct Queued {
+    frame: ServerFrame,
+    bytes: usize,
+}
+
+/// Why a frame was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Undelivered {
+    /// The session does not read: its frames or bytes are over the limits.
+    Backlog,
+    /// The session's task has ended.
+    Gone,
+}
+
+/// A queue of at most `frames` frames and (but for one frame alone) `bytes` bytes.
+pub fn outbox(frames: usize, bytes: usize) -> (Outbox, Inbox) {
+    let (tx, rx) = mpsc::channel(frames.max(1));
+    let queued_bytes = Arc::new(AtomicUsize::new(0));
+    let out = Outbox {
+        frames: tx,
+        queued_bytes: queued_bytes.clone(),
+        byte_budget: bytes,
+    };
+    let inbox = Inbox {
+        frames: rx,
+        queued_bytes,
+    };
+    (out, inbox)
+}
+
+impl Outbox {
+    /// Queues `frame`, whose encoding is `bytes` long ([`encoded_len`]).
+    pub fn offer(&self, frame: ServerFrame, bytes: usize) -> Result<(), Undelivered> {
+        let waiting = self.queued_bytes.load(Ordering::Acquire);
+        if waiting > 0 && waiting.saturating_add(bytes) > self.byte_budget {
+            return Err(Undelivered::Backlog);
+        }
+        // Counted before it is sent, so that the session never uncounts what is not counted.
+        self.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+        match self.frames.try_send(Queued { frame, bytes }) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+                Err(match e {
+                    mpsc::error::TrySendError::Full(_) => Undelivered::Backlog,
+                    mpsc::error::TrySendError::Closed(_) => Undelivered::Gone,
+                })
+            }
+        }
+    }
+}
+
+impl Inbox {
+    /// The next frame; `None` once the hub has dropped the outbox.
+    pub async fn recv(&mut self) -> Option<ServerFrame> {
+        let queued = self.frames.recv().await?;
+        Some(self.taken(queued))
+    }
+
+    /// The next frame if one is queued now.
+    pub fn try_recv(&mut self) -> Option<ServerFrame> {
+        let queued = self.frames.try_recv().ok()?;
+        Some(self.taken(queued))
+    }
+
+    fn taken(&self, queued: Queued) -> ServerFrame {
+        self.queued_bytes.fetch_sub(queued.bytes, Ordering::AcqRel);
+        queued.frame
+    }
+}
+
+/// The length of a frame's encoding, without keeping the encoding.
+pub fn encoded_len(frame: &ServerFrame) -> usize {
+    let mut counter = Counter(0);
+    // Our frames always serialize (gpud_proto::frame::to_payload); the count is then exact.
+    let _ = serde_json::to_writer(&mut counter, frame);
+    counter.0
+}
+
+struct Counter(usize);
+
+impl io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpud_proto::frame::to_payload;
+    use gpud_proto::{Outcome, Reply};
+
+    use super::*;
+
+    fn pong(id: u64) -> ServerFrame {
+        ServerFrame::Reply {
+            id,
+            outcome: Outcome::Ok(Reply::Pong),
+        }
+    }
+
+    #[test]
+    fn the_length_is_the_encodings() {
+        let frame = pong(12345);
+        assert_eq!(encoded_len(&frame), to_payload(&frame).len());
+    }
+
+    #[tokio::test]
+    async fn bytes_bound_the_backlog_and_taking_frames_makes_room() {
+        let one = encoded_len(&pong(1));
+        let (out, mut inbox) = outbox(1000, 3 * one);
+        for id in 0..3 {
+            out.offer(pong(id), one).unwrap();
+        }
+        assert_eq!(out.offer(pong(3), one), Err(Undelivered::Backlog));
+        assert_eq!(inbox.recv().await, Some(pong(0)));
+        out.offer(pong(3), one).expect("room again");
+        for id in 1..4 {
+            assert_eq!(inbox.try_recv(), Some(pong(id)));
+        }
+        assert_eq!(inbox.try_recv(), None);
+        // Alone, a frame larger than the budget still goes; behind it, nothing more.
+        out.offer(pong(4), 10 * one).expect("a large frame alone");
+        assert_eq!(out.offer(pong(5), 1), Err(Undelivered::Backlog));
+        assert_eq!(inbox.recv().await, Some(pong(4)));
+        out.offer(pong(5), one).unwrap();
+    }
+
+    #[tokio::test]
+    async fn frames_bound_it_too_and_a_gone_session_is_told_apart() {
+        let (out, inbox) = outbox(2, usize::MAX);
+        out.offer(pong(0), 1).unwrap();
+        out.offer(pong(1), 1).unwrap();
+        assert_eq!(out.offer(pong(2), 1), Err(Undelivered::Backlog));
+        drop(inbox);
+        assert_eq!(out.offer(pong(3), 1), Err(Undelivered::Gone));
+    }
+}
