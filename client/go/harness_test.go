@@ -284,8 +284,6 @@ func helper(mode string) int {
 		fmt.Println("dial", code(err))
 		if err == nil {
 			c.Close()
-		} else {
-			fmt.Fprintln(os.Stderr, err)
 		}
 		return 0
 	}
