@@ -207,6 +207,9 @@ func DialWith(ctx context.Context, path string, opts Options) (*Client, error) {
 	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("gpud: cannot connect to gpud at %s: %w", path, ctx.Err())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gpud: cannot connect to gpud at %s: %w (is gpud running? the socket is chosen with GPUD_SOCKET)", path, err)
 	}
@@ -567,7 +570,7 @@ func (c *Client) wait(ctx context.Context, id uint64, cl *call, what string, wit
 		c.abandon(id, cl)
 		return result{}, ctx.Err()
 	}
-	go c.fire(map[string]cancelArg{"cancel": {Request: id}})
+	c.fire(map[string]cancelArg{"cancel": {Request: id}})
 	timer := time.NewTimer(cancelGrace)
 	defer timer.Stop()
 	select {
