@@ -19,9 +19,9 @@ config scheduler.revoke_after_yield = "1s"
 a acquire l1 vram=1GiB compute=yes device=0 class=high timeout=5 label=x_y -> granted
   b begin l2 vram=max
 b pending l2
-sleep 5
+a sleep 5
 admin sleep 5
-raw bad_frame {"type": "x"}
+y raw bad_frame {"type": "x"}
 x raw bad_frame  not json at all
 x rawfirst hello_required {"type":"request","id":1,"op":"ping"}
 a status leases=1 waiters=0 devices=2
@@ -54,7 +54,7 @@ end
 	if st[1].Verb != "begin" || st[1].Args["vram"] != "max" || st[1].Expect != "" {
 		t.Fatalf("begin: %+v", st[1])
 	}
-	if st[3].Verb != "sleep" || st[3].Millis != 5 || st[4].Client != "admin" || st[4].Millis != 5 {
+	if st[3].Verb != "sleep" || st[3].Millis != 5 || st[3].Client != "a" || st[4].Client != "admin" || st[4].Millis != 5 {
 		t.Fatalf("sleep: %+v %+v", st[3], st[4])
 	}
 	if st[5].Verb != "raw" || st[5].Code != "bad_frame" || st[5].Frame != `{"type": "x"}` {

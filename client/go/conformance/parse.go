@@ -34,8 +34,8 @@ type Step struct {
 	Line int
 	// Text is the line as written (trimmed).
 	Text string
-	// Client names the connection the step uses ("" for sleep, and for raw and rawfirst when
-	// written without one).
+	// Client names the connection the step uses (for raw and rawfirst, only a label: they
+	// open a connection of their own).
 	Client string
 	// Verb is the step's verb.
 	Verb string
@@ -165,24 +165,17 @@ func Parse(r io.Reader, name string) ([]Scenario, error) {
 // parseStep reads `<client> <verb> [<lease>] [key=value ...] [-> <expect>]`, or a raw step.
 func parseStep(line string, fields []string) (Step, error) {
 	st := Step{Text: line, Args: map[string]string{}}
-	rest := line
-	// sleep, raw and rawfirst may come without a client.
-	if _, isVerb := verbs[fields[0]]; isVerb && (fields[0] == "sleep" || fields[0] == "raw" || fields[0] == "rawfirst") {
-		st.Verb = fields[0]
-		rest = cutField(rest)
-	} else {
-		if len(fields) < 2 {
-			return st, fmt.Errorf("a step is `<client> <verb> …`, not %q", line)
-		}
-		st.Client, st.Verb = fields[0], fields[1]
-		if _, ok := verbs[st.Verb]; !ok {
-			return st, fmt.Errorf("unknown verb %q", st.Verb)
-		}
-		if !validName(st.Client) {
-			return st, fmt.Errorf("client names are lowercase words, not %q", st.Client)
-		}
-		rest = cutField(cutField(rest))
+	if len(fields) < 2 {
+		return st, fmt.Errorf("a step is `<client> <verb> …`, not %q", line)
 	}
+	st.Client, st.Verb = fields[0], fields[1]
+	if _, ok := verbs[st.Verb]; !ok {
+		return st, fmt.Errorf("unknown verb %q", st.Verb)
+	}
+	if !validName(st.Client) {
+		return st, fmt.Errorf("client names are lowercase words, not %q", st.Client)
+	}
+	rest := cutField(cutField(line))
 	switch st.Verb {
 	case "raw", "rawfirst":
 		code := strings.Fields(rest)
