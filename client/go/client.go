@@ -593,7 +593,8 @@ func (c *Client) wait(ctx context.Context, id uint64, cl *call, what string, wit
 	return result{}, &withdrawn{what: what, ctx: ctx.Err()}
 }
 
-// request sends op and waits for its reply, which must be named want.
+// request sends op and waits for its reply, which must be named want (any name when want
+// is "").
 func (c *Client) request(ctx context.Context, op interface{}, kind, want string) (result, error) {
 	if err := ctx.Err(); err != nil {
 		return result{}, err
@@ -606,7 +607,7 @@ func (c *Client) request(ctx context.Context, op interface{}, kind, want string)
 	if err != nil {
 		return r, err
 	}
-	if r.name != want {
+	if want != "" && r.name != want {
 		return r, fmt.Errorf("gpud: %s answered with %q", kind, r.name)
 	}
 	return r, nil
@@ -682,9 +683,12 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 		if pages > 1<<20 {
 			return nil, errors.New("gpud: the status has more than 2^20 pages")
 		}
-		r, err := c.request(ctx, map[string]json.RawMessage{"status_page": more}, "status_page", "status")
+		r, err := c.request(ctx, map[string]json.RawMessage{"status_page": more}, "status_page", "")
 		if err != nil {
 			return nil, err
+		}
+		if r.name != "status" && r.name != "status_page" {
+			return nil, fmt.Errorf("gpud: status_page answered with %q", r.name)
 		}
 		var next statusPage
 		if err := json.Unmarshal(r.body, &next); err != nil {

@@ -90,7 +90,8 @@ func TestStatusFollowsPages(t *testing.T) {
 			return `{"ok":{"status":{"daemon":{"version":"9","pid":1,"uptime_ms":1,"sessions":1,"backend":"simulated"},"devices":[],` +
 				`"leases":[` + lease(2) + `,` + lease(3) + `],"waiters":[` + waiter(7) + `],"more":{"after":3,"epoch":"e"}}}}`
 		default:
-			return `{"ok":{"status":{"daemon":{"version":"9","pid":1,"uptime_ms":1,"sessions":1,"backend":"simulated"},"devices":[],` +
+			// A page may also come as its own reply.
+			return `{"ok":{"status_page":{"daemon":{"version":"9","pid":1,"uptime_ms":1,"sessions":1,"backend":"simulated"},"devices":[],` +
 				`"leases":[],"waiters":[` + waiter(8) + `]}}}`
 		}
 	})
