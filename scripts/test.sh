@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # System packages the tests use: a C++ compiler (kernel arithmetic compiled on the host),
 # pip (NVRTC wheel), dbus-daemon, busctl and dbus-send (D-Bus tests), setpriv (calls as
 # another user), systemd tools (unit checks, socket activation, systemd-analyze security), a font
-# (the farm's plot).
+# (the farm's plot), Go (the Go client's tests, client/go).
 missing=()
 command -v g++ >/dev/null || missing+=(build-essential)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
@@ -19,6 +19,7 @@ command -v setpriv >/dev/null || missing+=(util-linux)
 command -v busctl >/dev/null || missing+=(systemd)
 command -v systemd-socket-activate >/dev/null || missing+=(systemd)
 command -v pkill >/dev/null || missing+=(procps)
+command -v go >/dev/null || missing+=(golang-go)
 # A TrueType font for the farm's plot (bench/tests/farm.rs draws one).
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -41,6 +42,19 @@ cargo clippy --workspace --all-targets -- -D warnings
 # features out and makes `cargo test` compile half the workspace a second time).
 cargo build --workspace --all-targets
 cargo test --workspace -- --show-output 2>&1 | tee target/test-output.log
+# The Go client (standard library only: nothing to download) against the daemon just built,
+# with the shared conformance corpus. -count=1: a cached result would not see a new gpud.
+(
+    cd client/go
+    export GOFLAGS=-mod=mod GOPROXY=off GOCACHE="${GOCACHE:-$PWD/../../target/go-cache}"
+    unformatted=$(gofmt -l .)
+    if [ -n "$unformatted" ]; then
+        echo "gofmt: these files need formatting: $unformatted" >&2
+        exit 1
+    fi
+    go vet ./...
+    GPUD_BIN=$PWD/../../target/debug/gpud go test -count=1 ./...
+)
 # The README's main command, small: gpud and four provers sharing a simulated GPU.
 target/debug/gpud-prover demo --log-size 10
 echo "all tests passed (build folder: $(du -sh target 2>/dev/null | cut -f1))"

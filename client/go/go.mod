@@ -1,0 +1,3 @@
+module github.com/gpud/gpud/client/go
+
+go 1.19
