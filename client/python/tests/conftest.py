@@ -150,5 +150,7 @@ def child_env() -> dict:
     env = dict(os.environ)
     spec = getattr(gpud, "__file__", None)
     if spec is not None:
-        env["PYTHONPATH"] = str(Path(spec).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = (
+            str(Path(spec).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+        )
     return env

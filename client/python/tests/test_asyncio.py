@@ -33,7 +33,9 @@ def test_acquire_status_release(daemon: Daemon) -> None:
             assert (lease.vram_bytes, lease.compute, lease.cls) == (12 * GIB, True, "high")
             assert lease.cuda_visible_devices.startswith("GPU-")
             status = await client.status()
-            assert [(s.id, s.label, s.session) for s in status.leases] == [(lease.id, "aio", client.session_id)]
+            assert [(s.id, s.label, s.session) for s in status.leases] == [
+                (lease.id, "aio", client.session_id)
+            ]
             await client.ping()
             assert "gpud_" in await client.metrics()
             await lease.release()

@@ -11,7 +11,6 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
@@ -186,7 +185,9 @@ class BlockingApi:
     def connect(self, path: str, name: str) -> gpud.Client:
         return gpud.Client(path, name=name)
 
-    def begin(self, client: gpud.Client, request: Dict[str, Any]) -> "concurrent.futures.Future[Any]":
+    def begin(
+        self, client: gpud.Client, request: Dict[str, Any]
+    ) -> "concurrent.futures.Future[Any]":
         future: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
 
         def run() -> None:
@@ -225,7 +226,9 @@ class AsyncApi:
     def connect(self, path: str, name: str) -> gpud.aio.Client:
         return self._run(gpud.aio.connect(path, name=name))
 
-    def begin(self, client: gpud.aio.Client, request: Dict[str, Any]) -> "concurrent.futures.Future[Any]":
+    def begin(
+        self, client: gpud.aio.Client, request: Dict[str, Any]
+    ) -> "concurrent.futures.Future[Any]":
         async def acquire() -> Any:
             return await client.acquire(**request)
 
@@ -332,7 +335,9 @@ class Run:
                 raise StepFailed(f"lease {step.lease} was not begun")
             time.sleep(PENDING)
             if future.done():
-                raise StepFailed(f"expected still waiting, but it was answered: {future.exception() or 'granted'}")
+                raise StepFailed(
+                    f"expected still waiting, but it was answered: {future.exception() or 'granted'}"
+                )
         elif v == "await":
             self.expect(step, self.await_lease(step.lease or ""))
         elif v == "release":
@@ -358,7 +363,7 @@ class Run:
                 raise StepFailed("the lease has " + ", ".join(wrong))
         elif v == "yield":
             lease = self.lease(step.lease or "")
-            if yes_no(step.expect or "") :
+            if yes_no(step.expect or ""):
                 seen = api.wait_yield(lease, NOTICE)
             else:
                 time.sleep(NO_NOTICE)
@@ -374,8 +379,16 @@ class Run:
         elif v == "status":
             client = self.client(step.client)
             status = api.call(client.status)
-            counts = {"leases": len(status.leases), "waiters": len(status.waiters), "devices": len(status.devices)}
-            wrong = [f"{k}={counts[k]} (not {want})" for k, want in step.args.items() if int(want) != counts[k]]
+            counts = {
+                "leases": len(status.leases),
+                "waiters": len(status.waiters),
+                "devices": len(status.devices),
+            }
+            wrong = [
+                f"{k}={counts[k]} (not {want})"
+                for k, want in step.args.items()
+                if int(want) != counts[k]
+            ]
             if wrong:
                 raise StepFailed("status has " + ", ".join(wrong))
         elif v in ("drain", "undrain"):
@@ -424,7 +437,11 @@ def raw(path: str, hello: bool, code: str, text: str) -> None:
             if not data:
                 break
             for frame in reader.feed(data):
-                body = frame.get("error") if frame.get("type") == "error" else (frame.get("outcome") or {}).get("error")
+                body = (
+                    frame.get("error")
+                    if frame.get("type") == "error"
+                    else (frame.get("outcome") or {}).get("error")
+                )
                 if isinstance(body, dict) and body.get("code") == code:
                     return
                 seen.append(frame)

@@ -7,19 +7,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import struct
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
 
 import gpud
-from conftest import GIB, REPO, Daemon, child_env, wait_until
+from conftest import REPO, Daemon, child_env, wait_until
 from gpud import protocol
 
 
@@ -237,7 +235,9 @@ def _nobody_can_run_python() -> bool:
         return False
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="runs a client as uid 65534: needs root (CI runs as root)")
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="runs a client as uid 65534: needs root (CI runs as root)"
+)
 def test_what_a_user_may_not_do(start_daemon: Any) -> None:
     if not _nobody_can_run_python():
         pytest.skip(f"uid 65534 cannot run {sys.executable} with the package (a private home?)")
@@ -247,12 +247,17 @@ def test_what_a_user_may_not_do(start_daemon: Any) -> None:
     # Allowed, but neither admin nor critical.
     daemon = start_daemon(config=['socket_mode = "0666"', "access.allowed_uids = [65534]"])
     assert _as_nobody(daemon.socket, "acquire", vram=1) == "ok"
-    assert _as_nobody(daemon.socket, "acquire", compute=True, cls="critical") == "NotAllowed not_allowed"
+    assert (
+        _as_nobody(daemon.socket, "acquire", compute=True, cls="critical")
+        == "NotAllowed not_allowed"
+    )
     assert _as_nobody(daemon.socket, "drain", device=0) == "PermissionDenied permission_denied"
     assert _as_nobody(daemon.socket, "revoke", lease=1) == "PermissionDenied permission_denied"
 
 
-def _raw(socket_path: str, frames: List[bytes], hello: bool = True, until: Optional[str] = None) -> List[Dict[str, Any]]:
+def _raw(
+    socket_path: str, frames: List[bytes], hello: bool = True, until: Optional[str] = None
+) -> List[Dict[str, Any]]:
     """Sends frames on a connection of its own; returns what came back (until a frame
     carrying the error ``until``, or the end of the connection, or 2 s)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -286,7 +291,9 @@ def _code(frame: Dict[str, Any]) -> Optional[str]:
 
 def _mapped(frames: List[Dict[str, Any]], code: str) -> gpud.Error:
     body = next(
-        f["error"] if f["type"] == "error" else f["outcome"]["error"] for f in frames if _code(f) == code
+        f["error"] if f["type"] == "error" else f["outcome"]["error"]
+        for f in frames
+        if _code(f) == code
     )
     return gpud.error_from_body(body)
 
@@ -304,9 +311,23 @@ def test_errors_only_a_broken_client_reaches(daemon: Daemon) -> None:
     cases = [
         ([_bytes("not json")], True, "bad_frame", gpud.BadFrame),
         ([protocol.hello("again")], True, "bad_frame", gpud.BadFrame),
-        ([_bytes('{"type":"request","id":1,"op":{"acquire":{"vram_bytes":1,"class":"urgent"}}}')], True, "bad_frame", gpud.BadFrame),
+        (
+            [
+                _bytes(
+                    '{"type":"request","id":1,"op":{"acquire":{"vram_bytes":1,"class":"urgent"}}}'
+                )
+            ],
+            True,
+            "bad_frame",
+            gpud.BadFrame,
+        ),
         ([req(1, "ping")], False, "hello_required", gpud.HelloRequired),
-        ([_bytes('{"type":"hello","version":2}')], False, "unsupported_version", gpud.UnsupportedVersion),
+        (
+            [_bytes('{"type":"hello","version":2}')],
+            False,
+            "unsupported_version",
+            gpud.UnsupportedVersion,
+        ),
         ([req(1, {"cancel": {"request": 9}})], True, "unknown_request", gpud.UnknownRequest),
         ([req(1, {"release": {"lease": 4242}})], True, "unknown_lease", gpud.UnknownLease),
     ]

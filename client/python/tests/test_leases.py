@@ -18,7 +18,10 @@ def test_a_lease_is_granted_shown_and_released(daemon: Daemon) -> None:
         assert lease.device_index == 0
         assert lease.device_uuid.startswith("GPU-")
         assert lease.cuda_visible_devices == lease.device_uuid
-        assert lease.env({"PATH": "/bin"}) == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": lease.device_uuid}
+        assert lease.env({"PATH": "/bin"}) == {
+            "PATH": "/bin",
+            "CUDA_VISIBLE_DEVICES": lease.device_uuid,
+        }
         assert not lease.yield_requested and not lease.lost
         status = client.status()
         assert isinstance(status, gpud.StatusReport)
@@ -28,7 +31,11 @@ def test_a_lease_is_granted_shown_and_released(daemon: Daemon) -> None:
         assert status.leases[0].session == client.session_id
         device = status.devices[0]
         assert isinstance(device, gpud.DeviceStatus)
-        assert (device.total_bytes, device.reserved_bytes, device.free_bytes) == (16 * GIB, 12 * GIB, 4 * GIB)
+        assert (device.total_bytes, device.reserved_bytes, device.free_bytes) == (
+            16 * GIB,
+            12 * GIB,
+            4 * GIB,
+        )
         assert device.compute_holder is not None and device.compute_holder.lease == lease.id
         assert status.daemon.backend == "simulated"
         lease.release()
@@ -103,7 +110,9 @@ def test_a_waiting_acquire_interrupted_is_withdrawn(daemon: Daemon) -> None:
 
     with daemon.client() as holder, daemon.client() as waiter:
         holder.acquire(vram="16GiB")
-        timer = threading.Timer(0.3, lambda: signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT))
+        timer = threading.Timer(
+            0.3, lambda: signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        )
         timer.start()
         with pytest.raises(KeyboardInterrupt):
             waiter.acquire(vram="1GiB")

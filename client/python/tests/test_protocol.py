@@ -84,7 +84,9 @@ def test_devices_read_as_placements(device: object, wire: str) -> None:
     assert protocol.placement(device) == wire  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("device", ["", "../etc", "99999999999", -1, 1 << 32, True, None, "x" * 97, "ab"])
+@pytest.mark.parametrize(
+    "device", ["", "../etc", "99999999999", -1, 1 << 32, True, None, "x" * 97, "ab"]
+)
 def test_bad_devices_are_invalid_requests(device: object) -> None:
     with pytest.raises(gpud.InvalidRequest):
         protocol.placement(device)  # type: ignore[arg-type]

@@ -18,22 +18,46 @@ from gpud import protocol
 
 def _lease(i: int) -> Dict[str, Any]:
     return {
-        "id": i, "device": "GPU-x", "device_index": 0, "vram_bytes": i, "compute": False,
-        "class": "normal", "pid": 1, "uid": 0, "process": "p", "session": 1, "held_ms": 0,
-        "yield_requested": False, "label": None,
+        "id": i,
+        "device": "GPU-x",
+        "device_index": 0,
+        "vram_bytes": i,
+        "compute": False,
+        "class": "normal",
+        "pid": 1,
+        "uid": 0,
+        "process": "p",
+        "session": 1,
+        "held_ms": 0,
+        "yield_requested": False,
+        "label": None,
     }
 
 
 def _waiter(i: int) -> Dict[str, Any]:
     return {
-        "session": 2, "request": i, "pid": 2, "class": "high", "device": "any", "vram_bytes": 1,
-        "compute": True, "grows_lease": None, "waited_ms": 5, "label": "w",
+        "session": 2,
+        "request": i,
+        "pid": 2,
+        "class": "high",
+        "device": "any",
+        "vram_bytes": 1,
+        "compute": True,
+        "grows_lease": None,
+        "waited_ms": 5,
+        "label": "w",
     }
 
 
 DAEMON = {"version": "0.2.0", "pid": 1, "uptime_ms": 1, "sessions": 1, "backend": "simulated"}
 PAGES = {
-    None: {"daemon": DAEMON, "devices": [], "leases": [_lease(1), _lease(2)], "waiters": [], "more": {"after": 2}},
+    None: {
+        "daemon": DAEMON,
+        "devices": [],
+        "leases": [_lease(1), _lease(2)],
+        "waiters": [],
+        "more": {"after": 2},
+    },
     2: {"leases": [_lease(3)], "waiters": [_waiter(10)], "more": {"after": 3}},
     3: {"leases": [], "waiters": [_waiter(11)]},
 }
@@ -68,12 +92,24 @@ class FakeDaemon:
                     return
                 for frame in reader.feed(data):
                     if frame["type"] == "hello":
-                        conn.sendall(protocol.encode({"type": "welcome", "version": 1, "session": 1, "daemon": "fake"}))
+                        conn.sendall(
+                            protocol.encode(
+                                {"type": "welcome", "version": 1, "session": 1, "daemon": "fake"}
+                            )
+                        )
                         continue
                     op = frame["op"]
                     self.ops.append(op)
                     page = PAGES[None] if op == "status" else PAGES[op["status_page"]["after"]]
-                    conn.sendall(protocol.encode({"type": "reply", "id": frame["id"], "outcome": {"ok": {"status": page}}}))
+                    conn.sendall(
+                        protocol.encode(
+                            {
+                                "type": "reply",
+                                "id": frame["id"],
+                                "outcome": {"ok": {"status": page}},
+                            }
+                        )
+                    )
 
     def close(self) -> None:
         self.server.close()

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import gpud
-from conftest import GIB, Daemon, child_env
+from conftest import Daemon, child_env
 
-FAKE_CUDA = '''
+FAKE_CUDA = """
 calls = []
 
 class _Properties:
@@ -37,7 +37,7 @@ def get_device_properties(ordinal):
 
 def set_per_process_memory_fraction(fraction, device=None):
     calls.append((fraction, device))
-'''
+"""
 
 
 @pytest.fixture
@@ -53,7 +53,9 @@ def fake_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_the_fraction_is_the_lease_over_the_device_total(daemon: Daemon, fake_torch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_fraction_is_the_lease_over_the_device_total(
+    daemon: Daemon, fake_torch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch  # the fake
 
     with gpud.lease(vram="12GiB", compute=True, socket=daemon.socket) as lease:

@@ -22,7 +22,9 @@ def test_a_critical_request_makes_the_holder_see_the_yield_notice(daemon: Daemon
     holder = holder_client.acquire(vram="1GiB", compute=True, on_yield=on_yield)
     assert not holder.wait_yield(0.3), "a notice without any critical waiter"
     granted: List[gpud.Lease] = []
-    t = threading.Thread(target=lambda: granted.append(critical.acquire(compute=True, cls="critical")))
+    t = threading.Thread(
+        target=lambda: granted.append(critical.acquire(compute=True, cls="critical"))
+    )
     t.start()
     assert holder.wait_yield(2)
     assert holder.yield_requested
@@ -62,7 +64,9 @@ def test_other_waiters_ask_no_yield(daemon: Daemon) -> None:
 
     threading.Thread(target=ask, args=(high,), kwargs={"compute": True, "cls": "high"}).start()
     # A critical request for memory alone does not need the compute slot.
-    threading.Thread(target=ask, args=(critical,), kwargs={"vram": "10GiB", "cls": "critical"}).start()
+    threading.Thread(
+        target=ask, args=(critical,), kwargs={"vram": "10GiB", "cls": "critical"}
+    ).start()
     assert wait_until(lambda: len(holder_client.status().waiters) == 2)
     assert not holder.wait_yield(0.3)
     assert holder.next_event(0) is None

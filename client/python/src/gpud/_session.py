@@ -317,7 +317,6 @@ class LeaseView:
     def released(self) -> bool:
         return self._state.released
 
-
     def __repr__(self) -> str:
         i = self._state.info
         return (

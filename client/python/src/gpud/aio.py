@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from . import protocol
-from ._session import LeaseState, LeaseView, Result, Session, run_callbacks
+from ._session import LeaseState, LeaseView, Result, Session, log, run_callbacks
 from .client import _expect, _program_name
 from .errors import (
     ConnectError,
@@ -82,7 +82,7 @@ class Client:
         #: The daemon's name and version.
         self.daemon: str = str(welcome.get("daemon", ""))
         self._session.session_id = self.session_id
-        self._tasks: Set["asyncio.Task[Any]"] = set()
+        self._tasks: Set["asyncio.Future[Any]"] = set()
         self._closed = False
         self._read_task: Optional["asyncio.Task[None]"] = None
 
@@ -192,10 +192,8 @@ class Client:
                 task.add_done_callback(self._callback_done)
 
     def _callback_done(self, task: "asyncio.Future[Any]") -> None:
-        self._tasks.discard(task)  # type: ignore[arg-type]
+        self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            from ._session import log
-
             log.error("gpud: a yield callback raised", exc_info=task.exception())
 
     def _send(self, data: bytes) -> None:

@@ -19,7 +19,7 @@ import queue
 import socket as _socket
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import protocol
 from ._session import LeaseState, LeaseView, Result, Session, run_callbacks
@@ -146,9 +146,13 @@ class Client:
             try:
                 data = self._sock.recv(65536)
             except OSError as e:
-                raise ConnectionLost(f"gpud at {self.socket_path} did not answer the hello: {e}") from None
+                raise ConnectionLost(
+                    f"gpud at {self.socket_path} did not answer the hello: {e}"
+                ) from None
             if not data:
-                raise ConnectionLost(f"gpud at {self.socket_path} closed the connection during the hello")
+                raise ConnectionLost(
+                    f"gpud at {self.socket_path} closed the connection during the hello"
+                )
             frames = reader.feed(data)
             if not frames:
                 continue
@@ -411,4 +415,3 @@ class Lease(LeaseView):
 
     def __exit__(self, *exc: object) -> None:
         self._release_quietly()
-

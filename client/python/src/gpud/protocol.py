@@ -92,7 +92,9 @@ class FrameReader:
         while len(self._buffer) >= 4:
             (length,) = _LENGTH.unpack_from(self._buffer)
             if length > self._max:
-                raise ProtocolError(f"the daemon sent a frame of {length} bytes (limit {self._max})")
+                raise ProtocolError(
+                    f"the daemon sent a frame of {length} bytes (limit {self._max})"
+                )
             if len(self._buffer) < 4 + length:
                 break
             payload = bytes(self._buffer[4 : 4 + length])
@@ -128,9 +130,7 @@ def parse_class(cls: Union[str, Class]) -> str:
         name = cls.strip().lower()
         if name in {c.value for c in Class}:
             return name
-    raise InvalidRequest(
-        f"unknown class {cls!r} (expected critical, high, normal or background)"
-    )
+    raise InvalidRequest(f"unknown class {cls!r} (expected critical, high, normal or background)")
 
 
 def placement(device: Device) -> str:
@@ -157,9 +157,7 @@ def placement(device: Device) -> str:
         if index > _U32_MAX:
             raise fail()
         return str(index)
-    if 4 <= len(t) <= _MAX_UUID and all(
-        c.isascii() and (c.isalnum() or c in "-_") for c in t
-    ):
+    if 4 <= len(t) <= _MAX_UUID and all(c.isascii() and (c.isalnum() or c in "-_") for c in t):
         return t
     raise fail()
 
@@ -171,7 +169,9 @@ def timeout_ms(timeout: Optional[float], what: str = "timeout") -> Optional[int]
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise InvalidRequest(f"{what} must be seconds (a number) or None, not {timeout!r}")
     if math.isnan(timeout) or timeout < 0 or math.isinf(timeout):
-        raise InvalidRequest(f"{what} must be a finite number of seconds, at least 0, not {timeout!r}")
+        raise InvalidRequest(
+            f"{what} must be a finite number of seconds, at least 0, not {timeout!r}"
+        )
     ms = round(timeout * 1000)
     if ms > U64_MAX:
         raise InvalidRequest(f"{what} {timeout!r} is out of range")

@@ -77,7 +77,8 @@ def parse_size(text: str) -> int:
         whole_bytes = whole * multiplier
         if whole_bytes > U64_MAX:
             raise fail("size too large")
-        total = whole_bytes + frac_digits * multiplier // 10 ** len(frac)
+        scale: int = 10 ** len(frac)
+        total = whole_bytes + frac_digits * multiplier // scale
         if total > U64_MAX:
             raise fail("size too large")
         return total
@@ -93,7 +94,9 @@ def to_bytes(size: Size, what: str = "size") -> int:
     """Bytes from an int (0 to 2^64 − 1) or a size string; :class:`~gpud.InvalidRequest`
     otherwise (``bool`` is refused: ``vram=True`` is a mistake, not one byte)."""
     if isinstance(size, bool) or not isinstance(size, (int, str)):
-        raise InvalidRequest(f"{what} must be bytes (an int) or a size such as '12GiB', not {size!r}")
+        raise InvalidRequest(
+            f"{what} must be bytes (an int) or a size such as '12GiB', not {size!r}"
+        )
     if isinstance(size, str):
         return parse_size(size)
     if size < 0 or size > U64_MAX:
