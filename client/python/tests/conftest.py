@@ -7,6 +7,7 @@ The daemon binary is ``$GPUD_BIN``, else ``target/debug/gpud`` of the repository
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -22,11 +23,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 SRC = REPO / "client" / "python" / "src"
 
-try:
-    import gpud  # noqa: F401
-except ImportError:  # not installed: test the source tree
+# Not installed: test the source tree. (From the repository root, the daemon's source folder
+# `gpud/` would otherwise import as an empty namespace package.)
+_spec = importlib.util.find_spec("gpud")
+if _spec is None or _spec.origin is None:
     sys.path.insert(0, str(SRC))
-    import gpud  # noqa: F401
+    sys.modules.pop("gpud", None)
+import gpud  # noqa: E402
 
 GIB = 1 << 30
 
