@@ -7,12 +7,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # System packages the tests use: a C++ compiler (kernel arithmetic compiled on the host),
-# pip (NVRTC wheel), dbus-daemon, busctl and dbus-send (D-Bus tests), setpriv (calls as
-# another user), systemd tools (unit checks, socket activation, systemd-analyze security), a font
-# (the farm's plot), Go (the Go client's tests, client/go).
+# pip and venv (NVRTC wheel, the Python client's tests), dbus-daemon, busctl and dbus-send (D-Bus
+# tests), setpriv (calls as another user), systemd tools (unit checks, socket activation,
+# systemd-analyze security), a font (the farm's plot), Go (the Go client's tests, client/go).
 missing=()
 command -v g++ >/dev/null || missing+=(build-essential)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+# The Python client's tests run in a virtual environment (Debian's Python refuses pip installs
+# into the system's site-packages, PEP 668).
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v dbus-daemon >/dev/null || missing+=(dbus-daemon)
 command -v dbus-send >/dev/null || missing+=(dbus-bin)
 command -v setpriv >/dev/null || missing+=(util-linux)
@@ -55,6 +58,12 @@ cargo test --workspace -- --show-output 2>&1 | tee target/test-output.log
     go vet ./...
     GPUD_BIN=$PWD/../../target/debug/gpud go test -count=1 ./...
 )
+# The Python client (client/python), installed with pip as a user would, tested with pytest
+# against target/debug/gpud: its own tests and the conformance corpus.
+python3 -m venv --clear target/python-venv
+target/python-venv/bin/python -m pip install --quiet --disable-pip-version-check ./client/python pytest
+GPUD_BIN="$PWD/target/debug/gpud" target/python-venv/bin/python -m pytest -q -rs client/python 2>&1 |
+    tee target/python-test-output.log
 # The README's main command, small: gpud and four provers sharing a simulated GPU.
 target/debug/gpud-prover demo --log-size 10
 echo "all tests passed (build folder: $(du -sh target 2>/dev/null | cut -f1))"

@@ -2,6 +2,7 @@
 //! real `gpudctl`, real processes killed with SIGKILL.
 
 mod chaos;
+mod conformance;
 mod dbus;
 mod descriptors;
 mod gpudctl;
