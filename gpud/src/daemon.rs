@@ -96,15 +96,22 @@ impl Daemon {
         // Under socket activation the socket, its mode and group are the socket unit's.
         let activated = crate::systemd::activation::take_listener()?;
         let owns_socket = activated.is_none();
-        let listener = match activated {
-            Some(l) => tokio::net::UnixListener::from_std(l).map_err(|source| {
-                listener::ListenError::Io {
-                    what: "cannot use the passed socket",
-                    path: socket.clone(),
-                    source,
-                }
-            })?,
-            None => listener::bind(&socket, config.socket_mode, config.socket_group.as_deref())?,
+        let (listener, socket_lock) = match activated {
+            Some(l) => {
+                let l = tokio::net::UnixListener::from_std(l).map_err(|source| {
+                    listener::ListenError::Io {
+                        what: "cannot use the passed socket",
+                        path: socket.clone(),
+                        source,
+                    }
+                })?;
+                (l, None)
+            }
+            None => {
+                let (l, lock) =
+                    listener::bind(&socket, config.socket_mode, config.socket_group.as_deref())?;
+                (l, Some(lock))
+            }
         };
         let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
         let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
@@ -190,6 +197,8 @@ impl Daemon {
         if owns_socket {
             let _ = std::fs::remove_file(&socket);
         }
+        // Only now may another daemon take the name.
+        drop(socket_lock);
         info!("stopped");
         Ok(())
     }

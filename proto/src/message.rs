@@ -440,6 +440,14 @@ pub struct DaemonInfo {
     pub sessions: u32,
     /// `nvml` or `simulated`.
     pub backend: String,
+    /// Journal entries the start-up replay skipped as harmless (a release of a lease it did
+    /// not hold).
+    #[serde(default)]
+    pub journal_skipped: u64,
+    /// Journaled leases that were not restored because they did not fit (the journal said
+    /// more than the devices hold): dropped, never over-committed.
+    #[serde(default)]
+    pub journal_refused: u64,
 }
 
 /// One device.

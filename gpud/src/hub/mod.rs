@@ -76,6 +76,7 @@ impl Hub {
                 record,
             })
             .collect();
+        self.core.journal_skipped(journal.skipped());
         self.journal = Some(journal);
         self.core.restore(now(), journaled, grace);
         self.carry_out();

@@ -1,8 +1,21 @@
 //! The listening socket: created safely, never stolen from a running daemon.
+//!
+//! gpud often runs as root, so the socket's directory must not let anyone else swap the new
+//! socket for a link between its creation and its chown (a link made `chown` change a root
+//! file's group once): the directory must be root's or gpud's user's, and writable by nobody
+//! else unless it is sticky (like /tmp, where others cannot rename what is not theirs). And the
+//! socket is made in a private directory beside it, given its mode and group there, where
+//! nobody else can reach it, and only then linked into place (a link fails where the name is
+//! taken: nothing is replaced). A lock file beside the socket (`gpud.sock.lock`, `flock`ed for
+//! the daemon's life) keeps two daemons starting at once from both taking a stale socket's
+//! name.
 
-use std::io;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::fs::File;
+use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
 
 use thiserror::Error;
 use tokio::net::UnixListener;
@@ -14,9 +27,32 @@ pub enum ListenError {
     /// Another daemon answers on the path.
     #[error("another gpud is already answering on {0}")]
     AlreadyRunning(PathBuf),
+    /// Another daemon holds the socket's lock.
+    #[error(
+        "another gpud{} holds the lock of socket {}",
+        holder.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+        path.display()
+    )]
+    Locked {
+        /// The socket path.
+        path: PathBuf,
+        /// The holder's pid, as the lock file says.
+        holder: Option<u32>,
+    },
     /// Something that is not a socket is in the way.
     #[error("{0} exists and is not a socket; refusing to replace it")]
     NotASocket(PathBuf),
+    /// The socket's directory lets others replace what gpud creates there.
+    #[error("socket directory {path}: {reason}", path = .path.display())]
+    UnsafeDirectory {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The path stopped being gpud's socket right after gpud created it.
+    #[error("{0} was replaced while gpud created it; refusing to use it")]
+    Replaced(PathBuf),
     /// A filesystem or socket call failed.
     #[error("{what} {path}: {source}")]
     Io {
@@ -37,18 +73,31 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> L
     }
 }
 
-/// Binds the socket at `path` with `mode`, owned by `group` when possible. A stale socket file
-/// (nobody answers) is replaced; a live one is left alone.
-pub fn bind(path: &Path, mode: u32, group: Option<&str>) -> Result<UnixListener, ListenError> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        if !parent.exists() {
-            std::fs::create_dir_all(parent).map_err(io_err("cannot create", parent))?;
-            // World-traversable but writable by the owner only: the socket's own mode decides
-            // who may connect.
-            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))
-                .map_err(io_err("cannot set permissions of", parent))?;
-        }
+/// The socket's lock, held for as long as this value lives (remove the socket before dropping
+/// it).
+#[derive(Debug)]
+pub struct SocketLock(#[allow(dead_code)] Flock<File>);
+
+/// Binds the socket at `path` with `mode`, owned by `group` when possible, and holds its lock.
+/// A stale socket file (nobody answers) is replaced; a live one is left alone.
+pub fn bind(
+    path: &Path,
+    mode: u32,
+    group: Option<&str>,
+) -> Result<(UnixListener, SocketLock), ListenError> {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !parent.exists() {
+        std::fs::create_dir_all(parent).map_err(io_err("cannot create", parent))?;
+        // World-traversable but writable by the owner only: the socket's own mode decides
+        // who may connect.
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))
+            .map_err(io_err("cannot set permissions of", parent))?;
     }
+    check_directory(parent)?;
+    let lock = lock(path)?;
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
@@ -61,24 +110,118 @@ pub fn bind(path: &Path, mode: u32, group: Option<&str>) -> Result<UnixListener,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_err("cannot inspect", path)(e)),
     }
-    let listener = UnixListener::bind(path).map_err(io_err("cannot bind", path))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(io_err("cannot set permissions of", path))?;
-    if let Some(name) = group {
-        if nix::unistd::geteuid().is_root() {
-            match nix::unistd::Group::from_name(name) {
-                Ok(Some(g)) => {
-                    nix::unistd::chown(path, None, Some(g.gid))
-                        .map_err(|e| io_err("cannot chown", path)(io::Error::from(e)))?;
-                }
-                _ => info!(
+    let group = match group {
+        Some(name) if nix::unistd::geteuid().is_root() => match nix::unistd::Group::from_name(name)
+        {
+            Ok(Some(g)) => Some(g.gid),
+            _ => {
+                info!(
                     group = name,
                     "socket group does not exist; socket stays root-owned"
-                ),
+                );
+                None
             }
+        },
+        _ => None,
+    };
+    // mkdtemp makes the directory 0700: nobody else can enter it.
+    let private = nix::unistd::mkdtemp(&parent.join(".gpud-socket-XXXXXX"))
+        .map_err(|e| io_err("cannot make a private directory in", parent)(io::Error::from(e)))?;
+    let staged = private.join("gpud.sock");
+    let placed = stage(&staged, mode, group).and_then(|listener| {
+        // link(2) makes the name or fails where it exists: it never replaces anything, and
+        // never follows a link at the name.
+        match std::fs::hard_link(&staged, path) {
+            Ok(()) => Ok(listener),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                Err(ListenError::NotASocket(path.to_path_buf()))
+            }
+            Err(e) => Err(io_err("cannot link the socket to", path)(e)),
         }
+    });
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&private);
+    placed.map(|listener| (listener, lock))
+}
+
+/// Takes `<socket>.lock`, writing this process's pid into it.
+fn lock(socket: &Path) -> Result<SocketLock, ListenError> {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".lock");
+    let path = PathBuf::from(name);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(io_err("cannot open the lock file", &path))?;
+    let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => lock,
+        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+            let mut text = String::new();
+            let holder = file
+                .read_to_string(&mut text)
+                .ok()
+                .and_then(|_| text.trim().parse().ok());
+            return Err(ListenError::Locked {
+                path: socket.to_path_buf(),
+                holder,
+            });
+        }
+        Err((_, errno)) => return Err(io_err("cannot lock", &path)(io::Error::from(errno))),
+    };
+    lock.set_len(0)
+        .and_then(|()| lock.rewind())
+        .and_then(|()| writeln!(&mut *lock, "{}", std::process::id()))
+        .map_err(io_err("cannot write the lock file", &path))?;
+    Ok(SocketLock(lock))
+}
+
+/// The socket at `staged` (inside gpud's private directory), with its mode and group.
+fn stage(
+    staged: &Path,
+    mode: u32,
+    group: Option<nix::unistd::Gid>,
+) -> Result<UnixListener, ListenError> {
+    let listener = UnixListener::bind(staged).map_err(io_err("cannot bind", staged))?;
+    std::fs::set_permissions(staged, std::fs::Permissions::from_mode(mode))
+        .map_err(io_err("cannot set permissions of", staged))?;
+    if let Some(gid) = group {
+        nix::unistd::chown(staged, None, Some(gid))
+            .map_err(|e| io_err("cannot chown", staged)(io::Error::from(e)))?;
     }
     Ok(listener)
+}
+
+/// Refuses a directory owned by another user than gpud's or root, or that others may write
+/// without the sticky bit.
+fn check_directory(dir: &Path) -> Result<(), ListenError> {
+    let meta = std::fs::metadata(dir).map_err(io_err("cannot inspect", dir))?;
+    let unsafe_dir = |reason: String| ListenError::UnsafeDirectory {
+        path: dir.to_path_buf(),
+        reason,
+    };
+    if !meta.is_dir() {
+        return Err(unsafe_dir("is not a directory".into()));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(unsafe_dir(format!(
+            "is owned by uid {}, not by gpud's user (uid {me}) or root",
+            meta.uid()
+        )));
+    }
+    let sticky = meta.mode() & 0o1000 != 0;
+    if meta.mode() & 0o022 != 0 && !sticky {
+        return Err(unsafe_dir(format!(
+            "others may write it (mode {:o}) and it is not sticky: they could replace the socket; use a directory only root or gpud's user may write, e.g. /run/gpud",
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -90,13 +233,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/gpud.sock");
         let live = bind(&path, 0o660, None).unwrap();
+        // Its lock keeps a second daemon out, naming the holder.
+        let locked = bind(&path, 0o660, None).unwrap_err();
+        assert!(
+            matches!(locked, ListenError::Locked { holder: Some(p), .. } if p == std::process::id()),
+            "{locked}"
+        );
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o660);
+        // A live socket whose lock is gone (a daemon from before locks) is kept all the same.
+        let (live_listener, live_lock) = live;
+        drop(live_lock);
         assert!(matches!(
             bind(&path, 0o660, None),
             Err(ListenError::AlreadyRunning(_))
         ));
-        drop(live);
+        drop(live_listener);
         // The file stays behind after the listener is gone: stale, so it is replaced.
         assert!(path.exists());
         bind(&path, 0o600, None).unwrap();
@@ -106,5 +258,50 @@ mod tests {
             bind(&file, 0o660, None),
             Err(ListenError::NotASocket(_))
         ));
+    }
+
+    /// Regression: gpud accepted a socket directory others could write, where the new socket
+    /// could be swapped for a link before gpud changed its group.
+    #[tokio::test]
+    async fn a_directory_others_may_write_is_refused_unless_sticky() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = bind(&shared.join("gpud.sock"), 0o660, None).unwrap_err();
+        assert!(matches!(err, ListenError::UnsafeDirectory { .. }), "{err}");
+        assert!(err.to_string().contains("not sticky"), "{err}");
+        assert!(!shared.join("gpud.sock").exists(), "nothing was created");
+        // Sticky, as /tmp is: others cannot rename or remove what is gpud's.
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        bind(&shared.join("gpud.sock"), 0o660, None).expect("a sticky directory");
+        let group = dir.path().join("group");
+        std::fs::create_dir(&group).unwrap();
+        std::fs::set_permissions(&group, std::fs::Permissions::from_mode(0o775)).unwrap();
+        assert!(bind(&group.join("gpud.sock"), 0o660, None).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_socket_is_made_aside_and_moved_into_place_with_its_mode_and_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpud.sock");
+        let root = nix::unistd::geteuid().is_root();
+        // A group every host has; gpud changes the group only as root.
+        let (listener, _lock) = bind(&path, 0o640, Some("root")).unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+        if root {
+            assert_eq!(meta.gid(), 0);
+        }
+        let mut left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["gpud.sock", "gpud.sock.lock"], "no private dir left");
+        // And the socket answers at its final name.
+        let _client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        let _ = listener.accept().await.unwrap();
     }
 }

@@ -11,6 +11,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use super::listener::SocketLock;
 use crate::config::MetricsListen;
 use crate::hub::{Command, Inspect};
 use crate::metrics::CONTENT_TYPE;
@@ -25,13 +26,14 @@ const CONCURRENT: usize = 16;
 /// A bound metrics listener; serving stops when it is dropped.
 pub struct Scrape {
     task: JoinHandle<()>,
-    path: Option<PathBuf>,
+    /// A Unix socket's path, and its lock (dropped after the socket is removed).
+    path: Option<(PathBuf, SocketLock)>,
 }
 
 impl Drop for Scrape {
     fn drop(&mut self) {
         self.task.abort();
-        if let Some(p) = &self.path {
+        if let Some((p, _lock)) = &self.path {
             let _ = std::fs::remove_file(p);
         }
     }
@@ -55,8 +57,9 @@ pub async fn start(listen: &MetricsListen, hub: mpsc::Sender<Command>) -> std::i
         }
         MetricsListen::Unix(path) => {
             // Readable by any local user, as D-Bus status is: a scraper proxy runs as its own user.
-            let listener: UnixListener = super::listener::bind(path, 0o666, None)
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            let (listener, lock): (UnixListener, SocketLock) =
+                super::listener::bind(path, 0o666, None)
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
             let task = tokio::spawn(async move {
                 loop {
                     match listener.accept().await {
@@ -67,7 +70,7 @@ pub async fn start(listen: &MetricsListen, hub: mpsc::Sender<Command>) -> std::i
             });
             Scrape {
                 task,
-                path: Some(path.clone()),
+                path: Some((path.clone(), lock)),
             }
         }
     };

@@ -46,6 +46,13 @@ pub fn status(s: &StatusReport) -> String {
         s.leases.len(),
         s.waiters.len()
     );
+    if d.journal_skipped > 0 || d.journal_refused > 0 {
+        let _ = writeln!(
+            out,
+            "journal at start: {} entries skipped, {} leases refused (did not fit; see the log)",
+            d.journal_skipped, d.journal_refused
+        );
+    }
     let mut rows = vec![
         [
             "DEV",

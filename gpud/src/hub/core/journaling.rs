@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use gpud_proto::LeaseId;
 use rand::Rng;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::timers::Timer;
 use super::{Action, Core, JournalEntry, Now, ORPHANS};
@@ -38,6 +38,10 @@ pub(super) struct JournalState {
     pub(super) urgent: bool,
     /// The owners' uids of restored leases, which only they may re-adopt.
     pub(super) orphan_uids: HashMap<LeaseId, u32>,
+    /// Entries the journal's replay skipped as harmless (status shows it).
+    pub(super) skipped: u64,
+    /// Journaled leases of live owners that the ledger refused to restore (status shows it).
+    pub(super) refused: u64,
 }
 
 impl Core {
@@ -68,6 +72,13 @@ impl Core {
                 label: r.label.clone(),
             });
             match restored.map(|l| self.ledger.restore(ORPHANS, l)) {
+                Some(Err(e)) => {
+                    // Never over-commit: a lease that does not fit what is restored already
+                    // (or names what cannot be) is dropped, and counted.
+                    warn!(lease = r.id, pid = r.pid, error = %e, "journaled lease refused");
+                    self.journal.refused += 1;
+                    self.record(JournalEntry::Release(r.id));
+                }
                 Some(Ok(())) => {
                     info!(
                         lease = r.id,
@@ -95,6 +106,16 @@ impl Core {
             self.timers.set(Timer::Orphans, Some(now.at + grace));
         }
         self.end_step(now);
+    }
+
+    /// Notes how many entries the journal's replay skipped, for status.
+    pub fn journal_skipped(&mut self, entries: u64) {
+        self.journal.skipped = entries;
+    }
+
+    /// What the journal left out at start-up: skipped entries and refused leases.
+    pub(super) fn journal_left_out(&self) -> (u64, u64) {
+        (self.journal.skipped, self.journal.refused)
     }
 
     /// Drops restored leases that were not re-adopted in time.

@@ -155,6 +155,8 @@ impl Core {
                 uptime_ms: since(self.started),
                 sessions: self.sessions.len() as u32,
                 backend: self.facts.backend.into(),
+                journal_skipped: self.journal_left_out().0,
+                journal_refused: self.journal_left_out().1,
             },
             devices,
             leases,

@@ -293,6 +293,49 @@ fn restored_leases_nobody_adopts_are_dropped_when_the_grace_ends() {
     assert_eq!(after.core.next_timeout(), None);
 }
 
+/// A journal that says more than a device holds (written by a daemon with a larger device, or
+/// tampered with): what does not fit is refused, never over-committed, and status counts it.
+#[test]
+fn journaled_leases_that_do_not_fit_are_refused_and_counted_in_status() {
+    let record = |id: u64, vram_bytes: u64| crate::journal::LeaseRecord {
+        id,
+        token: format!("t{id}"),
+        device_uuid: "GPU-fuzz-0".into(),
+        vram_bytes,
+        compute: false,
+        class: gpud_proto::Class::Normal,
+        pid: 77,
+        pid_start: 770,
+        uid: 1000,
+        granted_unix_ms: 1_700_000_000_000,
+        label: None,
+    };
+    let mut b = Bench::new(&Config::default());
+    let now = b.now();
+    b.core.journal_skipped(3);
+    let journaled = [record(1, 10 * GIB), record(2, 10 * GIB), record(3, 6 * GIB)]
+        .into_iter()
+        .map(|record| Restorable {
+            record,
+            owner_alive: true,
+        })
+        .collect();
+    b.core.restore(now, journaled, Duration::from_secs(10));
+    let kept: Vec<u64> = b.core.ledger().leases().map(|l| l.id).collect();
+    assert_eq!(kept, [1, 3], "the second does not fit beside the first");
+    let device = b.core.ledger().devices().next().unwrap();
+    assert!(device.reserved() <= 16 * GIB);
+    let status = b.core.status(b.now());
+    assert_eq!(status.daemon.journal_refused, 1);
+    assert_eq!(status.daemon.journal_skipped, 3);
+    let released: Vec<_> = b
+        .actions()
+        .into_iter()
+        .filter(|a| matches!(a, Action::Journal(JournalEntry::Release(2))))
+        .collect();
+    assert_eq!(released.len(), 1, "the refused lease is journaled as gone");
+}
+
 #[test]
 fn over_use_is_warned_revoked_and_killed_and_unmanaged_memory_lowers_capacity() {
     let config = Config {
