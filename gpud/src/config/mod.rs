@@ -166,6 +166,7 @@ struct RawLimits {
     max_sessions_per_uid: Option<usize>,
     event_queue: Option<usize>,
     session_buffer: Option<String>,
+    session_buffer_total: Option<String>,
     max_entries_per_uid: Option<usize>,
     requests_per_second: Option<usize>,
 }
@@ -220,6 +221,8 @@ pub struct Limits {
     /// Bytes of frames queued to a session that does not read; past it the session is closed
     /// (one frame alone may be larger).
     pub session_buffer_bytes: usize,
+    /// Bytes queued to all sessions together; past it, sessions that do not read are closed.
+    pub session_buffer_total_bytes: usize,
     /// Leases and waiting requests of all of one uid's sessions together.
     pub max_entries_per_uid: usize,
     /// Requests per second one session may send (with a burst of as many); past it gpud reads
@@ -237,6 +240,7 @@ impl Default for Limits {
             max_sessions_per_uid: 1024,
             event_queue: 1024,
             session_buffer_bytes: 16 << 20,
+            session_buffer_total_bytes: 256 << 20,
             max_entries_per_uid: 4096,
             requests_per_second: 5000,
         }
@@ -508,18 +512,29 @@ impl Config {
             1,
             1 << 16,
         )?;
-        if let Some(text) = &l.session_buffer {
-            let n =
-                parse_size(text).map_err(|e| value_err("limits.session_buffer", e.to_string()))?;
-            let n = usize::try_from(n).unwrap_or(usize::MAX);
-            bounded(
-                "limits.session_buffer",
-                Some(n),
-                &mut c.limits.session_buffer_bytes,
-                64 << 10,
-                1 << 30,
-            )?;
-        }
+        let size = |key: &str, text: &Option<String>| -> Result<Option<usize>, ConfigError> {
+            text.as_deref()
+                .map(|t| {
+                    parse_size(t)
+                        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+                        .map_err(|e| value_err(key, e.to_string()))
+                })
+                .transpose()
+        };
+        bounded(
+            "limits.session_buffer",
+            size("limits.session_buffer", &l.session_buffer)?,
+            &mut c.limits.session_buffer_bytes,
+            64 << 10,
+            1 << 30,
+        )?;
+        bounded(
+            "limits.session_buffer_total",
+            size("limits.session_buffer_total", &l.session_buffer_total)?,
+            &mut c.limits.session_buffer_total_bytes,
+            1 << 20,
+            64 << 30,
+        )?;
         bounded(
             "limits.max_entries_per_uid",
             l.max_entries_per_uid,
@@ -679,6 +694,12 @@ max_sessions = 10
         }
         let c = parse("[limits]\nsession_buffer = \"1MiB\"\n").unwrap();
         assert_eq!(c.limits.session_buffer_bytes, 1 << 20);
+        for bad in ["\"65GiB\"", "\"1KiB\"", "\"-1\""] {
+            let e = parse(&format!("[limits]\nsession_buffer_total = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("limits.session_buffer_total"), "{e}");
+        }
     }
 
     #[test]

@@ -53,6 +53,7 @@ impl Services {
         let queue = QueueRoom {
             frames: config.limits.event_queue,
             bytes: config.limits.session_buffer_bytes,
+            total: config.limits.session_buffer_total_bytes,
         };
         let dbus = match dbus::start(&bus, hub.clone(), notices, ids, queue).await {
             Ok(service) => service,

@@ -114,13 +114,15 @@ pub enum Refused {
 }
 
 /// Room for the frames the hub queues to one session (`limits.event_queue`,
-/// `limits.session_buffer_bytes`).
+/// `limits.session_buffer`, `limits.session_buffer_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueRoom {
     /// Frames.
     pub frames: usize,
     /// Bytes of their encoding.
     pub bytes: usize,
+    /// Bytes queued to all sessions together.
+    pub total: usize,
 }
 
 /// Opens a hub session for a new client: completes its peer from /proc, asks the hub to
@@ -132,7 +134,7 @@ pub async fn open(
     room: QueueRoom,
 ) -> Result<Inbox, Refused> {
     let peer = peer_of(credentials);
-    let (outbound, frames) = outbox::outbox(room.frames, room.bytes);
+    let (outbound, frames) = outbox::outbox(room.frames, room.bytes, room.total);
     let (reply, verdict) = oneshot::channel();
     let open = Command::Open {
         session,

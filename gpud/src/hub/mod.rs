@@ -376,6 +376,7 @@ mod tests {
         let room = QueueRoom {
             frames: 1024,
             bytes: 256 << 10,
+            total: usize::MAX,
         };
         let (hub, mut inbox) = hub_with_session(room).await;
         // Fifty labelled leases make each status report some 25 KiB.

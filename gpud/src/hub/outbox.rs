@@ -6,6 +6,10 @@
 //! uncounts it when it takes it off; past the byte budget the hub closes the session, as it
 //! does past the frame count. One frame may exceed the budget when nothing else waits, so
 //! that a large (but framable) answer still goes out.
+//!
+//! The sessions' backlogs together have a cap too: many sessions that do not read would
+//! otherwise each hold a full budget. Past it, a session with a backlog is closed when the
+//! hub queues its next frame; a session that reads (nothing queued) is never refused.
 
 use std::io;
 use std::sync::Arc;
@@ -20,6 +24,16 @@ pub struct Outbox {
     frames: mpsc::Sender<Queued>,
     queued_bytes: Arc<AtomicUsize>,
     byte_budget: usize,
+    total_budget: usize,
+}
+
+/// Bytes queued to every session of this process. One daemon runs per process, so one count
+/// serves both of its adapters (the socket and D-Bus).
+static QUEUED_TOTAL: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes queued to all sessions now.
+pub fn queued_total() -> usize {
+    QUEUED_TOTAL.load(Ordering::Acquire)
 }
 
 /// The session's end: the frames, in order.
@@ -44,14 +58,16 @@ pub enum Undelivered {
     Gone,
 }
 
-/// A queue of at most `frames` frames and (but for one frame alone) `bytes` bytes.
-pub fn outbox(frames: usize, bytes: usize) -> (Outbox, Inbox) {
+/// A queue of at most `frames` frames and (but for one frame alone) `bytes` bytes, among
+/// sessions that together hold at most `total` bytes.
+pub fn outbox(frames: usize, bytes: usize, total: usize) -> (Outbox, Inbox) {
     let (tx, rx) = mpsc::channel(frames.max(1));
     let queued_bytes = Arc::new(AtomicUsize::new(0));
     let out = Outbox {
         frames: tx,
         queued_bytes: queued_bytes.clone(),
         byte_budget: bytes,
+        total_budget: total,
     };
     let inbox = Inbox {
         frames: rx,
@@ -64,15 +80,19 @@ impl Outbox {
     /// Queues `frame`, whose encoding is `bytes` long ([`encoded_len`]).
     pub fn offer(&self, frame: ServerFrame, bytes: usize) -> Result<(), Undelivered> {
         let waiting = self.queued_bytes.load(Ordering::Acquire);
-        if waiting > 0 && waiting.saturating_add(bytes) > self.byte_budget {
+        let over_own = waiting.saturating_add(bytes) > self.byte_budget;
+        let over_all = queued_total().saturating_add(bytes) > self.total_budget;
+        if waiting > 0 && (over_own || over_all) {
             return Err(Undelivered::Backlog);
         }
         // Counted before it is sent, so that the session never uncounts what is not counted.
         self.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+        QUEUED_TOTAL.fetch_add(bytes, Ordering::AcqRel);
         match self.frames.try_send(Queued { frame, bytes }) {
             Ok(()) => Ok(()),
             Err(e) => {
                 self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+                QUEUED_TOTAL.fetch_sub(bytes, Ordering::AcqRel);
                 Err(match e {
                     mpsc::error::TrySendError::Full(_) => Undelivered::Backlog,
                     mpsc::error::TrySendError::Closed(_) => Undelivered::Gone,
@@ -97,7 +117,18 @@ impl Inbox {
 
     fn taken(&self, queued: Queued) -> ServerFrame {
         self.queued_bytes.fetch_sub(queued.bytes, Ordering::AcqRel);
+        QUEUED_TOTAL.fetch_sub(queued.bytes, Ordering::AcqRel);
         queued.frame
+    }
+}
+
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        // Frames never taken leave the count with the queue.
+        self.frames.close();
+        while let Ok(queued) = self.frames.try_recv() {
+            QUEUED_TOTAL.fetch_sub(queued.bytes, Ordering::AcqRel);
+        }
     }
 }
 
@@ -145,7 +176,7 @@ mod tests {
     #[tokio::test]
     async fn bytes_bound_the_backlog_and_taking_frames_makes_room() {
         let one = encoded_len(&pong(1));
-        let (out, mut inbox) = outbox(1000, 3 * one);
+        let (out, mut inbox) = outbox(1000, 3 * one, usize::MAX);
         for id in 0..3 {
             out.offer(pong(id), one).unwrap();
         }
@@ -164,8 +195,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn past_the_total_only_sessions_with_a_backlog_are_refused() {
+        let one = encoded_len(&pong(1));
+        // A total smaller than one frame: every queue's first frame goes, no second does.
+        let (slow, _slow_inbox) = outbox(1000, usize::MAX, 1);
+        let (reader, mut reader_inbox) = outbox(1000, usize::MAX, 1);
+        slow.offer(pong(0), one).unwrap();
+        assert_eq!(slow.offer(pong(1), one), Err(Undelivered::Backlog));
+        for id in 0..3 {
+            reader.offer(pong(id), one).expect("a session that reads");
+            assert_eq!(reader_inbox.recv().await, Some(pong(id)));
+        }
+    }
+
+    #[tokio::test]
     async fn frames_bound_it_too_and_a_gone_session_is_told_apart() {
-        let (out, inbox) = outbox(2, usize::MAX);
+        let (out, inbox) = outbox(2, usize::MAX, usize::MAX);
         out.offer(pong(0), 1).unwrap();
         out.offer(pong(1), 1).unwrap();
         assert_eq!(out.offer(pong(2), 1), Err(Undelivered::Backlog));

@@ -50,6 +50,7 @@ pub async fn serve(
     let room = QueueRoom {
         frames: limits.event_queue,
         bytes: limits.session_buffer_bytes,
+        total: limits.session_buffer_total_bytes,
     };
     let mut queue = match hub::open(&hub, session, credentials, room).await {
         Ok(queue) => queue,
