@@ -439,3 +439,53 @@ fn a_well_behaved_client_is_served_through_hostile_clients() {
     }
     good.ping().unwrap();
 }
+
+/// A session that asks for status over and over and never reads is closed at its byte budget,
+/// and its connection with it: it once stayed open, its task blocked writing to a client that
+/// did not read, for as long as the client kept it.
+#[test]
+fn a_client_that_asks_and_never_reads_is_cut_off() {
+    use std::os::fd::AsFd;
+    let daemon = Daemon::start_with(
+        "16GiB",
+        "[limits]\nsession_buffer = \"64KiB\"\nmax_leases_per_session = 4096\n",
+    );
+    let holder = daemon.client();
+    let _leases: Vec<_> = (0..2000)
+        .map(|i| {
+            holder
+                .acquire(
+                    &LeaseRequest::new()
+                        .vram(1 << 20)
+                        .label(format!("{i:0>200}")),
+                )
+                .unwrap()
+        })
+        .collect();
+    let mut greedy = UnixStream::connect(&daemon.socket).unwrap();
+    greedy
+        .write_all(&frame(&json!({"type": "hello", "version": 1})))
+        .unwrap();
+    let mut asks = Vec::new();
+    for id in 0..64 {
+        asks.extend(frame(&json!({"type": "request", "id": id, "op": "status"})));
+    }
+    greedy.write_all(&asks).unwrap();
+    // Without reading a byte: gpud hangs up.
+    let mut fds = [nix::poll::PollFd::new(
+        greedy.as_fd(),
+        nix::poll::PollFlags::from_bits_retain(libc::POLLRDHUP),
+    )];
+    let hung_up = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(10_000u16)).unwrap();
+    assert_eq!(
+        hung_up, 1,
+        "gpud still holds the connection of a session it closed"
+    );
+    assert!(
+        gpud_tests::wait_until(Duration::from_secs(5), || holder
+            .status()
+            .is_ok_and(|s| s.daemon.sessions == 1)),
+        "the greedy session is gone"
+    );
+    assert!(daemon.log().contains("does not read"), "{}", daemon.log());
+}

@@ -16,12 +16,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gpud_proto::ServerFrame;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 /// The hub's end: where it queues a session's frames.
 #[derive(Debug)]
 pub struct Outbox {
     frames: mpsc::Sender<Queued>,
+    /// Dropped with the outbox: tells a session blocked writing that it was closed.
+    _open: watch::Sender<()>,
     queued_bytes: Arc<AtomicUsize>,
     byte_budget: usize,
     total_budget: usize,
@@ -40,6 +42,7 @@ pub fn queued_total() -> usize {
 #[derive(Debug)]
 pub struct Inbox {
     frames: mpsc::Receiver<Queued>,
+    open: watch::Receiver<()>,
     queued_bytes: Arc<AtomicUsize>,
 }
 
@@ -62,15 +65,18 @@ pub enum Undelivered {
 /// sessions that together hold at most `total` bytes.
 pub fn outbox(frames: usize, bytes: usize, total: usize) -> (Outbox, Inbox) {
     let (tx, rx) = mpsc::channel(frames.max(1));
+    let (open_tx, open_rx) = watch::channel(());
     let queued_bytes = Arc::new(AtomicUsize::new(0));
     let out = Outbox {
         frames: tx,
+        _open: open_tx,
         queued_bytes: queued_bytes.clone(),
         byte_budget: bytes,
         total_budget: total,
     };
     let inbox = Inbox {
         frames: rx,
+        open: open_rx,
         queued_bytes,
     };
     (out, inbox)
@@ -107,6 +113,13 @@ impl Inbox {
     pub async fn recv(&mut self) -> Option<ServerFrame> {
         let queued = self.frames.recv().await?;
         Some(self.taken(queued))
+    }
+
+    /// Resolves once the hub has closed the session (dropped the outbox), even with frames
+    /// still queued: a session blocked writing to a client that does not read then ends,
+    /// instead of holding its socket until the client goes.
+    pub async fn closed(&mut self) {
+        while self.open.changed().await.is_ok() {}
     }
 
     /// The next frame if one is queued now.
@@ -155,6 +168,8 @@ impl io::Write for Counter {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use gpud_proto::frame::to_payload;
     use gpud_proto::{Outcome, Reply};
 
@@ -206,6 +221,28 @@ mod tests {
             reader.offer(pong(id), one).expect("a session that reads");
             assert_eq!(reader_inbox.recv().await, Some(pong(id)));
         }
+    }
+
+    #[tokio::test]
+    async fn a_closed_session_is_told_while_frames_still_wait() {
+        let (out, mut inbox) = outbox(8, usize::MAX, usize::MAX);
+        out.offer(pong(0), 1).unwrap();
+        let waiting = tokio::spawn(async move {
+            inbox.closed().await;
+            inbox
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !waiting.is_finished(),
+            "open while the hub keeps the outbox"
+        );
+        drop(out);
+        let mut inbox = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("told")
+            .unwrap();
+        // What was queued can still be read.
+        assert_eq!(inbox.try_recv(), Some(pong(0)));
     }
 
     #[tokio::test]

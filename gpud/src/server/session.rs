@@ -21,6 +21,9 @@ use crate::hub::outbox::Inbox;
 use crate::hub::{self, Command, Credentials, QueueRoom, Refused};
 use crate::ledger::SessionId;
 
+/// Frames written before one flush.
+const WRITE_BATCH: usize = 64;
+
 /// How long a client has to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -136,11 +139,25 @@ async fn run(
             out = queue.recv() => {
                 // None: the hub dropped us (shutdown, or we did not read fast enough).
                 let Some(frame) = out else { return Ok(()) };
-                writer.feed(to_payload(&frame)).await.map_err(io_closed)?;
-                while let Some(more) = queue.try_recv() {
-                    writer.feed(to_payload(&more)).await.map_err(io_closed)?;
+                let mut batch = vec![frame];
+                while batch.len() < WRITE_BATCH {
+                    let Some(more) = queue.try_recv() else { break };
+                    batch.push(more);
                 }
-                SinkExt::<bytes::Bytes>::flush(writer).await.map_err(io_closed)?;
+                let write = async {
+                    for frame in &batch {
+                        writer.feed(to_payload(frame)).await?;
+                    }
+                    SinkExt::<bytes::Bytes>::flush(writer).await
+                };
+                tokio::select! {
+                    // What can be written goes first (a shutdown's last frames, too).
+                    biased;
+                    written = write => written.map_err(io_closed)?,
+                    // A client that does not read blocks the write; once the hub has closed
+                    // the session for it, the session ends here, socket and all.
+                    () = queue.closed() => return Ok(()),
+                }
             }
             frame = reader.next() => {
                 let Some(frame) = frame else { return Ok(()) };
