@@ -136,6 +136,11 @@ impl Client {
     pub fn revoke(&self, lease: LeaseId) -> Result<()> {
         self.runtime.block_on(self.inner.revoke(lease))
     }
+
+    /// Closes the session now; see [`crate::Client::close`].
+    pub fn close(&self) {
+        self.inner.close();
+    }
 }
 
 /// A granted lease (blocking API): the async [`crate::Lease`] and the runtime that waits for
@@ -174,6 +179,11 @@ impl Lease {
     /// The next event, if one has arrived.
     pub fn try_event(&mut self) -> Option<Event> {
         self.inner.try_event()
+    }
+
+    /// The lease's flags and notice hook, for another thread; see [`crate::LeaseWatch`].
+    pub fn watch(&self) -> crate::LeaseWatch {
+        self.inner.watch()
     }
 
     /// Releases the lease and waits until the daemon has freed it.
