@@ -115,9 +115,14 @@ pub enum Link {
 /// Builds `client/c/tests/c/NAME` (`.c` with cc, `.cpp` with c++) against the staged install;
 /// returns the program's path.
 pub fn build(name: &str, link: Link) -> PathBuf {
+    build_file(&repo().join("client/c/tests/c").join(name), link)
+}
+
+/// Builds the C or C++ program `src` against the staged install.
+pub fn build_file(src: &Path, link: Link) -> PathBuf {
     let install = install();
-    let src = repo().join("client/c/tests/c").join(name);
-    let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
+    let name = src.file_name().unwrap().to_str().unwrap();
+    let stem = src.file_stem().unwrap().to_str().unwrap();
     let suffix = if link == Link::Static { "-static" } else { "" };
     let out = install.bin.join(format!("{stem}{suffix}"));
     let (compiler, std) = if name.ends_with(".cpp") {
@@ -140,7 +145,7 @@ pub fn build(name: &str, link: Link) -> PathBuf {
         .arg(&script)
         .arg("sh")
         .arg(&out)
-        .arg(&src)
+        .arg(src)
         .env("PKG_CONFIG_PATH", install.pkg_config_path())
         .output()
         .expect("run the compiler");
