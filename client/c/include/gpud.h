@@ -164,6 +164,10 @@ enum gpud_code
    * `library_bug`: a bug in libgpud (a panic, caught at the boundary).
    */
   GPUD_E_LIBRARY = 105,
+  /**
+   * `system_error`: the system refused the library a resource (a descriptor, a thread).
+   */
+  GPUD_E_SYSTEM = 106,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

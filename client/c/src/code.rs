@@ -68,11 +68,13 @@ pub enum GpudCode {
     GPUD_E_PROTOCOL = 104,
     /// `library_bug`: a bug in libgpud (a panic, caught at the boundary).
     GPUD_E_LIBRARY = 105,
+    /// `system_error`: the system refused the library a resource (a descriptor, a thread).
+    GPUD_E_SYSTEM = 106,
 }
 
 impl GpudCode {
     /// Every code, in numeric order.
-    pub(crate) const ALL: [GpudCode; 25] = [
+    pub(crate) const ALL: [GpudCode; 26] = [
         GpudCode::GPUD_OK,
         GpudCode::GPUD_E_BAD_FRAME,
         GpudCode::GPUD_E_FRAME_TOO_LARGE,
@@ -98,6 +100,7 @@ impl GpudCode {
         GpudCode::GPUD_E_INVALID_ARGUMENT,
         GpudCode::GPUD_E_PROTOCOL,
         GpudCode::GPUD_E_LIBRARY,
+        GpudCode::GPUD_E_SYSTEM,
     ];
 
     /// The code's snake_case name (the protocol's name for the protocol's codes), for C.
@@ -128,6 +131,7 @@ impl GpudCode {
             GpudCode::GPUD_E_INVALID_ARGUMENT => c"invalid_argument",
             GpudCode::GPUD_E_PROTOCOL => c"protocol_error",
             GpudCode::GPUD_E_LIBRARY => c"library_bug",
+            GpudCode::GPUD_E_SYSTEM => c"system_error",
         }
     }
 

@@ -31,6 +31,12 @@ pub(crate) enum Error {
     /// A lease this handle no longer holds (it was released through it).
     #[error("lease {0} was already released")]
     Released(u64),
+    /// The daemon sent what the library cannot pass on (a NUL byte in a text).
+    #[error("{0}")]
+    Protocol(String),
+    /// A system call failed (out of descriptors, say).
+    #[error("{0}")]
+    System(String),
     /// A panic inside the library.
     #[error("libgpud bug: {0}")]
     Panic(String),
@@ -45,6 +51,8 @@ impl Error {
             Error::Utf8(_) | Error::InvalidArgument(_) => GpudCode::GPUD_E_INVALID_ARGUMENT,
             Error::InvalidRequest(_) => GpudCode::GPUD_E_INVALID_REQUEST,
             Error::Released(_) => GpudCode::GPUD_E_UNKNOWN_LEASE,
+            Error::Protocol(_) => GpudCode::GPUD_E_PROTOCOL,
+            Error::System(_) => GpudCode::GPUD_E_SYSTEM,
             Error::Panic(_) => GpudCode::GPUD_E_LIBRARY,
         }
     }

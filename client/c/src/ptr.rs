@@ -74,7 +74,7 @@ pub(crate) fn take_back<T>(p: *mut T) {
 pub(crate) fn give_string(s: String) -> Result<*mut c_char> {
     CString::new(s)
         .map(CString::into_raw)
-        .map_err(|_| Error::InvalidArgument("the text holds a NUL byte".into()))
+        .map_err(|_| Error::Protocol("the daemon's text holds a NUL byte".into()))
 }
 
 /// Takes back and drops a string from `give_string`; NULL is nothing to free.

@@ -146,7 +146,7 @@ pub extern "C" fn gpud_status_json(client: *const GpudClient, out: *mut *mut c_c
         let out = ptr::out(out, "out")?;
         let status = ptr::handle(client, "client")?.client.status()?;
         let json = serde_json::to_string(&status)
-            .map_err(|e| Error::InvalidArgument(format!("status as JSON: {e}")))?;
+            .map_err(|e| Error::Protocol(format!("status as JSON: {e}")))?;
         out.set(ptr::give_string(json)?);
         Ok(())
     })

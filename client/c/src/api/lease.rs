@@ -33,7 +33,7 @@ pub struct GpudLease {
 }
 
 fn c_text(s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| Error::InvalidArgument("the daemon sent a NUL byte".into()))
+    CString::new(s).map_err(|_| Error::Protocol(format!("the daemon sent a NUL byte in {s:?}")))
 }
 
 impl GpudLease {
@@ -41,7 +41,7 @@ impl GpudLease {
     pub(crate) fn new(lease: Lease) -> Result<Self> {
         let notice = Arc::new(
             NoticeFd::new()
-                .map_err(|e| Error::InvalidArgument(format!("eventfd for the lease: {e}")))?,
+                .map_err(|e| Error::System(format!("eventfd for the lease's notices: {e}")))?,
         );
         let watch = lease.watch();
         let signal = notice.clone();
