@@ -110,6 +110,12 @@ pub(crate) fn boundary_void(body: impl FnOnce()) {
     let _ = catch_unwind(AssertUnwindSafe(body));
 }
 
+/// Runs an entry point that returns a value rather than a code (names, versions): `fallback`
+/// if it panics.
+pub(crate) fn boundary_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +126,31 @@ mod tests {
         assert_eq!(code, GpudCode::GPUD_E_LIBRARY);
         assert_eq!(last_error_text(), "libgpud bug: boom 7");
         boundary_void(|| panic!("quiet"));
+        assert_eq!(boundary_value(7, || panic!("value")), 7);
+        assert_eq!(boundary_value(7, || 8), 8);
+    }
+
+    /// Every exported function runs its body behind one of the boundaries above.
+    #[test]
+    fn every_entry_point_catches_panics() {
+        let mut exports = 0;
+        for file in ["client.rs", "lease.rs", "misc.rs", "request.rs"] {
+            let path = format!("{}/src/api/{file}", env!("CARGO_MANIFEST_DIR"));
+            let source = std::fs::read_to_string(&path).unwrap();
+            let source = source.split("#[cfg(test)]").next().unwrap();
+            for function in source.split("pub extern \"C\" fn ").skip(1) {
+                exports += 1;
+                let name = function.split('(').next().unwrap();
+                let body = function.split("#[unsafe(no_mangle)]").next().unwrap();
+                assert!(
+                    body.contains("boundary(")
+                        || body.contains("boundary_void(")
+                        || body.contains("boundary_value("),
+                    "{name} in {file} has no boundary"
+                );
+            }
+        }
+        assert!(exports >= 40, "{exports}");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::ffi::c_char;
 use gpud_client::proto::{PROTOCOL_VERSION, parse_size};
 
 use crate::code::GpudCode;
-use crate::error::{Error, boundary, boundary_void, last_error};
+use crate::error::{Error, boundary, boundary_value, boundary_void, last_error};
 use crate::ptr;
 
 /// Passed as a timeout: wait for ever.
@@ -20,7 +20,8 @@ const VERSION: &std::ffi::CStr = c"1.0.0";
 // SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpud_last_error() -> *const c_char {
-    last_error()
+    // The thread's storage is gone only while the thread exits.
+    boundary_value(c"".as_ptr(), last_error)
 }
 
 /// A code's snake_case name (`"timed_out"`: the protocol's name for the protocol's codes),
@@ -28,7 +29,9 @@ pub extern "C" fn gpud_last_error() -> *const c_char {
 // SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpud_code_name(code: i32) -> *const c_char {
-    GpudCode::from_i32(code).map_or(c"unknown".as_ptr(), |c| c.c_name().as_ptr())
+    boundary_value(c"unknown".as_ptr(), || {
+        GpudCode::from_i32(code).map_or(c"unknown".as_ptr(), |c| c.c_name().as_ptr())
+    })
 }
 
 /// The protocol version this library speaks (the hello's `version`); equal to the library's
@@ -36,14 +39,14 @@ pub extern "C" fn gpud_code_name(code: i32) -> *const c_char {
 // SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpud_protocol_version() -> u32 {
-    PROTOCOL_VERSION
+    boundary_value(PROTOCOL_VERSION, || PROTOCOL_VERSION)
 }
 
 /// The library's version (`"1.0.0"`), static.
 // SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpud_version() -> *const c_char {
-    VERSION.as_ptr()
+    boundary_value(VERSION.as_ptr(), || VERSION.as_ptr())
 }
 
 /// Reads a byte size as gpudctl does (`12GiB`, `512MiB`, `1.5GiB`, `4096`) into `*out`;
@@ -69,13 +72,10 @@ pub extern "C" fn gpud_string_free(s: *mut c_char) {
 
 #[cfg(test)]
 mod tests {
-    use std::ffi::CStr;
-
     use super::*;
 
     fn text(p: *const c_char) -> String {
-        // SAFETY: the library's static strings are NUL-terminated.
-        unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_string()
+        ptr::text(p, "text").unwrap().to_string()
     }
 
     #[test]

@@ -58,6 +58,9 @@ static void arguments(const char *socket) {
     EXPECT_CODE(gpud_lease_yield_requested(NULL, &b), GPUD_E_NULL_ARGUMENT);
     EXPECT_CODE(gpud_lease_is_lost(NULL, &b), GPUD_E_NULL_ARGUMENT);
     EXPECT_CODE(gpud_lease_notice_fd(NULL, &fd), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_device_name(NULL, &cs), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_device_index(NULL, (uint32_t *)&fd), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_class(NULL, (gpud_class *)&fd), GPUD_E_NULL_ARGUMENT);
     EXPECT_CODE(gpud_parse_size(NULL, &u), GPUD_E_NULL_ARGUMENT);
     EXPECT_CODE(gpud_parse_size("1GiB", NULL), GPUD_E_NULL_ARGUMENT);
     gpud_close(NULL);
@@ -105,6 +108,18 @@ static void arguments(const char *socket) {
     EXPECT_CODE(gpud_revoke(c, 987654321), GPUD_E_UNKNOWN_LEASE);
     CHECK_OK(gpud_request_set_vram(r, 10 * GIB));
     CHECK_OK(gpud_acquire(c, r, &l));
+    /* NULL out pointers on a real lease. */
+    EXPECT_CODE(gpud_lease_id(l, NULL), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_device_uuid(l, NULL), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_device_name(l, NULL), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_device_index(l, NULL), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_cuda_visible_devices(l, NULL), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_vram_bytes(l, NULL), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_compute(l, NULL), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_class(l, NULL), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_yield_requested(l, NULL), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_is_lost(l, NULL), GPUD_E_NULL_ARGUMENT);
+    EXPECT_CODE(gpud_lease_notice_fd(l, NULL), GPUD_E_NULL_ARGUMENT);
     CHECK_OK(gpud_lease_release(l));
     EXPECT_CODE(gpud_lease_release(l), GPUD_E_UNKNOWN_LEASE);
     EXPECT_CODE(gpud_lease_resize(l, GIB, 0), GPUD_E_UNKNOWN_LEASE);

@@ -28,20 +28,21 @@ static_assert(!std::is_copy_constructible_v<gpud::Client>, "a client has one own
 
 constexpr uint64_t GiB = 1ULL << 30;
 
+// The number of objects in the status's "leases" array.
 static int leases(const gpud::Client& client) {
     std::string json = client.status_json();
-    auto at = json.find("\"leases\":[");
+    size_t at = json.find("\"leases\":[");
     CHECK(at != std::string::npos);
-    return json.compare(at + 10, 1, "]") == 0 ? 0 : 1 + [&] {
-        int n = 0, depth = 0;
-        for (size_t i = at + 10; i < json.size(); i++) {
-            char c = json[i];
-            if (c == '{' || c == '[') depth++;
-            else if (c == '}' || c == ']') { if (depth-- == 0) break; }
-            else if (c == ',' && depth == 0) n++;
+    int objects = 0, depth = 0;
+    for (size_t i = at + 10; i < json.size() && depth >= 0; i++) {
+        char c = json[i];
+        if (c == '{' || c == '[') {
+            if (depth++ == 0 && c == '{') objects++;
+        } else if (c == '}' || c == ']') {
+            depth--;
         }
-        return n;
-    }();
+    }
+    return objects;
 }
 
 static bool eventually(const std::function<bool()>& f) {
