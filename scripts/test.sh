@@ -6,10 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# System packages the tests use: a C++ compiler (kernel arithmetic compiled on the host),
-# pip and venv (NVRTC wheel, the Python client's tests), dbus-daemon, busctl and dbus-send (D-Bus
-# tests), setpriv (calls as another user), systemd tools (unit checks, socket activation,
-# systemd-analyze security), a font (the farm's plot), Go (the Go client's tests, client/go).
+# System packages the tests use: C and C++ compilers (kernel arithmetic compiled on the host;
+# libgpud's C and C++ test programs), pip and venv (NVRTC wheel, the Python client's tests),
+# dbus-daemon, busctl and dbus-send (D-Bus tests), setpriv (calls as another user), systemd tools
+# (unit checks, socket activation, systemd-analyze security), a font (the farm's plot), Go (the
+# Go client's tests, client/go), pkg-config and binutils (libgpud's tests).
 missing=()
 command -v g++ >/dev/null || missing+=(build-essential)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
@@ -23,6 +24,9 @@ command -v busctl >/dev/null || missing+=(systemd)
 command -v systemd-socket-activate >/dev/null || missing+=(systemd)
 command -v pkill >/dev/null || missing+=(procps)
 command -v go >/dev/null || missing+=(golang-go)
+# libgpud's tests build C programs through pkg-config and read their ELF headers.
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+command -v readelf >/dev/null || missing+=(binutils)
 # A TrueType font for the farm's plot (bench/tests/farm.rs draws one).
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then

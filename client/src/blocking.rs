@@ -56,6 +56,7 @@ impl Client {
         std::thread::Builder::new()
             .name("gpud-client".into())
             .spawn(move || {
+                block_sigpipe();
                 let handle = runtime.handle().clone();
                 runtime.block_on(async move {
                     match connect(&socket, options).await {
@@ -136,6 +137,24 @@ impl Client {
     pub fn revoke(&self, lease: LeaseId) -> Result<()> {
         self.runtime.block_on(self.inner.revoke(lease))
     }
+
+    /// Closes the session now; see [`crate::Client::close`].
+    pub fn close(&self) {
+        self.inner.close();
+    }
+}
+
+/// Blocks SIGPIPE on the calling thread. A write to a socket the daemon has closed (a refused
+/// session, a daemon that died) raises SIGPIPE, which ends a process that has not ignored it:
+/// Rust binaries ignore it, but C programs over libgpud and Python do not. Blocked on the
+/// connection's thread, the only one that touches the socket, the write fails with EPIPE
+/// instead, which the driver handles as a lost connection.
+fn block_sigpipe() {
+    use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGPIPE);
+    // It cannot fail with a valid `how` and set; if it did, SIGPIPE would keep its default.
+    let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None);
 }
 
 /// A granted lease (blocking API): the async [`crate::Lease`] and the runtime that waits for
@@ -174,6 +193,11 @@ impl Lease {
     /// The next event, if one has arrived.
     pub fn try_event(&mut self) -> Option<Event> {
         self.inner.try_event()
+    }
+
+    /// The lease's flags and notice hook, for another thread; see [`crate::LeaseWatch`].
+    pub fn watch(&self) -> crate::LeaseWatch {
+        self.inner.watch()
     }
 
     /// Releases the lease and waits until the daemon has freed it.

@@ -167,4 +167,13 @@ impl Client {
     pub async fn revoke(&self, lease: LeaseId) -> Result<()> {
         self.reply(Op::Revoke { lease }).await.map(drop)
     }
+
+    /// Closes the session now, for every clone of this client and every lease it granted, as
+    /// if the process had exited: the daemon frees the session's leases and withdraws its
+    /// waiting requests, nothing reconnects, every lease reports lost, waiting calls fail with
+    /// [`ClientError::Disconnected`] and later calls fail at once. (Dropping the last clone and
+    /// lease also ends the session, after sending their releases.)
+    pub fn close(&self) {
+        self.handle.close();
+    }
 }

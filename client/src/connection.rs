@@ -11,8 +11,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
@@ -47,11 +47,58 @@ impl Default for ClientOptions {
 }
 
 /// What a lease learns from the daemon after its grant.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct LeaseFlags {
     pub yield_requested: AtomicBool,
     /// Revoked, or lost with the connection: the lease no longer protects anything.
     pub lost: AtomicBool,
+    /// Called on the connection's thread after either flag is raised ([`crate::LeaseWatch`]).
+    on_notice: Mutex<Option<NoticeHook>>,
+}
+
+/// A callback run when a lease's flags change.
+pub(crate) type NoticeHook = Arc<dyn Fn() + Send + Sync>;
+
+impl LeaseFlags {
+    /// Raises `yield_requested` (or `lost`, when `lost`) and runs the notice hook.
+    pub fn raise(&self, lost: bool) {
+        let flag = if lost {
+            &self.lost
+        } else {
+            &self.yield_requested
+        };
+        flag.store(true, Ordering::Release);
+        // Cloned out of the lock, so that a hook that registers another cannot deadlock.
+        let hook = self.hook().clone();
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+
+    /// Installs `hook`, replacing any earlier one, and runs it at once when a flag is already
+    /// raised (a notice that arrived before the hook). Raising takes the same lock after its
+    /// store, so a notice is never missed: either `raise` sees the hook or this sees the flag.
+    pub fn set_hook(&self, hook: NoticeHook) {
+        *self.hook() = Some(hook.clone());
+        if self.yield_requested.load(Ordering::Acquire) || self.lost.load(Ordering::Acquire) {
+            hook();
+        }
+    }
+
+    fn hook(&self) -> std::sync::MutexGuard<'_, Option<NoticeHook>> {
+        self.on_notice
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for LeaseFlags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseFlags")
+            .field("yield_requested", &self.yield_requested)
+            .field("lost", &self.lost)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The channel a granted lease receives its events on.
@@ -75,6 +122,8 @@ pub(crate) enum ToDriver {
     },
     /// A request whose answer nobody needs (release on drop, cancel on drop).
     Fire { id: RequestId, op: Op },
+    /// Close the connection now ([`crate::Client::close`]).
+    Close,
 }
 
 /// A cheap, cloneable handle to a running driver.
@@ -109,6 +158,12 @@ impl Handle {
         let id = self.next_id();
         // If the driver is gone, so is the connection, and the daemon has freed everything.
         let _ = self.tx.send(ToDriver::Fire { id, op });
+    }
+
+    /// Asks the driver to close the connection now.
+    pub fn close(&self) {
+        // A driver that is gone has closed it already.
+        let _ = self.tx.send(ToDriver::Close);
     }
 }
 
@@ -209,11 +264,11 @@ struct LeaseEntry {
 impl LeaseEntry {
     /// The lease did not survive the connection: tell its holder.
     fn lose(self, lease: LeaseId) {
-        self.flags.lost.store(true, Ordering::Release);
         let _ = self.events.send(Event::Revoked {
             lease,
             reason: RevokeReason::Lost,
         });
+        self.flags.raise(true);
     }
 }
 
@@ -232,6 +287,8 @@ struct Driver {
 enum End {
     /// Every handle is gone: close for good (the daemon frees what is left).
     Closed,
+    /// A client asked to close: the daemon frees what is left, and the leases are lost.
+    Abandoned,
     /// The socket failed or the daemon went away.
     Lost,
     /// The daemon closed the session for what this client sent (a session error): sending
@@ -253,6 +310,7 @@ impl Driver {
                     self.give_up(Some(body));
                     return;
                 }
+                End::Abandoned => break,
                 End::Lost => {}
             }
             let worth_it = !self.leases.is_empty() || !self.pending.is_empty();
@@ -281,13 +339,13 @@ impl Driver {
             tokio::select! {
                 command = rx.recv() => {
                     let Some(command) = command else { return End::Closed };
-                    let id = self.queue(command);
+                    let Some(id) = self.queue(command) else { return End::Abandoned };
                     if self.write(writer, id).await.is_err() {
                         return End::Lost;
                     }
                     // Write everything queued in one flush.
                     while let Ok(more) = rx.try_recv() {
-                        let id = self.queue(more);
+                        let Some(id) = self.queue(more) else { return End::Abandoned };
                         if self.write(writer, id).await.is_err() {
                             return End::Lost;
                         }
@@ -333,10 +391,12 @@ impl Driver {
         id
     }
 
-    fn queue(&mut self, command: ToDriver) -> RequestId {
+    /// Records a request to send; `None` for [`ToDriver::Close`].
+    fn queue(&mut self, command: ToDriver) -> Option<RequestId> {
         let (id, op, answer) = match command {
             ToDriver::Call { id, op, answer } => (id, op, Some(answer)),
             ToDriver::Fire { id, op } => (id, op, None),
+            ToDriver::Close => return None,
         };
         self.pending.insert(
             id,
@@ -346,7 +406,7 @@ impl Driver {
                 resent: false,
             },
         );
-        id
+        Some(id)
     }
 
     /// Encodes pending request `id` into the writer's buffer (flushed by the caller).
@@ -389,7 +449,8 @@ impl Driver {
                     () = &mut pause => break,
                     command = rx.recv(), if !handles_gone => match command {
                         Some(c) => {
-                            self.queue(c);
+                            // A close while reconnecting: give up now.
+                            self.queue(c)?;
                         }
                         None => handles_gone = true,
                     },
@@ -514,12 +575,10 @@ impl Driver {
                     Some(lease) => {
                         let revoked = matches!(event, Event::Revoked { .. });
                         if let Some(e) = self.leases.get(&lease) {
-                            if revoked {
-                                e.flags.lost.store(true, Ordering::Release);
-                            } else {
-                                e.flags.yield_requested.store(true, Ordering::Release);
-                            }
+                            // The event is queued before the hook runs, so that a hook's
+                            // reader finds it.
                             let _ = e.events.send(event);
+                            e.flags.raise(revoked);
                         }
                         if revoked {
                             self.leases.remove(&lease);

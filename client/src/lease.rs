@@ -68,6 +68,63 @@ impl Drop for LeaseCore {
     }
 }
 
+/// A lease's notices seen from anywhere: whether it was asked to yield, whether it is lost, and
+/// a hook run when either happens. Got from [`Lease::watch`] or
+/// [`crate::blocking::Lease::watch`]; it may be kept on another thread than the lease, and
+/// outlive it (then it reports what it saw last).
+///
+/// ```no_run
+/// use gpud_client::{LeaseRequest, blocking::Client};
+/// let client = Client::connect_default()?;
+/// let lease = client.acquire(&LeaseRequest::new().compute())?;
+/// let watch = lease.watch();
+/// watch.on_notice(|| eprintln!("gpud: yield requested or lease lost"));
+/// while !watch.yield_requested() && !watch.is_lost() {
+///     // ... one more kernel ...
+/// #   break;
+/// }
+/// # Ok::<(), gpud_client::ClientError>(())
+/// ```
+#[derive(Clone)]
+pub struct LeaseWatch {
+    flags: Arc<LeaseFlags>,
+}
+
+impl LeaseWatch {
+    pub(crate) fn new(flags: &Arc<LeaseFlags>) -> Self {
+        Self {
+            flags: flags.clone(),
+        }
+    }
+
+    /// Whether the daemon asked the lease to yield its compute slot.
+    pub fn yield_requested(&self) -> bool {
+        self.flags.yield_requested.load(Ordering::Acquire)
+    }
+
+    /// Whether the lease was revoked or lost with its connection.
+    pub fn is_lost(&self) -> bool {
+        self.flags.lost.load(Ordering::Acquire)
+    }
+
+    /// Runs `hook` each time a yield notice or a revocation (or loss) of the lease arrives,
+    /// after the flags and the lease's event queue show it; at once as well when one already
+    /// has. It runs on the connection's thread, so it must be quick and must not block (set a
+    /// flag, write an eventfd, wake a condition variable). A second call replaces the hook.
+    pub fn on_notice(&self, hook: impl Fn() + Send + Sync + 'static) {
+        self.flags.set_hook(Arc::new(hook));
+    }
+}
+
+impl std::fmt::Debug for LeaseWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseWatch")
+            .field("yield_requested", &self.yield_requested())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
 /// A granted lease (async API). Released when dropped; [`Lease::release`] waits for the
 /// daemon's confirmation instead.
 pub struct Lease {
@@ -98,6 +155,10 @@ impl Lease {
     /// The next event, if one has arrived.
     pub fn try_event(&mut self) -> Option<crate::proto::Event> {
         self.core.events.try_recv().ok()
+    }
+    /// The lease's flags and notice hook, for another thread.
+    pub fn watch(&self) -> LeaseWatch {
+        LeaseWatch::new(&self.core.flags)
     }
 
     /// Releases the lease and waits until the daemon has freed it.

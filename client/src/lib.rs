@@ -30,7 +30,7 @@ pub use gpud_proto as proto;
 pub use client::Client;
 pub use connection::ClientOptions;
 pub use error::{ClientError, Result};
-pub use lease::Lease;
+pub use lease::{Lease, LeaseWatch};
 pub use proto::{Class, Placement};
 pub use request::LeaseRequest;
 pub use reservation::{ComputeToken, ExclusiveDevice, LeaseId, LeaseLost, Reservation};

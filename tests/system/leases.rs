@@ -260,3 +260,62 @@ fn admin_operations_drain_and_revoke() {
     let status = c.status().unwrap();
     assert_eq!(status.devices[0].reserved_bytes, 0);
 }
+
+#[test]
+fn a_lease_watch_runs_its_hook_on_a_yield_notice_and_on_a_revocation() {
+    let daemon = Daemon::start("16GiB");
+    let holder = daemon.client();
+    let lease = holder.acquire(&LeaseRequest::new().compute()).unwrap();
+    let watch = lease.watch();
+    let (tx, rx) = mpsc::channel();
+    watch.on_notice(move || {
+        let _ = tx.send(());
+    });
+    assert!(rx.try_recv().is_err(), "no notice yet");
+    let critical = daemon.client();
+    let waiter = thread::spawn(move || {
+        critical
+            .acquire(&LeaseRequest::new().compute().class(Class::Critical))
+            .unwrap()
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("the hook runs on the yield notice");
+    assert!(watch.yield_requested() && !watch.is_lost());
+    daemon.client().revoke(lease.id()).unwrap();
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("the hook runs on the revocation");
+    assert!(watch.is_lost() && lease.is_lost());
+    drop(waiter.join().unwrap());
+    // A hook installed after the notice runs at once.
+    let (tx, rx) = mpsc::channel();
+    watch.on_notice(move || {
+        let _ = tx.send(());
+    });
+    rx.try_recv().expect("a late hook sees the raised flag");
+}
+
+#[test]
+fn closing_a_client_ends_its_session_and_its_leases_are_lost() {
+    let daemon = Daemon::start("16GiB");
+    let client = daemon.client();
+    let lease = client.acquire(&LeaseRequest::new().vram(10 * GIB)).unwrap();
+    let other = daemon.client();
+    let waiter = thread::spawn(move || other.acquire(&LeaseRequest::new().vram(10 * GIB)));
+    let probe = daemon.client();
+    assert!(wait_until(Duration::from_secs(5), || {
+        probe.status().unwrap().waiters.len() == 1
+    }));
+    client.close();
+    assert!(wait_until(Duration::from_secs(5), || lease.is_lost()));
+    let granted = waiter.join().unwrap().expect("the waiter gets the memory");
+    assert_eq!(granted.vram_bytes(), 10 * GIB);
+    assert!(matches!(
+        client.status(),
+        Err(gpud_client::ClientError::Disconnected)
+    ));
+    assert!(matches!(
+        lease.release(),
+        Err(gpud_client::ClientError::Disconnected)
+    ));
+    assert_eq!(probe.status().unwrap().leases.len(), 1);
+}

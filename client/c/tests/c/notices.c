@@ -1,0 +1,54 @@
+/* A compute holder hears a yield notice (flag and descriptor) and yields; then a revocation
+ * (flag and descriptor). The test that runs it makes the critical request and the revocation.
+ * Prints "granted ID", "yield", "granted ID", "lost". Usage: notices SOCKET */
+#include "check.h"
+
+static gpud_lease *hold(gpud_client *c, int *fd) {
+    gpud_request *r = request(GIB, 1, "0");
+    gpud_lease *l = NULL;
+    CHECK_OK(gpud_acquire(c, r, &l));
+    gpud_request_free(r);
+    uint64_t id = 0;
+    CHECK_OK(gpud_lease_id(l, &id));
+    CHECK_OK(gpud_lease_notice_fd(l, fd));
+    printf("granted %llu\n", (unsigned long long)id);
+    fflush(stdout);
+    return l;
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2);
+    gpud_client *c = NULL;
+    CHECK_OK(gpud_connect(argv[1], &c));
+
+    int fd = -1;
+    gpud_lease *l = hold(c, &fd);
+    bool yield = false, lost = false;
+    CHECK_OK(gpud_lease_yield_requested(l, &yield));
+    CHECK(!yield);
+    /* "Kernels" until the daemon asks for the slot: the descriptor wakes us. */
+    CHECK(readable_within(fd, 10000));
+    CHECK_OK(gpud_lease_yield_requested(l, &yield));
+    CHECK_OK(gpud_lease_is_lost(l, &lost));
+    CHECK(yield && !lost);
+    /* It stays readable until read; reading clears it. */
+    CHECK(readable_within(fd, 0));
+    uint64_t counter = 0;
+    CHECK(read(fd, &counter, sizeof counter) == sizeof counter && counter >= 1);
+    CHECK(!readable_within(fd, 0));
+    printf("yield\n");
+    fflush(stdout);
+    CHECK_OK(gpud_lease_release(l));
+    gpud_lease_free(l);
+
+    l = hold(c, &fd);
+    CHECK(readable_within(fd, 10000));
+    CHECK_OK(gpud_lease_is_lost(l, &lost));
+    CHECK(lost);
+    printf("lost\n");
+    fflush(stdout);
+    EXPECT_CODE(gpud_lease_release(l), GPUD_E_UNKNOWN_LEASE);
+    gpud_lease_free(l);
+    gpud_close(c);
+    return 0;
+}
