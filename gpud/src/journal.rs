@@ -411,6 +411,9 @@ fn write_snapshot(dir: &Path, live: &BTreeMap<LeaseId, LeaseRecord>) -> io::Resu
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;

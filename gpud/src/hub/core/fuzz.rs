@@ -72,6 +72,7 @@ fn request() -> impl Strategy<Value = Value> {
         Just("revoke"),
         Just("adopt"),
         Just("status"),
+        Just("status_page"),
         Just("ping"),
         Just("nope"),
     ];
@@ -85,6 +86,8 @@ fn request() -> impl Strategy<Value = Value> {
         Just("lease"),
         Just("request"),
         Just("token"),
+        Just("leases"),
+        Just("waiters"),
         Just("bogus"),
     ];
     (
