@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"path/filepath"
 	"sync"
@@ -143,5 +144,32 @@ func TestStatusWithoutPages(t *testing.T) {
 	s, err := c.Status(ctx)
 	if err != nil || len(s.Leases) != 1 || atomic.LoadInt32(&asked) != 1 {
 		t.Fatalf("status: %+v, %v, asked %d", s, err, asked)
+	}
+}
+
+// TestStatusPagesFromARealDaemon holds more leases than one status page shows (4096) and
+// checks that Status follows the daemon's pages to every lease, each once, in id order.
+func TestStatusPagesFromARealDaemon(t *testing.T) {
+	d := startDaemon(t, "1x16GiB",
+		"[limits]", "max_leases_per_session = 5000", "max_entries_per_uid = 5000",
+		"requests_per_second = 1000000")
+	c := dial(t, d)
+	const n = 4200
+	for i := 0; i < n; i++ {
+		if _, err := c.Acquire(timeout(t, 5*time.Second), Request{VRAM: 1 << 20, Label: fmt.Sprintf("job-%d", i)}); err != nil {
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+	}
+	s, err := c.Status(timeout(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Leases) != n {
+		t.Fatalf("status shows %d leases, want %d", len(s.Leases), n)
+	}
+	for i := 1; i < len(s.Leases); i++ {
+		if s.Leases[i-1].ID >= s.Leases[i].ID {
+			t.Fatalf("leases out of order or repeated at %d: %d then %d", i, s.Leases[i-1].ID, s.Leases[i].ID)
+		}
 	}
 }

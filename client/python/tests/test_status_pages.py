@@ -1,6 +1,6 @@
 """Status paging against a fake daemon that pages: a reply with ``more`` is followed by
 ``{"status_page": <cursor>}`` requests until a page has no ``more``; leases and waiters are
-joined. (The real daemon does not page yet; the other tests see single-page reports.)"""
+joined. The last test checks the same against a real daemon with more leases than a page."""
 
 from __future__ import annotations
 
@@ -137,3 +137,20 @@ def test_the_asyncio_client_joins_every_page() -> None:
         _check(asyncio.run(gpud.aio.status(fake.path)), fake.ops)
     finally:
         fake.close()
+
+
+def test_a_real_daemon_pages_a_status_of_more_leases_than_a_page(start_daemon: Any) -> None:
+    """More leases than one page shows (4096): status follows the daemon's pages to every
+    lease, each once, in id order."""
+    d = start_daemon(
+        config=[
+            "[limits]",
+            "max_leases_per_session = 5000",
+            "max_entries_per_uid = 5000",
+            "requests_per_second = 1000000",
+        ]
+    )
+    with d.client() as client:
+        leases = [client.acquire(vram=1 << 20, label=f"job-{i}") for i in range(4200)]
+        status = client.status()
+        assert [s.id for s in status.leases] == sorted(lease.id for lease in leases)

@@ -3,12 +3,11 @@
 //! gpud often runs as root, so the socket's directory must not let anyone else swap the new
 //! socket for a link between its creation and its chown (a link made `chown` change a root
 //! file's group once): the directory must be root's or gpud's user's, and writable by nobody
-//! else unless it is sticky (like /tmp, where others cannot rename what is not theirs). And the
-//! socket is made in a private directory beside it, given its mode and group there, where
-//! nobody else can reach it, and only then linked into place (a link fails where the name is
-//! taken: nothing is replaced). A lock file beside the socket (`gpud.sock.lock`, `flock`ed for
-//! the daemon's life) keeps two daemons starting at once from both taking a stale socket's
-//! name.
+//! else unless it is sticky (like /tmp, where others cannot rename what is not theirs). The
+//! socket's mode and group are set without following a link at its name, and the name is
+//! checked to be gpud's socket afterwards. A lock file beside the socket (`gpud.sock.lock`,
+//! `flock`ed for the daemon's life) keeps two daemons starting at once from both taking a
+//! stale socket's name.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
@@ -124,24 +123,9 @@ pub fn bind(
         },
         _ => None,
     };
-    // mkdtemp makes the directory 0700: nobody else can enter it.
-    let private = nix::unistd::mkdtemp(&parent.join(".gpud-socket-XXXXXX"))
-        .map_err(|e| io_err("cannot make a private directory in", parent)(io::Error::from(e)))?;
-    let staged = private.join("gpud.sock");
-    let placed = stage(&staged, mode, group).and_then(|listener| {
-        // link(2) makes the name or fails where it exists: it never replaces anything, and
-        // never follows a link at the name.
-        match std::fs::hard_link(&staged, path) {
-            Ok(()) => Ok(listener),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                Err(ListenError::NotASocket(path.to_path_buf()))
-            }
-            Err(e) => Err(io_err("cannot link the socket to", path)(e)),
-        }
-    });
-    let _ = std::fs::remove_file(&staged);
-    let _ = std::fs::remove_dir(&private);
-    placed.map(|listener| (listener, lock))
+    let listener = UnixListener::bind(path).map_err(io_err("cannot bind", path))?;
+    set_mode_and_group(path, mode, group)?;
+    Ok((listener, lock))
 }
 
 /// Takes `<socket>.lock`, writing this process's pid into it.
@@ -180,20 +164,38 @@ fn lock(socket: &Path) -> Result<SocketLock, ListenError> {
     Ok(SocketLock(lock))
 }
 
-/// The socket at `staged` (inside gpud's private directory), with its mode and group.
-fn stage(
-    staged: &Path,
+/// Gives the socket file its mode and group without following a link at its name (were the
+/// socket swapped for one, the calls fail or change the link, never what it points to), then
+/// checks that the name is still gpud's socket.
+fn set_mode_and_group(
+    path: &Path,
     mode: u32,
     group: Option<nix::unistd::Gid>,
-) -> Result<UnixListener, ListenError> {
-    let listener = UnixListener::bind(staged).map_err(io_err("cannot bind", staged))?;
-    std::fs::set_permissions(staged, std::fs::Permissions::from_mode(mode))
-        .map_err(io_err("cannot set permissions of", staged))?;
+) -> Result<(), ListenError> {
+    use nix::sys::stat::{FchmodatFlags, Mode, fchmodat};
+    let errno = |what| move |e: nix::errno::Errno| io_err(what, path)(io::Error::from(e));
+    fchmodat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        Mode::from_bits_truncate(mode),
+        FchmodatFlags::NoFollowSymlink,
+    )
+    .map_err(errno("cannot set permissions of"))?;
     if let Some(gid) = group {
-        nix::unistd::chown(staged, None, Some(gid))
-            .map_err(|e| io_err("cannot chown", staged)(io::Error::from(e)))?;
+        nix::unistd::fchownat(
+            nix::fcntl::AT_FDCWD,
+            path,
+            None,
+            Some(gid),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .map_err(errno("cannot chown"))?;
     }
-    Ok(listener)
+    let meta = std::fs::symlink_metadata(path).map_err(io_err("cannot inspect", path))?;
+    if !meta.file_type().is_socket() || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(ListenError::Replaced(path.to_path_buf()));
+    }
+    Ok(())
 }
 
 /// Refuses a directory owned by another user than gpud's or root, or that others may write
@@ -282,7 +284,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_socket_is_made_aside_and_moved_into_place_with_its_mode_and_group() {
+    async fn the_socket_gets_its_mode_and_group_and_keeps_its_name() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gpud.sock");
         let root = nix::unistd::geteuid().is_root();
@@ -299,9 +301,32 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         left.sort();
-        assert_eq!(left, ["gpud.sock", "gpud.sock.lock"], "no private dir left");
-        // And the socket answers at its final name.
-        let _client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        assert_eq!(left, ["gpud.sock", "gpud.sock.lock"]);
+        // And the socket answers at its name, which is what clients see as its address.
+        let client = std::os::unix::net::UnixStream::connect(&path).unwrap();
         let _ = listener.accept().await.unwrap();
+        let peer = client.peer_addr().unwrap();
+        assert_eq!(peer.as_pathname(), Some(path.as_path()));
+    }
+
+    /// Were the new socket swapped for a link before its mode and group are set, the link's
+    /// target is left alone and gpud refuses the socket.
+    #[test]
+    fn a_link_at_the_name_is_neither_followed_nor_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"root's").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("gpud.sock");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let err =
+            set_mode_and_group(&link, 0o666, Some(nix::unistd::Gid::from_raw(4242))).unwrap_err();
+        assert!(
+            matches!(err, ListenError::Io { .. } | ListenError::Replaced(_)),
+            "{err}"
+        );
+        let meta = std::fs::metadata(&victim).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_ne!(meta.gid(), 4242);
     }
 }
