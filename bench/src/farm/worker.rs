@@ -96,11 +96,24 @@ pub struct Clock {
 }
 
 impl Clock {
-    /// The clock of `window`.
+    /// The clock of `window`. Every process of a farm reads its own, and their readings are
+    /// compared (phases of different processes must not overlap), so the one Unix reading is
+    /// paired with the monotonic clock tightly: it is taken between two monotonic readings,
+    /// and of a few tries the pair closest together is kept (a preemption between the two
+    /// readings would otherwise shift this process's clock by as long as it lasted).
     pub fn new(window: &Window) -> Self {
-        let now = now_unix_ns();
+        let (anchor, now) = (0..64)
+            .map(|_| {
+                let before = Instant::now();
+                let now = now_unix_ns();
+                let after = Instant::now();
+                (after - before, before + (after - before) / 2, now)
+            })
+            .min_by_key(|&(gap, _, _)| gap)
+            .map(|(_, anchor, now)| (anchor, now))
+            .unwrap_or_else(|| (Instant::now(), now_unix_ns()));
         Self {
-            anchor: Instant::now(),
+            anchor,
             anchor_rel: (now as f64 - window.start_unix_ns as f64) / 1e9,
         }
     }
