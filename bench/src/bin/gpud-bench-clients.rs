@@ -14,8 +14,12 @@
 //! Every client runs as a program of its own (this binary with `--driver` for Rust,
 //! `bench/clients/` for the others) against the same daemon, one after another, and prints
 //! its raw samples as one JSON line; this program summarizes them all the same way. The whole
-//! set runs `--passes` times (default 2), the order of the clients reversed in every other
-//! pass, the floor at the start of each; each figure keeps the pass with the best p50.
+//! set runs `--passes` times (default 10), the order of the clients reversed in every other
+//! pass and the floor at the start of each. Each client's `--iterations` and `--handoffs` are
+//! split evenly over the passes, and its figures are every pass's samples together: the load
+//! of a busy machine changes from second to second, and short alternating passes give every
+//! client the same share of it (one pass's p50 moved by ±40 % on the development VM). Each
+//! pass's summary, and the best pass, are in `--json`.
 //!
 //! Build first: `cargo build --release -p gpud -p gpud-c -p gpud-bench --bins` (the daemon
 //! and libgpud are taken from beside this binary), then
@@ -112,14 +116,24 @@ struct Options {
     repo: PathBuf,
 }
 
-const USAGE: &str = "gpud-bench-clients [--iterations N] [--handoffs N] [--passes N] \
-[--only rust,c,python,go] [--json] [--repo DIR]";
+const USAGE: &str = "\
+gpud-bench-clients [--iterations N] [--handoffs N] [--passes N] [--only rust,c,python,go]
+                   [--json] [--repo DIR]
+
+  --iterations N   acquire + release round trips per client, and kernel floor round trips
+                   (default 10000)
+  --handoffs N     compute-slot handoffs per client (default 2000)
+  --passes N       run the set N times in alternating order, the counts split over the
+                   passes and pooled (default 10)
+  --only LIST      these clients only (a client that cannot run is then an error)
+  --json           the figures as JSON (each pass, pooled, the best pass)
+  --repo DIR       the repository holding bench/clients (default: where this was built)";
 
 fn options(mut args: impl Iterator<Item = String>) -> Result<Options> {
     let mut o = Options {
         iterations: 10_000,
         handoffs: 2_000,
-        passes: 2,
+        passes: 10,
         only: LANGS.to_vec(),
         chosen: false,
         json: false,
@@ -523,8 +537,8 @@ fn prepare_go(repo: &Path, work: &Path) -> Result<Prepared> {
 
 // ---- Running and reporting. ---------------------------------------------------------------
 
-/// Runs one driver for one phase and summarizes its samples.
-fn measure(driver: &Driver, socket: &Path, phase: Phase, count: usize) -> Result<Summary> {
+/// Runs one driver for one phase; its samples.
+fn measure(driver: &Driver, socket: &Path, phase: Phase, count: usize) -> Result<Vec<Duration>> {
     let name = driver.lang.name();
     let out = driver
         .command(socket, phase, count)
@@ -556,36 +570,64 @@ fn measure(driver: &Driver, socket: &Path, phase: Phase, count: usize) -> Result
         "the {name} driver gave {} samples, not {count}",
         result.samples_ns.len()
     );
-    let mut samples: Vec<Duration> = result
+    Ok(result
         .samples_ns
         .into_iter()
         .map(Duration::from_nanos)
-        .collect();
-    Ok(summarize(&mut samples))
+        .collect())
 }
 
-/// One figure over the passes: each pass's summary and the best.
+/// One figure over the passes: every pass's samples together, and each pass alone.
 #[derive(serde::Serialize)]
-struct Best {
-    /// The pass with the lowest p50.
-    best: Summary,
-    /// Its number, from 1.
-    best_pass: usize,
+struct Figure {
+    /// Every pass's samples in one summary: the figure the table shows.
+    pooled: Summary,
+    /// Each pass's own.
     passes: Vec<Summary>,
+    /// The lowest p50 of a pass, and that pass's number (from 1).
+    best_pass_p50_us: f64,
+    best_pass: usize,
 }
 
-impl Best {
-    fn of(passes: Vec<Summary>) -> Option<Self> {
+impl Figure {
+    fn of(passes: Vec<Vec<Duration>>) -> Option<Self> {
+        let mut all: Vec<Duration> = passes.iter().flatten().copied().collect();
+        if all.is_empty() {
+            return None;
+        }
+        let pooled = summarize(&mut all);
+        let passes: Vec<Summary> = passes
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .map(|mut p| summarize(&mut p))
+            .collect();
         let (i, best) = passes
             .iter()
             .enumerate()
             .min_by(|a, b| a.1.p50_us.total_cmp(&b.1.p50_us))?;
         Some(Self {
-            best: *best,
+            pooled,
+            best_pass_p50_us: best.p50_us,
             best_pass: i + 1,
             passes,
         })
     }
+
+    /// The lowest and highest p50 of a pass.
+    fn pass_range(&self) -> (f64, f64) {
+        self.passes
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), s| {
+                (lo.min(s.p50_us), hi.max(s.p50_us))
+            })
+    }
+}
+
+/// A figure against Rust's: pooled p50 over pooled p50, and best pass over best pass.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct Ratio {
+    p50: f64,
+    best_pass_p50: f64,
 }
 
 #[derive(serde::Serialize)]
@@ -593,17 +635,22 @@ struct ClientReport {
     client: &'static str,
     label: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    round_trip: Option<Best>,
+    round_trip: Option<Figure>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    handoff: Option<Best>,
+    handoff: Option<Figure>,
     /// Why the client was not measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     skipped: Option<String>,
-    /// p50 against Rust's p50 (round trip, handoff).
     #[serde(skip_serializing_if = "Option::is_none")]
-    round_trip_p50_vs_rust: Option<f64>,
+    round_trip_vs_rust: Option<Ratio>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    handoff_p50_vs_rust: Option<f64>,
+    handoff_vs_rust: Option<Ratio>,
+}
+
+/// `total` split over `passes`: pass `pass` (from 0) gets its share, the remainder going to
+/// the first passes.
+fn share(total: usize, passes: usize, pass: usize) -> usize {
+    total / passes + usize::from(pass < total % passes)
 }
 
 fn main() -> Result<()> {
@@ -640,77 +687,87 @@ fn main() -> Result<()> {
     let socket = daemon.socket.clone();
 
     let mut floor = Vec::new();
-    let mut round_trips: Vec<Vec<Summary>> = drivers.iter().map(|_| Vec::new()).collect();
-    let mut handoffs: Vec<Vec<Summary>> = drivers.iter().map(|_| Vec::new()).collect();
-    for pass in 1..=o.passes {
-        let tag = format!("[pass {pass}/{}]", o.passes);
-        eprintln!(
-            "{tag} kernel floor: {} round trips over a socket pair",
-            o.iterations
+    let mut round_trips: Vec<Vec<Vec<Duration>>> = drivers.iter().map(|_| Vec::new()).collect();
+    let mut handoffs: Vec<Vec<Vec<Duration>>> = drivers.iter().map(|_| Vec::new()).collect();
+    for pass in 0..o.passes {
+        let tag = format!("[pass {}/{}]", pass + 1, o.passes);
+        let (n, m) = (
+            share(o.iterations, o.passes, pass),
+            share(o.handoffs, o.passes, pass),
         );
-        floor.push(latency::kernel_round_trip(o.iterations)?);
+        if n > 0 {
+            eprintln!("{tag} kernel floor: {n} round trips over a socket pair");
+            floor.push(latency::kernel_round_trip_samples(n)?);
+        }
         let mut order: Vec<usize> = (0..drivers.len()).collect();
-        if pass % 2 == 0 {
+        if pass % 2 == 1 {
             order.reverse();
         }
         for i in order {
             let d = &drivers[i];
-            eprintln!(
-                "{tag} {}: acquire + release round trip, {} iterations",
-                d.lang.label(),
-                o.iterations
-            );
-            round_trips[i].push(measure(d, &socket, Phase::RoundTrip, o.iterations)?);
-            eprintln!(
-                "{tag} {}: compute-slot handoff, {} handoffs",
-                d.lang.label(),
-                o.handoffs
-            );
-            handoffs[i].push(measure(d, &socket, Phase::Handoff, o.handoffs)?);
+            if n > 0 {
+                eprintln!(
+                    "{tag} {}: acquire + release round trip, {n} iterations",
+                    d.lang.label()
+                );
+                round_trips[i].push(measure(d, &socket, Phase::RoundTrip, n)?);
+            }
+            if m > 0 {
+                eprintln!(
+                    "{tag} {}: compute-slot handoff, {m} handoffs",
+                    d.lang.label()
+                );
+                handoffs[i].push(measure(d, &socket, Phase::Handoff, m)?);
+            }
         }
     }
     drop(daemon);
 
-    let floor = Best::of(floor).context("no pass")?;
+    let floor = Figure::of(floor).context("no pass")?;
     let mut reports: Vec<ClientReport> = Vec::new();
     for lang in &o.only {
+        let mut report = ClientReport {
+            client: lang.name(),
+            label: lang.label(),
+            round_trip: None,
+            handoff: None,
+            skipped: None,
+            round_trip_vs_rust: None,
+            handoff_vs_rust: None,
+        };
         if let Some(i) = drivers.iter().position(|d| d.lang == *lang) {
-            reports.push(ClientReport {
-                client: lang.name(),
-                label: lang.label(),
-                round_trip: Best::of(std::mem::take(&mut round_trips[i])),
-                handoff: Best::of(std::mem::take(&mut handoffs[i])),
-                skipped: None,
-                round_trip_p50_vs_rust: None,
-                handoff_p50_vs_rust: None,
-            });
+            report.round_trip = Figure::of(std::mem::take(&mut round_trips[i]));
+            report.handoff = Figure::of(std::mem::take(&mut handoffs[i]));
         } else if let Some((_, why)) = skipped.iter().find(|(l, _)| l == lang) {
-            reports.push(ClientReport {
-                client: lang.name(),
-                label: lang.label(),
-                round_trip: None,
-                handoff: None,
-                skipped: Some(why.clone()),
-                round_trip_p50_vs_rust: None,
-                handoff_p50_vs_rust: None,
-            });
+            report.skipped = Some(why.clone());
         }
+        reports.push(report);
     }
-    let rust = reports
-        .iter()
-        .find(|r| r.client == "rust")
-        .and_then(|r| Some((r.round_trip.as_ref()?.best, r.handoff.as_ref()?.best)));
-    if let Some((rt, ho)) = rust {
+    if let Some(i) = reports.iter().position(|r| r.client == "rust") {
+        let (rt, ho) = (
+            reports[i]
+                .round_trip
+                .as_ref()
+                .map(|f| (f.pooled, f.best_pass_p50_us)),
+            reports[i]
+                .handoff
+                .as_ref()
+                .map(|f| (f.pooled, f.best_pass_p50_us)),
+        );
+        let ratio = |f: &Figure, (pooled, best): (Summary, f64)| Ratio {
+            p50: f.pooled.p50_us / pooled.p50_us,
+            best_pass_p50: f.best_pass_p50_us / best,
+        };
         for r in &mut reports {
-            r.round_trip_p50_vs_rust = r.round_trip.as_ref().map(|b| b.best.p50_us / rt.p50_us);
-            r.handoff_p50_vs_rust = r.handoff.as_ref().map(|b| b.best.p50_us / ho.p50_us);
+            r.round_trip_vs_rust = r.round_trip.as_ref().zip(rt).map(|(f, x)| ratio(f, x));
+            r.handoff_vs_rust = r.handoff.as_ref().zip(ho).map(|(f, x)| ratio(f, x));
         }
     }
-    // The target: C within 1.1x of Rust at p50, round trip and handoff.
+    // The target: C within 1.1x of Rust at p50 (pooled), round trip and handoff.
     let c_target = reports.iter().find(|r| r.client == "c").and_then(|r| {
         Some((
-            r.round_trip_p50_vs_rust? <= 1.1,
-            r.handoff_p50_vs_rust? <= 1.1,
+            r.round_trip_vs_rust?.p50 <= 1.1,
+            r.handoff_vs_rust?.p50 <= 1.1,
         ))
     });
 
@@ -732,45 +789,63 @@ fn main() -> Result<()> {
     }
 
     println!(
-        "gpud clients against one daemon (gpud --simulate {simulate}): {} acquire + release round trips \
-         (1 GiB, no compute), {} compute-slot handoffs; best p50 of {} pass{}",
+        "gpud clients against one daemon (gpud --simulate {simulate}): {} acquire + release \
+         round trips (1 GiB, no compute) and {} compute-slot handoffs per client, over {} \
+         pass{} in alternating order",
         o.iterations,
         o.handoffs,
         o.passes,
         if o.passes == 1 { "" } else { "es" }
     );
     println!(
-        "{:<30} | {:>8} {:>8} {:>8} {:>6} | {:>8} {:>8} {:>8} {:>6}",
-        "", "rt p50", "rt p99", "rt mean", "×Rust", "ho p50", "ho p99", "ho mean", "×Rust"
+        "{:<28} | {:>7} {:>7} {:>7} {:>5} {:>13} | {:>7} {:>7} {:>7} {:>5} {:>13}",
+        "",
+        "rt p50",
+        "p99",
+        "mean",
+        "×Rust",
+        "pass p50s",
+        "ho p50",
+        "p99",
+        "mean",
+        "×Rust",
+        "pass p50s"
     );
-    let cells = |s: Option<&Best>, ratio: Option<f64>| match s {
-        Some(b) => format!(
-            "{:>8.1} {:>8.1} {:>8.1} {:>6}",
-            b.best.p50_us,
-            b.best.p99_us,
-            b.best.mean_us,
-            ratio.map_or("-".into(), |r| format!("{r:.2}"))
-        ),
-        None => format!("{:>8} {:>8} {:>8} {:>6}", "-", "-", "-", "-"),
+    let cells = |f: Option<&Figure>, ratio: Option<Ratio>| match f {
+        Some(f) => {
+            let (lo, hi) = f.pass_range();
+            format!(
+                "{:>7.1} {:>7.1} {:>7.1} {:>5} {:>13}",
+                f.pooled.p50_us,
+                f.pooled.p99_us,
+                f.pooled.mean_us,
+                ratio.map_or("-".into(), |r| format!("{:.2}", r.p50)),
+                format!("{lo:.0}-{hi:.0}")
+            )
+        }
+        None => format!("{:>7} {:>7} {:>7} {:>5} {:>13}", "-", "-", "-", "-", "-"),
     };
     println!(
-        "{:<30} | {} | {}",
+        "{:<28} | {} | {}",
         "kernel floor (socket pair)",
         cells(Some(&floor), None),
         cells(None, None)
     );
     for r in &reports {
         match &r.skipped {
-            Some(why) => println!("{:<30} | skipped: {why}", r.label),
+            Some(why) => println!("{:<28} | skipped: {why}", r.label),
             None => println!(
-                "{:<30} | {} | {}",
+                "{:<28} | {} | {}",
                 r.label,
-                cells(r.round_trip.as_ref(), r.round_trip_p50_vs_rust),
-                cells(r.handoff.as_ref(), r.handoff_p50_vs_rust)
+                cells(r.round_trip.as_ref(), r.round_trip_vs_rust),
+                cells(r.handoff.as_ref(), r.handoff_vs_rust)
             ),
         }
     }
-    println!("(µs; rt = acquire + release round trip, ho = handoff; ×Rust = p50 / Rust's p50)");
+    println!(
+        "(µs; rt = acquire + release round trip, ho = handoff; every pass's samples together; \
+         ×Rust = p50 / Rust's p50; pass p50s = the lowest and highest p50 of one pass)"
+    );
     match c_target {
         Some((rt, ho)) => println!(
             "target: C within 1.1x of Rust at p50: round trip {}, handoff {}",
