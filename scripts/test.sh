@@ -54,12 +54,14 @@ cargo test --workspace -- --show-output 2>&1 | tee target/test-output.log
 (
     cd client/go
     export GOFLAGS=-mod=mod GOPROXY=off GOCACHE="${GOCACHE:-$PWD/../../target/go-cache}"
-    unformatted=$(gofmt -l .)
+    # With gpud-bench-clients' Go driver (its own module, which replaces the client with this one).
+    unformatted=$(gofmt -l . ../../bench/clients/bench_go)
     if [ -n "$unformatted" ]; then
         echo "gofmt: these files need formatting: $unformatted" >&2
         exit 1
     fi
     go vet ./...
+    (cd ../../bench/clients/bench_go && go vet ./...)
     GPUD_BIN=$PWD/../../target/debug/gpud go test -count=1 ./...
 )
 # The Python client (client/python), installed with pip as a user would, tested with pytest

@@ -6,11 +6,14 @@
 //! - [`farm`]: the sharing benchmark (`gpud-bench farm`): several prover processes
 //!   sharing a GPU through gpud, against the in-process ideal, no lock and flock.
 //! - [`baseline`]: the two ways of sharing a GPU that gpud replaces, as prover leasers.
+//! - [`latency`]: what the lease latency benchmarks share (`gpud-bench-lease`,
+//!   `gpud-bench-clients`): the kernel's round-trip floor and the daemon they measure.
 //! - [`stats`]: latency percentiles for the lease benchmarks (`gpud-bench-lease`,
-//!   `gpud-bench-scale`).
+//!   `gpud-bench-clients`, `gpud-bench-scale`).
 #![deny(missing_docs)]
 
 pub mod baseline;
 pub mod farm;
+pub mod latency;
 pub mod proofs;
 pub mod stats;

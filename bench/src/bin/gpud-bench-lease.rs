@@ -18,6 +18,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use gpud_bench::latency::{self, kernel_round_trip};
 use gpud_bench::stats::{Summary, summarize};
 use gpud_client::{Client, LeaseRequest};
 use gpud_tests::Daemon;
@@ -41,8 +42,8 @@ fn options() -> Result<Options> {
             "--iterations" => o.iterations = args.next().context("--iterations N")?.parse()?,
             "--waiters" => o.waiters = args.next().context("--waiters N")?.parse()?,
             "--json" => o.json = true,
-            "--echo" => {
-                echo()?;
+            latency::ECHO_ARG => {
+                latency::echo()?;
                 std::process::exit(0);
             }
             "--help" | "-h" => {
@@ -57,47 +58,6 @@ fn options() -> Result<Options> {
         "need --iterations >= 100 and --waiters >= 2"
     );
     Ok(o)
-}
-
-/// The child of [`kernel_round_trip`]: echoes every byte from stdin to stdout until EOF.
-fn echo() -> Result<()> {
-    use std::io::{Read, Write};
-    let (mut input, mut output) = (std::io::stdin().lock(), std::io::stdout().lock());
-    let mut b = [0u8; 1];
-    while input.read(&mut b)? == 1 {
-        output.write_all(&b)?;
-        output.flush()?;
-    }
-    Ok(())
-}
-
-/// One byte to a child process and back over a Unix socket pair: the kernel's cost of a
-/// request and its reply between two processes, the floor under every gpud round trip.
-fn kernel_round_trip(n: usize) -> Result<Summary> {
-    use std::io::{Read, Write};
-    use std::os::fd::OwnedFd;
-    use std::os::unix::net::UnixStream;
-    let (mut ours, theirs) = UnixStream::pair()?;
-    let theirs_out = theirs.try_clone()?;
-    let mut child = std::process::Command::new(std::env::current_exe()?)
-        .arg("--echo")
-        .stdin(OwnedFd::from(theirs))
-        .stdout(OwnedFd::from(theirs_out))
-        .spawn()
-        .context("starting the echo process")?;
-    let mut samples = Vec::with_capacity(n);
-    let mut b = [0u8; 1];
-    for i in 0..n + n / 10 {
-        let t = Instant::now();
-        ours.write_all(&[i as u8])?;
-        ours.read_exact(&mut b)?;
-        if i >= n / 10 {
-            samples.push(t.elapsed());
-        }
-    }
-    drop(ours);
-    child.wait()?;
-    Ok(summarize(&mut samples))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -384,13 +344,9 @@ fn flock_handoff(
 
 fn main() -> Result<()> {
     let o = options()?;
-    // One client here sends tens of thousands of requests a second: above the default
-    // per-session rate limit, which would pace it (that is what the limit is for).
-    let daemon = Daemon::start_logging(
-        "16GiB",
-        "[limits]\nrequests_per_second = 10000000\n",
-        "warn",
-    );
+    // Without the per-session rate limit, which would pace one client's tens of thousands
+    // of requests a second.
+    let daemon = latency::start_daemon("16GiB");
     let lock = daemon.dir.path().join("gpu.lock");
     let handoffs = (o.iterations / 2) as u64;
 
