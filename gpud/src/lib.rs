@@ -18,6 +18,7 @@ pub mod hub;
 pub mod journal;
 pub mod ledger;
 pub mod metrics;
+pub mod pid_lock;
 pub mod procfs;
 pub mod server;
 pub mod state_dir;

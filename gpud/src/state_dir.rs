@@ -7,13 +7,14 @@
 //! daemon's user or root, writable by nobody else; and it is locked (`flock` on a lock file
 //! inside it) for the daemon's lifetime, the lock file naming the holder's pid.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{Flock, FlockArg};
 use thiserror::Error;
+
+use crate::pid_lock::{PidLock, Taken};
 
 /// The lock file's name inside the state directory.
 pub const LOCK_FILE: &str = "gpud.lock";
@@ -57,7 +58,7 @@ pub enum StateDirError {
 #[derive(Debug)]
 pub struct StateDir {
     path: PathBuf,
-    _lock: Flock<File>,
+    _lock: PidLock,
 }
 
 impl StateDir {
@@ -80,34 +81,17 @@ impl StateDir {
             Err(e) => return Err(io_err("cannot create")(e)),
         }
         check_safe(path)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path.join(LOCK_FILE))
-            .map_err(io_err("cannot open the lock file"))?;
-        let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => lock,
-            Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
-                let mut text = String::new();
-                let holder = file
-                    .read_to_string(&mut text)
-                    .ok()
-                    .and_then(|_| text.trim().parse().ok());
+        let lock = match PidLock::take(&path.join(LOCK_FILE))
+            .map_err(io_err("cannot lock the lock file"))?
+        {
+            Taken::Held(lock) => lock,
+            Taken::Busy(holder) => {
                 return Err(StateDirError::InUse {
                     path: path.to_path_buf(),
                     holder,
                 });
             }
-            Err((_, errno)) => return Err(io_err("cannot lock")(io::Error::from(errno))),
         };
-        lock.set_len(0)
-            .and_then(|()| lock.rewind())
-            .and_then(|()| writeln!(&mut *lock, "{}", std::process::id()))
-            .map_err(io_err("cannot write the lock file"))?;
         Ok(Self {
             path: path.to_path_buf(),
             _lock: lock,

@@ -399,7 +399,8 @@ gpud_code gpud_lease_is_lost(const gpud_lease *lease, bool *out);
  * readable until the caller reads its 8-byte counter (which the library never does), so
  * a program that wants the next notice reads it, then checks the flags. The descriptor
  * belongs to the lease: do not close it; `gpud_lease_free` does. It is non-blocking and
- * close-on-exec.
+ * close-on-exec. It is made on the first call, and is then readable at once if a notice
+ * came before.
  */
 gpud_code gpud_lease_notice_fd(const gpud_lease *lease, int *out);
 

@@ -9,16 +9,15 @@
 //! `flock`ed for the daemon's life) keeps two daemons starting at once from both taking a
 //! stale socket's name.
 
-use std::fs::File;
-use std::io::{self, Read, Seek, Write};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-
-use nix::fcntl::{Flock, FlockArg};
 
 use thiserror::Error;
 use tokio::net::UnixListener;
 use tracing::{info, warn};
+
+use crate::pid_lock::{PidLock, Taken};
 
 /// Why the socket could not be set up.
 #[derive(Debug, Error)]
@@ -75,7 +74,7 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> L
 /// The socket's lock, held for as long as this value lives (remove the socket before dropping
 /// it).
 #[derive(Debug)]
-pub struct SocketLock(#[allow(dead_code)] Flock<File>);
+pub struct SocketLock(#[allow(dead_code)] PidLock);
 
 /// Binds the socket at `path` with `mode`, owned by `group` when possible, and holds its lock.
 /// A stale socket file (nobody answers) is replaced; a live one is left alone.
@@ -133,35 +132,13 @@ fn lock(socket: &Path) -> Result<SocketLock, ListenError> {
     let mut name = socket.as_os_str().to_owned();
     name.push(".lock");
     let path = PathBuf::from(name);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .map_err(io_err("cannot open the lock file", &path))?;
-    let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(lock) => lock,
-        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
-            let mut text = String::new();
-            let holder = file
-                .read_to_string(&mut text)
-                .ok()
-                .and_then(|_| text.trim().parse().ok());
-            return Err(ListenError::Locked {
-                path: socket.to_path_buf(),
-                holder,
-            });
-        }
-        Err((_, errno)) => return Err(io_err("cannot lock", &path)(io::Error::from(errno))),
-    };
-    lock.set_len(0)
-        .and_then(|()| lock.rewind())
-        .and_then(|()| writeln!(&mut *lock, "{}", std::process::id()))
-        .map_err(io_err("cannot write the lock file", &path))?;
-    Ok(SocketLock(lock))
+    match PidLock::take(&path).map_err(io_err("cannot lock", &path))? {
+        Taken::Held(lock) => Ok(SocketLock(lock)),
+        Taken::Busy(holder) => Err(ListenError::Locked {
+            path: socket.to_path_buf(),
+            holder,
+        }),
+    }
 }
 
 /// Gives the socket file its mode and group without following a link at its name (were the

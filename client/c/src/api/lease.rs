@@ -21,7 +21,9 @@ pub struct GpudLease {
     /// `None` once released through this handle.
     lease: Mutex<Option<Lease>>,
     watch: LeaseWatch,
-    notice: Arc<NoticeFd>,
+    /// Made on the first `gpud_lease_notice_fd`: most programs never ask, and an eventfd per
+    /// lease is two system calls on every acquire.
+    notice: Mutex<Option<Arc<NoticeFd>>>,
     id: u64,
     device_index: u32,
     compute: bool,
@@ -37,15 +39,9 @@ fn c_text(s: &str) -> Result<CString> {
 }
 
 impl GpudLease {
-    /// Wraps a granted lease: its facts as C strings, its notices on an eventfd.
+    /// Wraps a granted lease: its facts as C strings.
     pub(crate) fn new(lease: Lease) -> Result<Self> {
-        let notice = Arc::new(
-            NoticeFd::new()
-                .map_err(|e| Error::System(format!("eventfd for the lease's notices: {e}")))?,
-        );
         let watch = lease.watch();
-        let signal = notice.clone();
-        watch.on_notice(move || signal.signal());
         let info = lease.info();
         Ok(Self {
             id: info.lease,
@@ -57,7 +53,7 @@ impl GpudLease {
             device_name: c_text(&info.device_name)?,
             cuda_visible_devices: c_text(&info.cuda_visible_devices)?,
             watch,
-            notice,
+            notice: Mutex::new(None),
             lease: Mutex::new(Some(lease)),
         })
     }
@@ -65,12 +61,35 @@ impl GpudLease {
     fn held(&self) -> MutexGuard<'_, Option<Lease>> {
         self.lease.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// The notice descriptor, made on the first call. A notice that came before it is not
+    /// lost: installing the hook runs it at once when a flag is already raised.
+    fn notice(&self) -> Result<Arc<NoticeFd>> {
+        let mut notice = self.notice.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(fd) = notice.as_ref() {
+            return Ok(fd.clone());
+        }
+        let fd = Arc::new(
+            NoticeFd::new()
+                .map_err(|e| Error::System(format!("eventfd for the lease's notices: {e}")))?,
+        );
+        let signal = fd.clone();
+        self.watch.on_notice(move || signal.signal());
+        *notice = Some(fd.clone());
+        Ok(fd)
+    }
 }
 
 impl Drop for GpudLease {
     fn drop(&mut self) {
         // The descriptor closes now, whatever the connection's thread still holds.
-        self.notice.close();
+        let notice = self
+            .notice
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(fd) = notice.take() {
+            fd.close();
+        }
     }
 }
 
@@ -251,13 +270,14 @@ pub extern "C" fn gpud_lease_is_lost(lease: *const GpudLease, out: *mut bool) ->
 /// readable until the caller reads its 8-byte counter (which the library never does), so
 /// a program that wants the next notice reads it, then checks the flags. The descriptor
 /// belongs to the lease: do not close it; `gpud_lease_free` does. It is non-blocking and
-/// close-on-exec.
+/// close-on-exec. It is made on the first call, and is then readable at once if a notice
+/// came before.
 // SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpud_lease_notice_fd(lease: *const GpudLease, out: *mut c_int) -> GpudCode {
     boundary(|| {
         let out = ptr::out(out, "out")?;
-        out.set(ptr::handle(lease, "lease")?.notice.raw());
+        out.set(ptr::handle(lease, "lease")?.notice()?.raw());
         Ok(())
     })
 }
