@@ -120,15 +120,13 @@ impl Core {
         let more = if more_leases {
             leases.last().map(|l| StatusCursor::Leases { after: l.id })
         } else if queue.len() > room {
-            queue[..room]
-                .last()
-                .map(|w| place(w))
-                .map(|(rank, seq)| StatusCursor::Waiters { rank, seq })
-                .or(Some(match leases.last() {
-                    // A page full of leases, with waiters still to come.
-                    Some(l) => StatusCursor::Leases { after: l.id },
-                    None => StatusCursor::Leases { after: 0 },
-                }))
+            // No room left: a page full of leases, with waiters still to come.
+            Some(match room.checked_sub(1).map(|last| place(queue[last])) {
+                Some((rank, seq)) => StatusCursor::Waiters { rank, seq },
+                None => StatusCursor::Leases {
+                    after: leases.last().map_or(0, |l| l.id),
+                },
+            })
         } else {
             None
         };
@@ -148,6 +146,7 @@ impl Core {
                 label: w.label.clone(),
             })
             .collect();
+        let (journal_skipped, journal_refused) = self.journal_left_out();
         StatusReport {
             daemon: DaemonInfo {
                 version: env!("CARGO_PKG_VERSION").into(),
@@ -155,8 +154,8 @@ impl Core {
                 uptime_ms: since(self.started),
                 sessions: self.sessions.len() as u32,
                 backend: self.facts.backend.into(),
-                journal_skipped: self.journal_left_out().0,
-                journal_refused: self.journal_left_out().1,
+                journal_skipped,
+                journal_refused,
             },
             devices,
             leases,
