@@ -138,6 +138,24 @@ impl Client {
         self.runtime.block_on(self.inner.revoke(lease))
     }
 
+    /// Reserves a job's budget (admin); see [`crate::Client::create_budget`].
+    pub fn create_budget(
+        &self,
+        args: crate::proto::BudgetArgs,
+    ) -> Result<crate::proto::BudgetInfo> {
+        self.runtime.block_on(self.inner.create_budget(args))
+    }
+
+    /// Ends a budget or a job's budgets (admin).
+    pub fn end_budget(&self, args: crate::proto::EndBudgetArgs) -> Result<()> {
+        self.runtime.block_on(self.inner.end_budget(args))
+    }
+
+    /// The budgets, or one job's.
+    pub fn budgets(&self, job: Option<String>) -> Result<Vec<crate::proto::BudgetInfo>> {
+        self.runtime.block_on(self.inner.budgets(job))
+    }
+
     /// Closes the session now; see [`crate::Client::close`].
     pub fn close(&self) {
         self.inner.close();

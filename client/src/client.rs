@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::connection::{Answer, ClientOptions, Handle, connect, timed_out_is_none};
 use crate::error::{ClientError, Result};
 use crate::lease::{Lease, LeaseCore};
-use crate::proto::{Op, Placement, Reply, StatusReport};
+use crate::proto::{BudgetArgs, BudgetInfo, EndBudgetArgs, Op, Placement, Reply, StatusReport};
 use crate::request::LeaseRequest;
 use crate::reservation::LeaseId;
 
@@ -166,6 +166,30 @@ impl Client {
     /// Takes a lease away from its holder (admin).
     pub async fn revoke(&self, lease: LeaseId) -> Result<()> {
         self.reply(Op::Revoke { lease }).await.map(drop)
+    }
+
+    /// Reserves a job's budget (admin), waiting until it is granted; the answer carries the
+    /// handle the job's processes lease with.
+    pub async fn create_budget(&self, args: BudgetArgs) -> Result<BudgetInfo> {
+        match self.reply(Op::CreateBudget(args)).await? {
+            Reply::Budgets(mut b) if b.len() == 1 => Ok(b.remove(0)),
+            _ => Err(ClientError::Protocol(
+                "unexpected answer to create_budget".into(),
+            )),
+        }
+    }
+
+    /// Ends a budget or a job's budgets (admin); what was inside is revoked.
+    pub async fn end_budget(&self, args: EndBudgetArgs) -> Result<()> {
+        self.reply(Op::EndBudget(args)).await.map(drop)
+    }
+
+    /// The budgets, or one job's (handles only for their uid and admins).
+    pub async fn budgets(&self, job: Option<String>) -> Result<Vec<BudgetInfo>> {
+        match self.reply(Op::Budgets { job }).await? {
+            Reply::Budgets(b) => Ok(b),
+            _ => Err(ClientError::Protocol("unexpected answer to budgets".into())),
+        }
     }
 
     /// Closes the session now, for every clone of this client and every lease it granted, as

@@ -32,7 +32,7 @@ pub use connection::ClientOptions;
 pub use error::{ClientError, Result};
 pub use lease::{Lease, LeaseWatch};
 pub use proto::{Class, Placement};
-pub use request::LeaseRequest;
+pub use request::{BUDGET_ENV, LeaseRequest};
 pub use reservation::{ComputeToken, ExclusiveDevice, LeaseId, LeaseLost, Reservation};
 
 pub use gpud_proto::{DEFAULT_SOCKET, default_socket_path};

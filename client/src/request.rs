@@ -21,10 +21,22 @@ pub struct LeaseRequest {
     args: AcquireArgs,
 }
 
+/// The environment variable that names the job's budget.
+pub const BUDGET_ENV: &str = "GPUD_BUDGET";
+
 impl LeaseRequest {
-    /// Nothing yet: add `vram` and/or `compute`.
+    /// Nothing yet: add `vram` and/or `compute`. Inside a job that a scheduler gave a gpud
+    /// budget (`GPUD_BUDGET` in the environment, as the job's task prolog sets it), the
+    /// request leases from that budget: see [`LeaseRequest::budget`].
     pub fn new() -> Self {
-        Self::default()
+        let mut request = Self::default();
+        request.args.budget = std::env::var(BUDGET_ENV).ok().filter(|h| !h.is_empty());
+        request
+    }
+    /// Lease from this budget (its handle, `ID:SECRET`), or from the device with `None`.
+    pub fn budget(mut self, handle: Option<String>) -> Self {
+        self.args.budget = handle;
+        self
     }
     /// Reserve this many bytes of device memory.
     pub fn vram(mut self, bytes: u64) -> Self {

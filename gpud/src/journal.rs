@@ -63,6 +63,26 @@ pub struct LeaseRecord {
     /// The client's note.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// The budget it was granted from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<LeaseId>,
+    /// When the lease is a budget: whose and what it grants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetRecord>,
+}
+
+/// What a journal line adds for a budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetRecord {
+    /// Compute slots its members may hold at once.
+    pub compute_slots: u32,
+    /// The job.
+    pub job: String,
+    /// The uid whose processes lease from it.
+    pub owner_uid: u32,
+    /// Its cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
 }
 
 /// The journal's file name inside the state directory.
@@ -431,6 +451,8 @@ mod tests {
             uid: 0,
             granted_unix_ms: 3,
             label: None,
+            within: None,
+            budget: None,
         }
     }
 

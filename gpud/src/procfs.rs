@@ -58,6 +58,25 @@ fn process_stat(pid: u32) -> Option<(char, u64)> {
     Some((state, start))
 }
 
+/// The cgroup paths of a process, one per hierarchy (`0::/slurm/job_5` gives `/slurm/job_5`);
+/// empty when unknown.
+pub fn cgroups(pid: u32) -> Vec<String> {
+    if pid == 0 {
+        return Vec::new();
+    }
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<String> = text
+        .lines()
+        .filter_map(|line| line.splitn(3, ':').nth(2))
+        .map(str::to_owned)
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
 /// A process's start time in clock ticks since boot.
 pub fn process_start(pid: u32) -> Option<u64> {
     process_stat(pid).map(|(_, start)| start)

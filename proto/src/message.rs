@@ -93,6 +93,60 @@ pub enum Op {
     Ping,
     /// The daemon's metrics in the Prometheus text format.
     Metrics,
+    /// Reserve a job's share of a device that the job's processes lease from (admin; a
+    /// scheduler's prolog). Waits like an acquire; the reply is [`Reply::Budgets`] with the one
+    /// budget, whose `handle` the job's processes present.
+    CreateBudget(BudgetArgs),
+    /// End a budget, or every budget of a job (admin): what is inside is revoked. Ending the
+    /// budgets of a job that has none is not an error (an epilog after a failed prolog).
+    EndBudget(EndBudgetArgs),
+    /// The budgets, or a job's; handles only for their owner and admins.
+    Budgets {
+        /// Only this job's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job: Option<String>,
+    },
+}
+
+/// What a budget is for and whom.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetArgs {
+    /// Which device.
+    #[serde(default)]
+    pub device: Placement,
+    /// Bytes of device memory it reserves for its members.
+    #[serde(default)]
+    pub vram_bytes: u64,
+    /// Compute slots of the device its members may hold at once.
+    #[serde(default)]
+    pub compute_slots: u32,
+    /// The class of every lease inside it (the job's priority).
+    #[serde(default)]
+    pub class: Class,
+    /// The job it belongs to (the scheduler's job id).
+    pub job: String,
+    /// The uid whose processes may lease from it.
+    pub uid: u32,
+    /// A cgroup (path as in /proc/PID/cgroup): processes inside it lease from the budget
+    /// without naming it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    /// Give up waiting after this long (milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Which budgets to end: one by id, or a job's.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndBudgetArgs {
+    /// The budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<LeaseId>,
+    /// Every budget of this job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
 }
 
 /// What an acquire asks for.
@@ -117,6 +171,10 @@ pub struct AcquireArgs {
     /// Free-form note shown in status (a job name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// Lease from this budget (its handle, `ID:SECRET`, as `GPUD_BUDGET` carries it): on its
+    /// device, in its class, within its bytes and compute slots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
 }
 
 /// Frames the daemon sends.
@@ -197,6 +255,43 @@ pub enum Reply {
         /// The exposition.
         text: String,
     },
+    /// Budgets.
+    Budgets(Vec<BudgetInfo>),
+}
+
+/// A budget: a job's share of a device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetInfo {
+    /// Its id (a lease id).
+    pub budget: LeaseId,
+    /// The job.
+    pub job: String,
+    /// The uid whose processes lease from it.
+    pub uid: u32,
+    /// Its cgroup, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    /// Device index.
+    pub device_index: u32,
+    /// Device UUID.
+    pub device_uuid: String,
+    /// Class of its leases.
+    pub class: Class,
+    /// Bytes it reserves.
+    pub vram_bytes: u64,
+    /// Bytes its leases hold.
+    pub used_bytes: u64,
+    /// Compute slots its leases may hold at once.
+    pub compute_slots: u32,
+    /// Compute slots its leases hold.
+    pub compute_used: u32,
+    /// Its granted leases.
+    pub leases: Vec<LeaseId>,
+    /// Its waiting requests.
+    pub waiting: u32,
+    /// The handle its processes present (`GPUD_BUDGET`); only for its uid and admins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
 }
 
 /// A granted lease as its holder sees it.
@@ -221,6 +316,9 @@ pub struct LeaseInfo {
     /// Secret to re-adopt the lease if the daemon restarts.
     #[serde(default)]
     pub token: String,
+    /// The budget it was granted from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<LeaseId>,
 }
 
 /// Why a holder is asked to yield its compute slot.
@@ -245,6 +343,8 @@ pub enum RevokeReason {
     OverUse,
     /// Client side only: the connection was lost and the lease could not be re-adopted.
     Lost,
+    /// The budget it was granted from ended (the job ended).
+    BudgetEnded,
 }
 
 /// Notices the daemon pushes to a lease holder.
@@ -392,6 +492,9 @@ pub struct StatusReport {
     pub leases: Vec<LeaseStatus>,
     /// Waiting requests, in the order they would be served (this page's).
     pub waiters: Vec<WaiterStatus>,
+    /// Budgets (jobs' shares of devices), on the first page; without their handles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<BudgetInfo>,
     /// Where the next page starts (ask with [`Op::StatusPage`]); absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub more: Option<StatusCursor>,
@@ -548,6 +651,9 @@ pub struct LeaseStatus {
     pub yield_requested: bool,
     /// The client's label.
     pub label: Option<String>,
+    /// The budget it was granted from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<LeaseId>,
 }
 
 /// One waiting request.

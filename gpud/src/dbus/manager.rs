@@ -88,6 +88,7 @@ impl Manager {
             class,
             timeout_ms: None,
             label: None,
+            budget: None,
         };
         match self.call(conn, &hdr, Op::Acquire(args)).await? {
             Reply::Granted(info) => Ok((

@@ -61,6 +61,7 @@ mod tests {
             groups,
             process: "x".into(),
             start: 0,
+            cgroups: Vec::new(),
         }
     }
 

@@ -168,5 +168,6 @@ fn peer_of(c: Credentials) -> Peer {
         groups,
         process: procfs::process_name(pid),
         start: procfs::process_start(pid).unwrap_or(0),
+        cgroups: procfs::cgroups(pid),
     }
 }

@@ -19,6 +19,9 @@ pub(super) struct Device {
     pub queue: BTreeSet<(usize, u64)>,
     /// The same waiters by arrival: the first is the one protected from overtaking.
     pub by_age: BTreeSet<u64>,
+    /// Queued waiters that lease from a budget: they may be grantable when the device's own
+    /// memory is all reserved (the budget's is not).
+    pub budget_queued: usize,
 }
 
 impl Device {
@@ -30,6 +33,7 @@ impl Device {
             drained: false,
             queue: BTreeSet::new(),
             by_age: BTreeSet::new(),
+            budget_queued: 0,
         }
     }
 
@@ -51,6 +55,9 @@ impl Device {
 
     /// Nothing more can be granted here until something is released.
     pub fn exhausted(&self) -> bool {
-        self.drained || (self.free() == 0 && self.free_slots(Class::Critical) == 0)
+        self.drained
+            || (self.free() == 0
+                && self.free_slots(Class::Critical) == 0
+                && self.budget_queued == 0)
     }
 }

@@ -45,6 +45,7 @@
 //! overtaken at most `max_overtakes` times once it is the oldest, and at most
 //! `max_overtakes × (older waiters at its arrival + 1)` times in all.
 
+mod budget;
 mod device;
 mod timers;
 mod types;
@@ -53,6 +54,7 @@ mod vocab;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Instant;
 
+pub use budget::{Budget, BudgetSpec};
 use device::Device;
 use timers::{Timer, Timers};
 pub use types::{
@@ -157,16 +159,43 @@ impl Ledger {
         let next = lease.id.checked_add(1).ok_or(LedgerError::Invalid(
             "a restored lease id is the largest there is",
         ))?;
+        if lease.within.is_some() && lease.budget_compute_slots.is_some() {
+            return Err(LedgerError::Invalid(
+                "a restored budget cannot be inside another budget",
+            ));
+        }
+        if let Some(b) = lease.within {
+            // A member is restored into its budget (restored before it): its memory is the
+            // budget's, and it must fit there as it did.
+            let parent = self
+                .leases
+                .get_mut(&b)
+                .filter(|p| p.device == lease.device)
+                .ok_or(LedgerError::UnknownBudget(b))?;
+            let limit = parent.vram_bytes;
+            let books = parent
+                .budget
+                .as_mut()
+                .ok_or(LedgerError::UnknownBudget(b))?;
+            if !books.fits(limit, lease.vram_bytes, lease.compute) {
+                return Err(LedgerError::Invalid(
+                    "restored members would hold more than their budget",
+                ));
+            }
+            books.add(lease.id, lease.vram_bytes, lease.compute, true);
+        } else {
+            let dev = &mut self.devices[lease.device];
+            // More than the device's memory cannot be in use: such a record is not to be
+            // trusted, and adding it would overflow or over-commit the books.
+            dev.reserved = dev
+                .reserved
+                .checked_add(lease.vram_bytes)
+                .filter(|&reserved| reserved <= dev.spec.total_bytes)
+                .ok_or(LedgerError::Invalid(
+                    "restored leases would hold more than the device's memory",
+                ))?;
+        }
         let dev = &mut self.devices[lease.device];
-        // More than the device's memory cannot be in use: such a record is not to be trusted,
-        // and adding it would overflow or over-commit the books.
-        dev.reserved = dev
-            .reserved
-            .checked_add(lease.vram_bytes)
-            .filter(|&reserved| reserved <= dev.spec.total_bytes)
-            .ok_or(LedgerError::Invalid(
-                "restored leases would hold more than the device's memory",
-            ))?;
         if lease.compute {
             dev.holders.push(lease.id);
             // The hold limit counts from the original grant, across the restart.
@@ -195,6 +224,8 @@ impl Ledger {
                 yield_requested: None,
                 pending_grow: None,
                 label: lease.label,
+                within: lease.within,
+                budget: lease.budget_compute_slots.map(Budget::new),
             },
         );
         Ok(())
@@ -255,16 +286,44 @@ impl Ledger {
         if self.tickets.contains_key(&ticket) {
             return Err(LedgerError::DuplicateRequest(ticket.request));
         }
-        if spec.vram_bytes == 0 && !spec.compute {
-            return Err(LedgerError::Invalid(
-                "a lease must reserve memory, the compute slot, or both",
-            ));
-        }
-        let candidates = self.resolve(&spec.placement)?;
+        let mut class = spec.class;
+        let candidates = match (spec.within, spec.budget) {
+            (Some(_), Some(_)) => {
+                return Err(LedgerError::Invalid(
+                    "a budget cannot be inside another budget",
+                ));
+            }
+            (None, Some(b)) => {
+                if spec.compute {
+                    return Err(LedgerError::Invalid(
+                        "a budget grants compute slots to its members; it does not hold one",
+                    ));
+                }
+                if spec.vram_bytes == 0 && b.compute_slots == 0 {
+                    return Err(LedgerError::Invalid(
+                        "a budget must hold memory, grant compute slots, or both",
+                    ));
+                }
+                self.resolve(&spec.placement)?
+            }
+            (Some(b), None) => {
+                let d = self.budget_for(b, &spec)?;
+                class = self.leases[&b].class;
+                vec![d]
+            }
+            (None, None) => {
+                if spec.vram_bytes == 0 && !spec.compute {
+                    return Err(LedgerError::Invalid(
+                        "a lease must reserve memory, the compute slot, or both",
+                    ));
+                }
+                self.resolve(&spec.placement)?
+            }
+        };
         let fitting: Vec<DeviceIdx> = candidates
             .iter()
             .copied()
-            .filter(|&d| self.devices[d].capacity() >= spec.vram_bytes)
+            .filter(|&d| spec.within.is_some() || self.devices[d].capacity() >= spec.vram_bytes)
             .collect();
         if fitting.is_empty() {
             let capacity = candidates
@@ -280,7 +339,7 @@ impl Ledger {
         let waiter = Waiter {
             ticket,
             seq: self.take_seq(),
-            class: spec.class,
+            class,
             need: Need {
                 vram_bytes: spec.vram_bytes,
                 compute: spec.compute,
@@ -292,6 +351,8 @@ impl Ledger {
             deadline: spec.timeout.and_then(|t| now.checked_add(t)),
             overtaken: 0,
             label: spec.label,
+            within: spec.within,
+            budget: spec.budget,
         };
         if let Some(d) = self.best_grantable(&waiter) {
             return Ok(Some(self.grant(now, waiter, d, false)));
@@ -318,7 +379,18 @@ impl Ledger {
         if self.tickets.contains_key(&ticket) {
             return Err(LedgerError::DuplicateRequest(ticket.request));
         }
-        let (old, d, class, compute) = (lease.vram_bytes, lease.device, lease.class, lease.compute);
+        let (old, d, class, compute, within) = (
+            lease.vram_bytes,
+            lease.device,
+            lease.class,
+            lease.compute,
+            lease.within,
+        );
+        if lease.budget.is_some() {
+            return Err(LedgerError::Invalid(
+                "a budget keeps its size; end it and create another",
+            ));
+        }
         if vram_bytes == 0 && !compute {
             return Err(LedgerError::Invalid(
                 "a lease without the compute slot must keep some memory; release it instead",
@@ -328,7 +400,10 @@ impl Ledger {
             if let Some(lease) = self.leases.get_mut(&lease_id) {
                 lease.vram_bytes = vram_bytes;
             }
-            self.devices[d].reserved -= old - vram_bytes;
+            match within.and_then(|b| self.leases.get_mut(&b)?.budget.as_mut()) {
+                Some(books) => books.used_bytes -= old - vram_bytes,
+                None => self.devices[d].reserved -= old - vram_bytes,
+            }
             if vram_bytes != old {
                 self.changed(LeaseChange::Resized {
                     lease: lease_id,
@@ -338,12 +413,23 @@ impl Ledger {
             self.schedule(now, d);
             return Ok(ResizeOutcome::Done { vram_bytes });
         }
-        let capacity = self.devices[d].capacity();
-        if vram_bytes > capacity {
-            return Err(LedgerError::NeverFits {
-                need: vram_bytes,
-                capacity,
-            });
+        if let Some(b) = within {
+            let limit = self.leases.get(&b).map_or(0, |p| p.vram_bytes);
+            if vram_bytes > limit {
+                return Err(LedgerError::ExceedsBudget {
+                    budget: b,
+                    need: vram_bytes,
+                    limit,
+                });
+            }
+        } else {
+            let capacity = self.devices[d].capacity();
+            if vram_bytes > capacity {
+                return Err(LedgerError::NeverFits {
+                    need: vram_bytes,
+                    capacity,
+                });
+            }
         }
         let waiter = Waiter {
             ticket,
@@ -360,6 +446,8 @@ impl Ledger {
             deadline: timeout.and_then(|t| now.checked_add(t)),
             overtaken: 0,
             label: None,
+            within,
+            budget: None,
         };
         if self.can_grant(&waiter, d) {
             self.grant(now, waiter, d, false);
@@ -610,7 +698,11 @@ impl Ledger {
     pub fn check_invariants(&self) -> Result<(), String> {
         for (d, dev) in self.devices.iter().enumerate() {
             let on_device: Vec<&Lease> = self.leases.values().filter(|l| l.device == d).collect();
-            let sum: u64 = on_device.iter().map(|l| l.vram_bytes).sum();
+            let sum: u64 = on_device
+                .iter()
+                .filter(|l| l.within.is_none())
+                .map(|l| l.vram_bytes)
+                .sum();
             if sum != dev.reserved {
                 return Err(format!(
                     "device {d}: reserved {} != leases {sum}",
@@ -630,6 +722,17 @@ impl Ledger {
             }
             // Holders may outnumber the slots after a reload lowered them ([`Ledger::set_slots`]);
             // that no grant exceeds them is what the property tests check, grant by grant.
+            let budget_queued = self
+                .waiters
+                .values()
+                .filter(|w| w.within.is_some() && w.candidates.contains(&d))
+                .count();
+            if budget_queued != dev.budget_queued {
+                return Err(format!(
+                    "device {d}: {} budget waiters counted, {budget_queued} queued",
+                    dev.budget_queued
+                ));
+            }
             if dev.queue.len() != dev.by_age.len() {
                 return Err(format!("device {d}: queue and age index differ"));
             }
@@ -666,6 +769,17 @@ impl Ledger {
             return Err("stale tickets".into());
         }
         for l in self.leases.values() {
+            if let Some(books) = &l.budget {
+                self.check_budget(l, books)?;
+            }
+            if let Some(b) = l.within {
+                let parent = self.leases.get(&b).filter(|p| p.device == l.device);
+                if !parent
+                    .is_some_and(|p| p.budget.as_ref().is_some_and(|x| x.members.contains(&l.id)))
+                {
+                    return Err(format!("lease {} is not a member of budget {b}", l.id));
+                }
+            }
             if !self
                 .sessions
                 .get(&l.session)
@@ -673,6 +787,44 @@ impl Ledger {
             {
                 return Err(format!("lease {} not in its session", l.id));
             }
+        }
+        Ok(())
+    }
+
+    /// A budget's books agree with its members and waiters, and stay within its limits.
+    fn check_budget(&self, budget: &Lease, books: &Budget) -> Result<(), String> {
+        let b = budget.id;
+        if budget.within.is_some() || budget.compute {
+            return Err(format!("budget {b} is nested or holds a compute slot"));
+        }
+        let members: BTreeSet<LeaseId> = self
+            .leases
+            .values()
+            .filter(|l| l.within == Some(b))
+            .map(|l| l.id)
+            .collect();
+        if members != books.members {
+            return Err(format!(
+                "budget {b}: members {:?} != {members:?}",
+                books.members
+            ));
+        }
+        let used: u64 = members.iter().map(|m| self.leases[m].vram_bytes).sum();
+        let compute = members.iter().filter(|m| self.leases[m].compute).count() as u32;
+        if used != books.used_bytes || compute != books.compute_used {
+            return Err(format!("budget {b}: books {used}/{compute} differ"));
+        }
+        if used > budget.vram_bytes || compute > books.compute_slots {
+            return Err(format!("budget {b}: members hold more than it"));
+        }
+        let waiting: BTreeSet<u64> = self
+            .waiters
+            .values()
+            .filter(|w| w.within == Some(b))
+            .map(|w| w.seq)
+            .collect();
+        if waiting != books.waiting {
+            return Err(format!("budget {b}: waiting members differ"));
         }
         Ok(())
     }
@@ -722,14 +874,80 @@ impl Ledger {
             return false;
         }
         self.waiters.get(&oldest).is_some_and(|o| {
-            o.overtaken >= self.config.max_overtakes && o.need.competes_with(&waiter.need)
+            o.overtaken >= self.config.max_overtakes && self.pin_applies(o, waiter, d)
         })
+    }
+
+    /// Whether granting `waiter` on `d` takes what the oldest waiter `o` waits for there.
+    ///
+    /// A budget's member takes no device memory, only (maybe) a compute slot; while `o` waits
+    /// for memory, that slot is not what keeps it waiting, and holding the slot back would stall
+    /// the budget's job, whose budget holds the very memory `o` waits for.
+    fn pin_applies(&self, o: &Waiter, waiter: &Waiter, d: DeviceIdx) -> bool {
+        let o_need = o.device_need();
+        self.waits_for_device(o)
+            && o_need.competes_with(&waiter.device_need())
+            && !(waiter.within.is_some() && o_need.vram_bytes > self.devices[d].free())
+    }
+
+    /// Whether a waiter waits for the device rather than for its budget: a member whose budget
+    /// is full waits for its siblings, and nothing granted elsewhere on the device overtakes it.
+    fn waits_for_device(&self, waiter: &Waiter) -> bool {
+        waiter
+            .within
+            .is_none_or(|b| self.budget_fits(b, &waiter.need))
+    }
+
+    /// Whether `need` fits next to what budget `b`'s members hold.
+    fn budget_fits(&self, b: LeaseId, need: &Need) -> bool {
+        self.leases.get(&b).is_some_and(|parent| {
+            parent
+                .budget
+                .as_ref()
+                .is_some_and(|books| books.fits(parent.vram_bytes, need.vram_bytes, need.compute))
+        })
+    }
+
+    /// The device of budget `b` for a member asking `spec`, if the member could ever fit.
+    fn budget_for(&self, b: LeaseId, spec: &AcquireSpec) -> Result<DeviceIdx, LedgerError> {
+        let parent = self
+            .leases
+            .get(&b)
+            .filter(|p| p.budget.is_some())
+            .ok_or(LedgerError::UnknownBudget(b))?;
+        let d = parent.device;
+        if !matches!(spec.placement, Placement::Any) && !self.resolve(&spec.placement)?.contains(&d)
+        {
+            return Err(LedgerError::Invalid(
+                "a lease from a budget is on the budget's device; ask for any device",
+            ));
+        }
+        if spec.vram_bytes == 0 && !spec.compute {
+            return Err(LedgerError::Invalid(
+                "a lease must reserve memory, the compute slot, or both",
+            ));
+        }
+        if spec.vram_bytes > parent.vram_bytes {
+            return Err(LedgerError::ExceedsBudget {
+                budget: b,
+                need: spec.vram_bytes,
+                limit: parent.vram_bytes,
+            });
+        }
+        if spec.compute && parent.budget.as_ref().is_some_and(|x| x.compute_slots == 0) {
+            return Err(LedgerError::BudgetWithoutCompute(b));
+        }
+        Ok(d)
     }
 
     fn can_grant(&self, waiter: &Waiter, d: DeviceIdx) -> bool {
         let dev = &self.devices[d];
+        let fits = match waiter.within {
+            Some(b) => self.budget_fits(b, &waiter.need),
+            None => waiter.need.vram_bytes <= dev.free(),
+        };
         !dev.drained
-            && waiter.need.vram_bytes <= dev.free()
+            && fits
             && (!waiter.need.compute || dev.free_slots(waiter.class) > 0)
             && !self.blocked_by_oldest(waiter, d)
     }
@@ -744,7 +962,11 @@ impl Ledger {
             .filter(|&d| self.can_grant(waiter, d))
             .min_by_key(|&d| {
                 let dev = &self.devices[d];
-                (dev.free() - waiter.need.vram_bytes, dev.holders.len(), d)
+                (
+                    dev.free().saturating_sub(waiter.device_need().vram_bytes),
+                    dev.holders.len(),
+                    d,
+                )
             })
     }
 
@@ -759,6 +981,14 @@ impl Ledger {
         }
         if waiter.class == Class::Critical && waiter.need.compute {
             self.critical.insert(waiter.seq);
+        }
+        if let Some(b) = waiter.within {
+            for &d in &waiter.candidates {
+                self.devices[d].budget_queued += 1;
+            }
+            if let Some(books) = self.leases.get_mut(&b).and_then(|p| p.budget.as_mut()) {
+                books.waiting.insert(waiter.seq);
+            }
         }
         self.tickets.insert(waiter.ticket, waiter.seq);
         self.sessions
@@ -782,6 +1012,14 @@ impl Ledger {
             self.timers.disarm(deadline, Timer::WaitDeadline(seq));
         }
         self.critical.remove(&seq);
+        if let Some(b) = waiter.within {
+            for &d in &waiter.candidates {
+                self.devices[d].budget_queued -= 1;
+            }
+            if let Some(books) = self.leases.get_mut(&b).and_then(|p| p.budget.as_mut()) {
+                books.waiting.remove(&seq);
+            }
+        }
         self.tickets.remove(&waiter.ticket);
         if let Some(h) = self.sessions.get_mut(&waiter.ticket.session) {
             h.waiters.remove(&seq);
@@ -798,15 +1036,29 @@ impl Ledger {
         // The oldest waiter still waiting here is overtaken if this grant competes with it.
         if let Some(&oldest) = self.devices[d].by_age.first() {
             if oldest < waiter.seq {
-                if let Some(o) = self.waiters.get_mut(&oldest) {
-                    if o.need.competes_with(&waiter.need) {
-                        o.overtaken += 1;
-                    }
+                let overtaken = self
+                    .waiters
+                    .get(&oldest)
+                    .is_some_and(|o| self.pin_applies(o, &waiter, d));
+                if let Some(o) = self.waiters.get_mut(&oldest).filter(|_| overtaken) {
+                    o.overtaken += 1;
                 }
             }
         }
         let dev = &mut self.devices[d];
-        dev.reserved += waiter.need.vram_bytes;
+        dev.reserved += waiter.device_need().vram_bytes;
+        if let Some(b) = waiter.within {
+            let member = waiter.grows.unwrap_or(self.next_lease);
+            if let Some(books) = self.leases.get_mut(&b).and_then(|p| p.budget.as_mut()) {
+                books.add(
+                    member,
+                    waiter.need.vram_bytes,
+                    waiter.need.compute,
+                    waiter.grows.is_none(),
+                );
+            }
+        }
+        let dev = &mut self.devices[d];
         if let Some(id) = waiter.grows {
             let lease = self
                 .leases
@@ -838,11 +1090,12 @@ impl Ledger {
                 }
             }
         }
+        let session = waiter.budget.map_or(waiter.ticket.session, |b| b.holder);
         self.leases.insert(
             id,
             Lease {
                 id,
-                session: waiter.ticket.session,
+                session,
                 device: d,
                 vram_bytes: waiter.need.vram_bytes,
                 compute: waiter.need.compute,
@@ -851,13 +1104,11 @@ impl Ledger {
                 yield_requested: None,
                 pending_grow: None,
                 label: waiter.label,
+                within: waiter.within,
+                budget: waiter.budget.map(|b| Budget::new(b.compute_slots)),
             },
         );
-        self.sessions
-            .entry(waiter.ticket.session)
-            .or_default()
-            .leases
-            .insert(id);
+        self.sessions.entry(session).or_default().leases.insert(id);
         if deferred {
             self.decisions.push_back(Decision::Granted {
                 ticket: waiter.ticket,
@@ -870,9 +1121,16 @@ impl Ledger {
 
     /// Removes a lease and frees what it held; a grow waiting for it is abandoned.
     fn end_lease(&mut self, id: LeaseId) -> Lease {
+        self.end_members(id);
         let Some(lease) = self.leases.remove(&id) else {
             unreachable!("end_lease({id}) on a lease that does not exist")
         };
+        if let Some(books) = lease
+            .within
+            .and_then(|b| self.leases.get_mut(&b)?.budget.as_mut())
+        {
+            books.remove(id, lease.vram_bytes, lease.compute);
+        }
         if let Some(ticket) = lease.pending_grow {
             if let Some(&seq) = self.tickets.get(&ticket) {
                 self.remove_waiter(seq);
@@ -881,7 +1139,9 @@ impl Ledger {
             }
         }
         let dev = &mut self.devices[lease.device];
-        dev.reserved -= lease.vram_bytes;
+        if lease.within.is_none() {
+            dev.reserved -= lease.vram_bytes;
+        }
         dev.holders.retain(|&h| h != id);
         if lease.compute {
             if let Some(hold) = self.config.max_hold.get(lease.class) {
@@ -902,6 +1162,36 @@ impl Ledger {
         }
         self.changed(LeaseChange::Ended(id));
         lease
+    }
+
+    /// Before budget `id` ends: its waiting members are withdrawn and its members revoked
+    /// (all on the budget's device, which the caller schedules). Nothing for other leases.
+    fn end_members(&mut self, id: LeaseId) {
+        let Some(books) = self.leases.get(&id).and_then(|l| l.budget.as_ref()) else {
+            return;
+        };
+        let (waiting, members) = (books.waiting.clone(), books.members.clone());
+        for seq in waiting {
+            // A member's grow ends with its member, as GrowAbandoned.
+            if self.waiters.get(&seq).is_none_or(|w| w.grows.is_some()) {
+                continue;
+            }
+            let waiter = self.remove_waiter(seq);
+            self.decisions.push_back(Decision::BudgetEnded {
+                ticket: waiter.ticket,
+                budget: id,
+            });
+        }
+        for member in members {
+            if self.leases.contains_key(&member) {
+                let lease = self.end_lease(member);
+                self.decisions.push_back(Decision::Revoked {
+                    session: lease.session,
+                    lease: member,
+                    reason: RevokeReason::BudgetEnded,
+                });
+            }
+        }
     }
 
     fn revoke_lease(&mut self, now: Instant, id: LeaseId, reason: RevokeReason) -> SessionId {

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::budget::{Budget, BudgetSpec};
 use super::vocab::{Class, LeaseId, Placement, RequestId, RevokeReason, YieldReason};
 use thiserror::Error;
 
@@ -124,6 +125,10 @@ pub struct AcquireSpec {
     pub timeout: Option<Duration>,
     /// A note for status.
     pub label: Option<String>,
+    /// The budget to lease from (its device, its class); `None` leases from the device.
+    pub within: Option<LeaseId>,
+    /// Makes the lease a budget that other leases are granted from.
+    pub budget: Option<BudgetSpec>,
 }
 
 /// A granted lease.
@@ -149,6 +154,10 @@ pub struct Lease {
     pub pending_grow: Option<Ticket>,
     /// The client's note.
     pub label: Option<String>,
+    /// The budget it was granted from.
+    pub within: Option<LeaseId>,
+    /// Its books, when it is a budget.
+    pub budget: Option<Budget>,
 }
 
 /// What a waiter needs from a device.
@@ -192,6 +201,24 @@ pub struct Waiter {
     pub overtaken: u32,
     /// The client's note.
     pub label: Option<String>,
+    /// The budget it leases from.
+    pub within: Option<LeaseId>,
+    /// What it asks beyond a lease, when it asks for a budget.
+    pub budget: Option<BudgetSpec>,
+}
+
+impl Waiter {
+    /// What granting it takes from the device itself: a member's memory is the budget's.
+    pub fn device_need(&self) -> Need {
+        Need {
+            vram_bytes: if self.within.is_some() {
+                0
+            } else {
+                self.need.vram_bytes
+            },
+            compute: self.need.compute,
+        }
+    }
 }
 
 /// What the ledger decided; the daemon delivers each one to the session it names.
@@ -246,6 +273,13 @@ pub enum Decision {
         /// Why.
         reason: RevokeReason,
     },
+    /// A waiting request was withdrawn because the budget it leases from ended.
+    BudgetEnded {
+        /// The request.
+        ticket: Ticket,
+        /// The budget.
+        budget: LeaseId,
+    },
 }
 
 /// Why the ledger refused a request at once.
@@ -275,6 +309,22 @@ pub enum LedgerError {
     /// The request id is already in use.
     #[error("request id {0} is already in use by a waiting request")]
     DuplicateRequest(RequestId),
+    /// The request is larger than its budget.
+    #[error("{} can never fit in budget {budget}, which holds {}", gpud_proto::Bytes(*need), gpud_proto::Bytes(*limit))]
+    ExceedsBudget {
+        /// The budget.
+        budget: LeaseId,
+        /// Bytes asked.
+        need: u64,
+        /// The budget's bytes.
+        limit: u64,
+    },
+    /// A compute lease asked from a budget that grants no compute.
+    #[error("budget {0} grants no compute slot")]
+    BudgetWithoutCompute(LeaseId),
+    /// The lease named as a budget is not one.
+    #[error("no budget {0}")]
+    UnknownBudget(LeaseId),
     /// The lease already has a grow waiting.
     #[error("lease {0} already has a resize waiting")]
     ResizePending(LeaseId),
@@ -326,4 +376,8 @@ pub struct RestoredLease {
     pub granted_at: Instant,
     /// The client's note.
     pub label: Option<String>,
+    /// The budget it was granted from.
+    pub within: Option<LeaseId>,
+    /// When it is a budget: the compute slots it grants its members.
+    pub budget_compute_slots: Option<u32>,
 }

@@ -87,6 +87,8 @@ pub enum RevokeReason {
     YieldIgnored,
     /// The holder's processes used more device memory than it reserved.
     OverUse,
+    /// The budget it was granted from ended.
+    BudgetEnded,
 }
 
 /// Waiting requests of a device, per class.

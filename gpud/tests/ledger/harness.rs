@@ -194,7 +194,7 @@ impl Harness {
                 | Decision::GrowAbandoned { lease, .. }
                 | Decision::YieldRequested { lease, .. }
                 | Decision::Revoked { lease, .. } => Some(*lease),
-                Decision::TimedOut { .. } => None,
+                Decision::TimedOut { .. } | Decision::BudgetEnded { .. } => None,
             };
             let device = lease.and_then(|id| self.ledger.lease(id)).map(|l| l.device);
             self.reference.observe(&d, device);

@@ -6,6 +6,7 @@
 //!   invariants after every step;
 //! - regressions: the shrunk cases of bugs the random runs found, replayed by name.
 
+mod budgets;
 mod harness;
 mod reference;
 mod restore;

@@ -400,6 +400,8 @@ impl Reference {
                     class,
                     timeout: timeout_ms.map(Duration::from_millis),
                     label: None,
+                    within: None,
+                    budget: None,
                 },
             },
             Transition::Resize {
@@ -864,6 +866,7 @@ impl Reference {
             return;
         }
         match decision {
+            Decision::BudgetEnded { .. } => panic!("the reference makes no budgets: {decision:?}"),
             Decision::Granted { ticket, lease } => {
                 let seq = self
                     .seq_of(*ticket)

@@ -69,6 +69,8 @@ proptest! {
                 class,
                 granted_at: now,
                 label: None,
+                within: None,
+                budget_compute_slots: None,
             };
             if l.restore(0, lease).is_ok() {
                 accepted[device] += vram_bytes;
@@ -106,6 +108,8 @@ fn a_restored_compute_lease_keeps_its_maximum_hold() {
         class: Class::Normal,
         granted_at: now,
         label: None,
+        within: None,
+        budget_compute_slots: None,
     };
     l.restore(0, lease).unwrap();
     assert_eq!(l.poll_timeout(), Some(now + Duration::from_secs(10)));
@@ -138,6 +142,8 @@ fn a_restored_size_past_the_device_is_refused() {
         class: Class::Normal,
         granted_at: now,
         label: None,
+        within: None,
+        budget_compute_slots: None,
     };
     l.restore(0, lease(1, 2)).unwrap();
     assert!(l.restore(0, lease(2, u64::MAX)).is_err());

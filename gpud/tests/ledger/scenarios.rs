@@ -31,6 +31,8 @@ fn spec(placement: Placement, vram: u64, compute: bool, class: Class) -> Acquire
         class,
         timeout: None,
         label: None,
+        within: None,
+        budget: None,
     }
 }
 
@@ -758,6 +760,8 @@ fn restored_leases_hold_their_resources_until_adopted_or_dropped() {
         class: Class::Normal,
         granted_at: now,
         label: None,
+        within: None,
+        budget_compute_slots: None,
     };
     l.restore(orphans, restored.clone()).unwrap();
     assert_eq!(

@@ -1,7 +1,9 @@
 //! `gpudctl`: operate and inspect gpud.
 
+mod budget;
 mod format;
 mod run;
+mod slurm;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,6 +68,12 @@ enum Command {
     /// Run a program under a lease: sets CUDA_VISIBLE_DEVICES and GPUD_LEASE_ID, releases when
     /// it exits, and passes its exit status through.
     Run(run::RunArgs),
+    /// Budgets: jobs' shares of devices that their processes lease from.
+    #[command(subcommand)]
+    Budget(budget::BudgetCommand),
+    /// Slurm integration: GRES lines, prolog, epilog and task prolog (slurm/ has the scripts).
+    #[command(subcommand)]
+    Slurm(slurm::SlurmCommand),
 }
 
 fn main() -> ExitCode {
@@ -149,6 +157,8 @@ async fn dispatch(args: Args) -> Result<ExitCode> {
         }
         Command::Metrics => say(&client.metrics().await?),
         Command::Run(run) => return run::run(&client, run).await,
+        Command::Budget(command) => budget::run(&client, command, &args.socket).await?,
+        Command::Slurm(command) => slurm::run(&client, command, &args.socket).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

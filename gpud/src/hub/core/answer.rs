@@ -31,7 +31,13 @@ impl Core {
         self.observer.decision(now.at, &self.ledger, &decision);
         match decision {
             Decision::Granted { ticket, lease } => {
-                if let Some(info) = self.lease_info(lease) {
+                if let Some(owner) = self.budgets.pending.remove(&ticket) {
+                    // A budget is answered with what its job's processes need: its handle.
+                    self.budgets.owners.insert(lease, owner);
+                    let info = self.budget_info(lease, true);
+                    let reply = Reply::Budgets(info.into_iter().collect());
+                    self.reply(ticket.session, ticket.request, Ok(reply));
+                } else if let Some(info) = self.lease_info(lease) {
                     self.reply(ticket.session, ticket.request, Ok(Reply::Granted(info)));
                 }
             }
@@ -44,14 +50,32 @@ impl Core {
                 ticket.request,
                 Ok(Reply::Resized { lease, vram_bytes }),
             ),
-            Decision::TimedOut { ticket } => self.reply(
-                ticket.session,
-                ticket.request,
-                Err(ErrorBody::new(
-                    ErrorCode::TimedOut,
-                    "gave up waiting: timeout reached",
-                )),
-            ),
+            Decision::TimedOut { ticket } => {
+                self.budgets.pending.remove(&ticket);
+                self.reply(
+                    ticket.session,
+                    ticket.request,
+                    Err(ErrorBody::new(
+                        ErrorCode::TimedOut,
+                        "gave up waiting: timeout reached",
+                    )),
+                )
+            }
+            Decision::BudgetEnded { ticket, budget } => {
+                let job = self
+                    .budgets
+                    .owners
+                    .get(&budget)
+                    .map_or_else(String::new, |o| format!(" of job {}", o.job));
+                self.reply(
+                    ticket.session,
+                    ticket.request,
+                    Err(ErrorBody::new(
+                        ErrorCode::Cancelled,
+                        format!("budget {budget}{job} ended while the request waited"),
+                    )),
+                )
+            }
             Decision::GrowAbandoned { ticket, lease } => self.reply(
                 ticket.session,
                 ticket.request,
@@ -146,6 +170,7 @@ impl Core {
             cuda_visible_devices: uuid.clone(),
             device_uuid: uuid,
             token,
+            within: lease.within,
         })
     }
 }

@@ -44,6 +44,7 @@ pub(super) fn peer(pid: u32, uid: u32) -> Peer {
         groups: vec![],
         process: format!("p{pid}"),
         start: u64::from(pid) * 10,
+        cgroups: Vec::new(),
     }
 }
 

@@ -13,8 +13,10 @@ use gpud_proto::LeaseId;
 use rand::Rng;
 use tracing::{info, warn};
 
+use super::budgets::{BUDGETS, BudgetOwner};
 use super::timers::Timer;
 use super::{Action, Core, JournalEntry, Now, ORPHANS};
+use crate::journal::BudgetRecord;
 pub use crate::journal::LeaseRecord;
 use crate::ledger::{LeaseChange, RestoredLease};
 
@@ -51,6 +53,9 @@ impl Core {
         self.ledger.record_changes(true);
         self.journal.on = true;
         let mut kept = 0;
+        // Budgets first: their members are restored into them.
+        let mut journaled = journaled;
+        journaled.sort_by_key(|r| (r.record.budget.is_none(), r.record.id));
         for Restorable {
             record: r,
             owner_alive: alive,
@@ -62,6 +67,8 @@ impl Core {
                 .devices()
                 .position(|d| d.spec().uuid == r.device_uuid);
             let age = Duration::from_millis(now.unix_ms.saturating_sub(r.granted_unix_ms));
+            // A budget outlives the process that asked for it: it waits for its epilog.
+            let alive = alive || r.budget.is_some();
             let restored = device.filter(|_| alive).map(|device| RestoredLease {
                 id: r.id,
                 device,
@@ -70,14 +77,32 @@ impl Core {
                 class: r.class.into(),
                 granted_at: now.at.checked_sub(age).unwrap_or(now.at),
                 label: r.label.clone(),
+                within: r.within,
+                budget_compute_slots: r.budget.as_ref().map(|b| b.compute_slots),
             });
-            match restored.map(|l| self.ledger.restore(ORPHANS, l)) {
+            let holder = if r.budget.is_some() { BUDGETS } else { ORPHANS };
+            match restored.map(|l| self.ledger.restore(holder, l)) {
                 Some(Err(e)) => {
                     // Never over-commit: a lease that does not fit what is restored already
                     // (or names what cannot be) is dropped, and counted.
                     warn!(lease = r.id, pid = r.pid, error = %e, "journaled lease refused");
                     self.journal.refused += 1;
                     self.record(JournalEntry::Release(r.id));
+                }
+                Some(Ok(())) if r.budget.is_some() => {
+                    if let Some(b) = &r.budget {
+                        info!(budget = r.id, job = b.job, "budget restored");
+                        self.budgets.owners.insert(
+                            r.id,
+                            BudgetOwner {
+                                job: b.job.clone(),
+                                uid: b.owner_uid,
+                                cgroup: b.cgroup.clone(),
+                            },
+                        );
+                    }
+                    self.tokens.insert(r.id, r.token.clone());
+                    self.record(JournalEntry::Grant(r));
                 }
                 Some(Ok(())) => {
                     info!(
@@ -178,9 +203,25 @@ impl Core {
     fn lease_record(&mut self, now: Now, id: LeaseId) -> Option<LeaseRecord> {
         let token = self.token(id);
         let lease = self.ledger.lease(id)?;
-        let peer = self.sessions.get(&lease.session)?;
         let device = self.ledger.device(lease.device)?;
         let age = now.at.saturating_duration_since(lease.granted_at);
+        // A budget has no process behind it: its owner is the job's uid.
+        let budget = match (&lease.budget, self.budgets.owners.get(&id)) {
+            (Some(books), Some(owner)) => Some(BudgetRecord {
+                compute_slots: books.compute_slots,
+                job: owner.job.clone(),
+                owner_uid: owner.uid,
+                cgroup: owner.cgroup.clone(),
+            }),
+            _ => None,
+        };
+        let (pid, pid_start, uid) = match &budget {
+            Some(b) => (0, 0, b.owner_uid),
+            None => {
+                let peer = self.sessions.get(&lease.session)?;
+                (peer.pid, peer.start, peer.uid)
+            }
+        };
         Some(LeaseRecord {
             id,
             token,
@@ -188,11 +229,13 @@ impl Core {
             vram_bytes: lease.vram_bytes,
             compute: lease.compute,
             class: lease.class.into(),
-            pid: peer.pid,
-            pid_start: peer.start,
-            uid: peer.uid,
+            pid,
+            pid_start,
+            uid,
             granted_unix_ms: now.unix_ms.saturating_sub(age.as_millis() as u64),
             label: lease.label.clone(),
+            within: lease.within,
+            budget,
         })
     }
 

@@ -16,6 +16,7 @@ mod answer;
 mod audit;
 #[cfg(test)]
 mod bench;
+mod budgets;
 mod journaling;
 mod observer;
 mod ops;
@@ -26,6 +27,8 @@ mod usage;
 mod wire;
 mod withheld;
 
+#[cfg(test)]
+mod budget_tests;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
@@ -43,6 +46,7 @@ use crate::ledger::{Ledger, SessionId};
 use audit::{Auditor, Footprint};
 use timers::{Timer, TimerTable};
 
+pub use budgets::{BUDGETS, BudgetOwner};
 pub use journaling::{LeaseRecord, Restorable};
 pub use observer::{EndReason, Notice, wire_name};
 pub use sessions::{ADMIN_SESSIONS, Access, Peer};
@@ -195,6 +199,8 @@ pub struct Core {
     footprints: Vec<Footprint>,
     /// Frames waiting for a journal write that failed.
     withheld: withheld::Withheld,
+    /// Whose each budget is.
+    budgets: budgets::Budgets,
 }
 
 impl Core {
@@ -226,6 +232,7 @@ impl Core {
             tokens: HashMap::new(),
             rng,
             withheld: withheld::Withheld::default(),
+            budgets: budgets::Budgets::default(),
         }
     }
 
@@ -286,6 +293,13 @@ impl Core {
     /// first when they grant), device changes notices, and the timers are re-armed.
     fn end_step(&mut self, now: Now) {
         self.deliver_decisions(now);
+        // Budgets end by release, revocation or an admin's revoke alike: forget their owners.
+        if !self.budgets.owners.is_empty() {
+            let ledger = &self.ledger;
+            self.budgets
+                .owners
+                .retain(|&id, _| ledger.lease(id).is_some());
+        }
         self.journal_changes(now);
         if self.journal.urgent {
             self.flush_journal();

@@ -159,6 +159,12 @@ impl Observer {
                     .map_or(Duration::ZERO, |(at, _)| now.saturating_duration_since(at));
                 self.granted(ledger, *lease, waited);
             }
+            Decision::BudgetEnded { ticket, .. } => {
+                if let Some((_, class)) = self.waiting.remove(ticket) {
+                    self.metrics
+                        .refused(class, wire_name(&ErrorCode::Cancelled));
+                }
+            }
             Decision::TimedOut { ticket } => {
                 // Only acquires are in `waiting`; a grow that times out leaves its lease as it was.
                 if let Some((_, class)) = self.waiting.remove(ticket) {

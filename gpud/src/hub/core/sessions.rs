@@ -24,6 +24,9 @@ pub struct Peer {
     /// Process start time (clock ticks since boot), to tell the process from a later one that
     /// reuses its pid.
     pub start: u64,
+    /// The process's cgroup paths (one per hierarchy, as /proc/PID/cgroup lists them), which
+    /// place it inside a job's budget.
+    pub cgroups: Vec<String>,
 }
 
 /// Sessions beyond `limits.max_sessions` that admins (root, the admin group) may open, so that
@@ -99,6 +102,7 @@ impl Core {
     /// is freed.
     pub fn close(&mut self, now: Now, session: SessionId) {
         self.forget_withheld(session);
+        self.budgets.session_closed(session);
         if let Some(peer) = self.sessions.remove(&session) {
             let gone = self.ledger.disconnect(now.at, session);
             self.observer.closed(now.at, session, &gone.leases);

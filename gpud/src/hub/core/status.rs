@@ -94,6 +94,7 @@ impl Core {
                     held_ms: since(l.granted_at),
                     yield_requested: l.yield_requested.is_some(),
                     label: l.label.clone(),
+                    within: l.within,
                 }
             })
             .collect();
@@ -160,6 +161,11 @@ impl Core {
             devices,
             leases,
             waiters,
+            budgets: if from.is_none() {
+                self.budget_rows()
+            } else {
+                Vec::new()
+            },
             more,
         }
     }

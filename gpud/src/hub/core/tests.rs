@@ -309,6 +309,8 @@ fn journaled_leases_that_do_not_fit_are_refused_and_counted_in_status() {
         uid: 1000,
         granted_unix_ms: 1_700_000_000_000,
         label: None,
+        within: None,
+        budget: None,
     };
     let mut b = Bench::new(&Config::default());
     let now = b.now();

@@ -60,6 +60,7 @@ impl From<ledger::RevokeReason> for gpud_proto::RevokeReason {
             ledger::RevokeReason::Admin => Self::Admin,
             ledger::RevokeReason::YieldIgnored => Self::YieldIgnored,
             ledger::RevokeReason::OverUse => Self::OverUse,
+            ledger::RevokeReason::BudgetEnded => Self::BudgetEnded,
         }
     }
 }

@@ -10,9 +10,10 @@ impl Core {
     pub(super) fn acquire(&mut self, now: Now, ticket: Ticket, args: AcquireArgs) -> Answered {
         let class = args.class;
         let asked = self.checked_acquire(ticket, args).and_then(|spec| {
+            let within = spec.within;
             self.ledger
                 .acquire(now.at, ticket, spec)
-                .map_err(ledger_error)
+                .map_err(|e| self.budget_error(within, ledger_error(e)))
         });
         match asked {
             Ok(Some(lease)) => {
@@ -35,7 +36,12 @@ impl Core {
         let timeout = validate::timeout(args.timeout_ms)?;
         validate::label(args.label.as_deref())?;
         let peer = self.peer(ticket.session);
-        if !peer.is_some_and(|p| self.settings.access.may_use(p, args.class)) {
+        let within = match peer {
+            Some(p) => self.budget_of_request(p, args.budget.as_deref())?,
+            None => None,
+        };
+        // Inside a budget the budget's class applies, which an admin chose.
+        if within.is_none() && !peer.is_some_and(|p| self.settings.access.may_use(p, args.class)) {
             return Err(ErrorBody::new(
                 ErrorCode::NotAllowed,
                 format!(
@@ -84,7 +90,21 @@ impl Core {
             class: args.class.into(),
             timeout,
             label: args.label,
+            within,
+            budget: None,
         })
+    }
+
+    /// A refusal of a request inside a budget names the budget's job too.
+    pub(in crate::hub::core) fn budget_error(
+        &self,
+        within: Option<gpud_proto::LeaseId>,
+        mut e: ErrorBody,
+    ) -> ErrorBody {
+        if let Some(owner) = within.and_then(|b| self.budgets.owners.get(&b)) {
+            e.message = format!("{} (the budget of job {})", e.message, owner.job);
+        }
+        e
     }
 
     /// Leases and waiting requests of all of `uid`'s sessions.

@@ -68,7 +68,7 @@ impl Core {
     }
 }
 
-fn not_admin(what: &str) -> ErrorBody {
+pub(super) fn not_admin(what: &str) -> ErrorBody {
     ErrorBody::new(
         ErrorCode::PermissionDenied,
         format!("{what} needs root or a group in access.admin_groups"),

@@ -17,6 +17,7 @@ impl Core {
         let waiting = Ticket { session, request };
         self.ledger.cancel(now.at, waiting).map_err(ledger_error)?;
         self.observer.cancelled(waiting);
+        self.budgets.pending.remove(&waiting);
         let body = ErrorBody::new(ErrorCode::Cancelled, "cancelled by the client");
         self.reply(session, request, Err(body));
         Ok(Reply::Cancelled { request })

@@ -4,6 +4,7 @@
 mod acquire;
 mod admin;
 mod adopt;
+mod budget;
 mod cancel;
 mod release;
 mod resize;
@@ -55,6 +56,9 @@ impl Core {
             Op::Metrics => Some(Ok(Reply::Metrics {
                 text: self.metrics(now),
             })),
+            Op::CreateBudget(args) => self.create_budget(now, ticket, args),
+            Op::EndBudget(args) => Some(self.end_budget(now, ticket.session, args)),
+            Op::Budgets { job } => Some(Ok(self.list_budgets(ticket.session, job.as_deref()))),
         }
     }
 }
@@ -78,6 +82,10 @@ pub(super) fn ledger_error(e: crate::ledger::LedgerError) -> ErrorBody {
         LedgerError::UnknownRequest(_) => ErrorCode::UnknownRequest,
         LedgerError::DuplicateRequest(_) => ErrorCode::DuplicateRequest,
         LedgerError::ResizePending(_) => ErrorCode::ResizePending,
+        LedgerError::ExceedsBudget { .. } | LedgerError::BudgetWithoutCompute(_) => {
+            ErrorCode::NeverFits
+        }
+        LedgerError::UnknownBudget(_) => ErrorCode::UnknownLease,
     };
     ErrorBody::new(code, e.to_string())
 }

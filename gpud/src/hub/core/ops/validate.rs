@@ -32,6 +32,17 @@ pub(super) fn label(label: Option<&str>) -> Result<(), ErrorBody> {
     }
 }
 
+/// A name (a job id, a cgroup path): non-empty printable text, not too long.
+pub(super) fn name(what: &str, value: &str) -> Result<(), ErrorBody> {
+    if value.is_empty() || value.len() > MAX_LABEL || value.chars().any(char::is_control) {
+        return Err(ErrorBody::new(
+            ErrorCode::InvalidRequest,
+            format!("{what} must be 1 to {MAX_LABEL} bytes of printable text"),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,5 +55,8 @@ mod tests {
         assert!(label(Some("prover 1")).is_ok());
         assert!(label(Some("a\nb")).is_err());
         assert!(label(Some(&"x".repeat(MAX_LABEL + 1))).is_err());
+        assert!(name("job", "4711").is_ok());
+        assert!(name("job", "").is_err());
+        assert!(name("job", "a\tb").is_err());
     }
 }
