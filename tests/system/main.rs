@@ -13,4 +13,5 @@ mod metrics;
 mod notify;
 mod prover;
 mod reload;
+mod slurm;
 mod systemd;
