@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 # libgpud's C and C++ test programs), pip and venv (NVRTC wheel, the Python client's tests),
 # dbus-daemon, busctl and dbus-send (D-Bus tests), setpriv (calls as another user), systemd tools
 # (unit checks, socket activation, systemd-analyze security), a font (the farm's plot), Go (the
-# Go client's tests, client/go), pkg-config and binutils (libgpud's tests).
+# Go client's tests, client/go), pkg-config and binutils (libgpud's tests), Slurm and munge
+# (a real one-node cluster, tests/system/slurm.rs).
 missing=()
 command -v g++ >/dev/null || missing+=(build-essential)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
@@ -27,6 +28,10 @@ command -v go >/dev/null || missing+=(golang-go)
 # libgpud's tests build C programs through pkg-config and read their ELF headers.
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v readelf >/dev/null || missing+=(binutils)
+command -v slurmctld >/dev/null || missing+=(slurmctld)
+command -v slurmd >/dev/null || missing+=(slurmd)
+command -v sbatch >/dev/null || missing+=(slurm-client)
+command -v munged >/dev/null || missing+=(munge)
 # A TrueType font for the farm's plot (bench/tests/farm.rs draws one).
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -48,6 +53,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 # binaries carry the same features as the tests (a `--bins` build alone leaves dev-dependency
 # features out and makes `cargo test` compile half the workspace a second time).
 cargo build --workspace --all-targets
+# The Slurm cluster test fails, rather than skips, when Slurm is missing.
+export GPUD_REQUIRE_SLURM=1
 cargo test --workspace -- --show-output 2>&1 | tee target/test-output.log
 # The Go client (standard library only: nothing to download) against the daemon just built,
 # with the shared conformance corpus. -count=1: a cached result would not see a new gpud.

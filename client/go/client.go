@@ -79,6 +79,10 @@ func (r Request) wire(timeoutMS *uint64) (acquireArgs, error) {
 		return acquireArgs{}, invalid("a lease must reserve memory, the compute slot, or both")
 	}
 	args := acquireArgs{Device: device, VRAMBytes: r.VRAM, Compute: r.Compute, Class: class}
+	// Inside a scheduler's job with a gpud budget, leases come from the budget.
+	if handle := os.Getenv("GPUD_BUDGET"); handle != "" {
+		args.Budget = &handle
+	}
 	switch {
 	case timeoutMS != nil:
 		args.TimeoutMS = timeoutMS

@@ -66,6 +66,8 @@ const (
 	RevokedYieldIgnored RevokeReason = "yield_ignored"
 	// RevokedOverUse: the holder's processes used more device memory than it reserved.
 	RevokedOverUse RevokeReason = "over_use"
+	// RevokedBudgetEnded: the budget it was leased from ended (its job ended).
+	RevokedBudgetEnded RevokeReason = "budget_ended"
 	// RevokedLost: the connection ended (the daemon stopped, or the client was closed), and
 	// with it the lease (client side only).
 	RevokedLost RevokeReason = "lost"

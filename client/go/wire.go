@@ -67,6 +67,8 @@ type acquireArgs struct {
 	Class     Class   `json:"class"`
 	TimeoutMS *uint64 `json:"timeout_ms,omitempty"`
 	Label     *string `json:"label,omitempty"`
+	// Budget is the handle of the job's budget (GPUD_BUDGET), when there is one.
+	Budget *string `json:"budget,omitempty"`
 }
 
 type resizeArgs struct {

@@ -1,6 +1,7 @@
 //! Whole-system tests: real daemons on temporary sockets with simulated GPUs, real clients,
 //! real `gpudctl`, real processes killed with SIGKILL.
 
+mod budgets;
 mod chaos;
 mod conformance;
 mod dbus;

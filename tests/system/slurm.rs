@@ -18,7 +18,13 @@ const GIB: u64 = 1 << 30;
 
 /// The Slurm and munge programs the test runs.
 const PROGRAMS: [&str; 7] = [
-    "munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol",
+    "munged",
+    "slurmctld",
+    "slurmd",
+    "sbatch",
+    "squeue",
+    "scancel",
+    "scontrol",
 ];
 
 fn on_path(program: &str) -> bool {
@@ -36,7 +42,10 @@ fn cluster_possible() -> bool {
         return true;
     }
     let why = if root {
-        format!("{} not installed (apt-get install slurm-wlm munge)", missing.join(", "))
+        format!(
+            "{} not installed (apt-get install slurm-wlm munge)",
+            missing.join(", ")
+        )
     } else {
         "not root (slurmd runs jobs as their users)".into()
     };
@@ -101,7 +110,10 @@ impl Cluster {
             .spawn()
             .expect("start munged");
         daemons.push(("munged", munged));
-        assert!(wait_until(Duration::from_secs(10), || munge_socket.exists()), "munged did not start");
+        assert!(
+            wait_until(Duration::from_secs(10), || munge_socket.exists()),
+            "munged did not start"
+        );
 
         // The shipped scripts, behind wrappers that give them what /etc/default/gpud-slurm
         // gives them on a real host.
@@ -124,7 +136,11 @@ impl Cluster {
 
         let host = short_hostname();
         let out = gpud.gpudctl(&["slurm", "gres", "--node", &host]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let gres_text = String::from_utf8(out.stdout).unwrap();
         let gres_conf: String = gres_text
             .lines()
@@ -233,12 +249,19 @@ impl Cluster {
             .env("SLURM_CONF", &self.conf)
             .output()
             .expect("sbatch");
-        assert!(out.status.success(), "sbatch: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "sbatch: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }
 
     fn running(&self, job: &str) -> bool {
-        !self.slurm("squeue", &["-h", "-j", job, "-o", "%i"]).trim().is_empty()
+        !self
+            .slurm("squeue", &["-h", "-j", job, "-o", "%i"])
+            .trim()
+            .is_empty()
     }
 
     fn state(&self, job: &str) -> String {
@@ -310,8 +333,16 @@ fn rand_bytes(n: usize) -> Vec<u8> {
 
 fn budgets(gpud: &Daemon) -> Vec<Value> {
     let out = gpud.gpudctl(&["budget", "list", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice::<Value>(&out.stdout).unwrap().as_array().unwrap().clone()
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
 }
 
 fn status(gpud: &Daemon) -> Value {
@@ -346,13 +377,20 @@ fn slurm_jobs_lease_from_budgets_that_gpud_enforces() {
     let both_done = wait_until(Duration::from_secs(60), || {
         let held = budgets(&gpud);
         let bytes: u64 = held.iter().map(|b| b["vram_bytes"].as_u64().unwrap()).sum();
-        assert!(bytes <= 16 * GIB, "budgets over-commit the device: {held:?}");
+        assert!(
+            bytes <= 16 * GIB,
+            "budgets over-commit the device: {held:?}"
+        );
         seen.extend(held.iter().map(|b| b["job"].as_str().unwrap().to_owned()));
         !cluster.running(&a) && !cluster.running(&b)
     });
     assert!(both_done, "the 10 GiB jobs did not finish");
     cluster.wait_done(&[&a, &b], Duration::from_secs(5));
-    assert_eq!(seen, [a.clone(), b.clone()].into(), "each job had its budget");
+    assert_eq!(
+        seen,
+        [a.clone(), b.clone()].into(),
+        "each job had its budget"
+    );
     assert!(budgets(&gpud).is_empty(), "the epilogs ended them");
 
     // Inside an 8 GiB budget: two 6 GiB leases are serialized, 12 GiB is refused by name.
@@ -372,29 +410,54 @@ fn slurm_jobs_lease_from_budgets_that_gpud_enforces() {
     let job = cluster.sbatch(&["--gres=vram:8G"], &script);
     cluster.wait_done(&[&job], Duration::from_secs(60));
     let env = fs::read_to_string(cluster.out("env")).unwrap();
-    assert!(env.contains("GPUD_BUDGET="), "the task prolog set the job's budget: {env}");
+    assert!(
+        env.contains("GPUD_BUDGET="),
+        "the task prolog set the job's budget: {env}"
+    );
     let (one, two) = (cluster.out("one"), cluster.out("two"));
     let spans: Vec<(u128, u128)> = [&one, &two]
         .iter()
         .map(|p| {
             let (s, e) = (stamps(p, "start "), stamps(p, "end "));
-            assert!(s.len() == 1 && e.len() == 1, "{}: {:?}", p.display(), fs::read_to_string(p));
+            assert!(
+                s.len() == 1 && e.len() == 1,
+                "{}: {:?}",
+                p.display(),
+                fs::read_to_string(p)
+            );
             (s[0], e[0])
         })
         .collect();
-    let (first, second) = if spans[0].0 < spans[1].0 { (spans[0], spans[1]) } else { (spans[1], spans[0]) };
-    assert!(first.1 <= second.0, "6 + 6 GiB ran at once in an 8 GiB budget: {spans:?}");
+    let (first, second) = if spans[0].0 < spans[1].0 {
+        (spans[0], spans[1])
+    } else {
+        (spans[1], spans[0])
+    };
+    assert!(
+        first.1 <= second.0,
+        "6 + 6 GiB ran at once in an 8 GiB budget: {spans:?}"
+    );
     let big = fs::read_to_string(cluster.out("big")).unwrap();
-    assert!(!big.contains("rc=0") && big.contains("budget") && big.contains(&format!("job {job}")), "{big}");
+    assert!(
+        !big.contains("rc=0") && big.contains("budget") && big.contains(&format!("job {job}")),
+        "{big}"
+    );
 
     // scancel frees the budget and what is leased from it.
-    let job = cluster.sbatch(&["--gres=vram:4G"], &format!("{g} run --vram 2GiB -- sleep 300"));
+    let job = cluster.sbatch(
+        &["--gres=vram:4G"],
+        &format!("{g} run --vram 2GiB -- sleep 300"),
+    );
     let inside = wait_until(Duration::from_secs(30), || {
         status(&gpud)["leases"]
             .as_array()
             .is_some_and(|l| l.iter().any(|l| l["within"].is_u64()))
     });
-    assert!(inside, "the job's lease never appeared\n{}", cluster.job_output(&job));
+    assert!(
+        inside,
+        "the job's lease never appeared\n{}",
+        cluster.job_output(&job)
+    );
     cluster.slurm("scancel", &[&job]);
     let freed = wait_until(Duration::from_secs(30), || {
         let s = status(&gpud);
@@ -418,22 +481,45 @@ fn slurm_jobs_lease_from_budgets_that_gpud_enforces() {
     };
     let gres = "--gres=vram:1G,gpucompute:1";
     let held = cluster.sbatch(&[gres], &holder);
-    assert!(wait_until(Duration::from_secs(30), || cluster.out("held").exists()), "{}", cluster.job_output(&held));
+    assert!(
+        wait_until(Duration::from_secs(30), || cluster.out("held").exists()),
+        "{}",
+        cluster.job_output(&held)
+    );
     let waiting = |n: usize| {
         wait_until(Duration::from_secs(30), || {
-            status(&gpud)["waiters"].as_array().is_some_and(|w| w.len() == n)
+            status(&gpud)["waiters"]
+                .as_array()
+                .is_some_and(|w| w.len() == n)
         })
     };
     let normal = cluster.sbatch(&[gres], &waiter("normal"));
-    assert!(waiting(1), "the normal job never waited: {}", cluster.job_output(&normal));
+    assert!(
+        waiting(1),
+        "the normal job never waited: {}",
+        cluster.job_output(&normal)
+    );
     let critical = cluster.sbatch(&[gres, "--comment=gpud:critical"], &waiter("critical"));
-    assert!(waiting(2), "the critical job never waited: {}", cluster.job_output(&critical));
-    let classes: Vec<String> = budgets(&gpud).iter().map(|b| b["class"].as_str().unwrap().to_owned()).collect();
+    assert!(
+        waiting(2),
+        "the critical job never waited: {}",
+        cluster.job_output(&critical)
+    );
+    let classes: Vec<String> = budgets(&gpud)
+        .iter()
+        .map(|b| b["class"].as_str().unwrap().to_owned())
+        .collect();
     assert!(classes.contains(&"critical".to_owned()), "{classes:?}");
     fs::write(&go, "").unwrap();
     cluster.wait_done(&[&held, &normal, &critical], Duration::from_secs(60));
-    let (n, c) = (stamps(&cluster.out("normal"), "granted "), stamps(&cluster.out("critical"), "granted "));
-    assert!(c[0] < n[0], "the critical job's lease came after the normal one's: {c:?} {n:?}");
+    let (n, c) = (
+        stamps(&cluster.out("normal"), "granted "),
+        stamps(&cluster.out("critical"), "granted "),
+    );
+    assert!(
+        c[0] < n[0],
+        "the critical job's lease came after the normal one's: {c:?} {n:?}"
+    );
     assert!(budgets(&gpud).is_empty());
     cluster.check_daemons();
 }

@@ -128,3 +128,10 @@ def test_status_pages_are_joined_until_more_is_absent() -> None:
     assert protocol.StatusPages({"leases": []}).next_op() is None
     with pytest.raises(gpud.ProtocolError):
         protocol.StatusPages(first).add("pong", None)
+
+
+def test_a_jobs_budget_from_the_environment_goes_with_every_acquire(monkeypatch):
+    monkeypatch.delenv("GPUD_BUDGET", raising=False)
+    assert "budget" not in protocol.acquire_op(vram=1, compute=False)["acquire"]
+    monkeypatch.setenv("GPUD_BUDGET", "12:secret")
+    assert protocol.acquire_op(vram=1, compute=False)["acquire"]["budget"] == "12:secret"

@@ -310,7 +310,7 @@ class LeaseView:
 
     @property
     def revoke_reason(self) -> Optional[str]:
-        """Why the lease is gone (``admin``, ``yield_ignored``, ``over_use``, ``lost``)."""
+        """Why the lease is gone (``admin``, ``yield_ignored``, ``over_use``, ``budget_ended``, ``lost``)."""
         return self._state.revoke_reason
 
     @property

@@ -204,6 +204,10 @@ def acquire_op(
         args["timeout_ms"] = ms
     if label is not None:
         args["label"] = label
+    # Inside a scheduler's job with a gpud budget, leases come from the budget.
+    budget = os.environ.get("GPUD_BUDGET")
+    if budget:
+        args["budget"] = budget
     return {"acquire": args}
 
 

@@ -139,6 +139,12 @@ pub fn status(s: &StatusReport) -> String {
         out.push('\n');
         out.push_str(&table(&rows));
     }
+    if !s.budgets.is_empty() {
+        out.push_str("\nbudgets (jobs' shares, leased from by their processes):\n");
+        for b in &s.budgets {
+            out.push_str(&format!("  {}\n", crate::budget::describe(b)));
+        }
+    }
     out
 }
 
@@ -169,7 +175,11 @@ pub fn leases(s: &StatusReport) -> String {
                 l.pid.to_string(),
                 l.process.clone(),
                 duration_ms(l.held_ms),
-                l.label.clone().unwrap_or_default(),
+                match (l.within, &l.label) {
+                    (Some(b), Some(label)) => format!("{label} (budget {b})"),
+                    (Some(b), None) => format!("budget {b}"),
+                    (None, label) => label.clone().unwrap_or_default(),
+                },
             ]);
         }
         out.push_str(&table(&rows));
