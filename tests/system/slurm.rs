@@ -365,7 +365,7 @@ fn slurm_jobs_lease_from_budgets_that_gpud_enforces() {
         return;
     }
     let _one = gpud_tests::exclusive();
-    let gpud = Daemon::start("1x16GiB");
+    let mut gpud = Daemon::start("1x16GiB");
     let mut cluster = Cluster::start(&gpud);
     let g = bin("gpudctl");
     let g = g.display();
@@ -458,6 +458,27 @@ fn slurm_jobs_lease_from_budgets_that_gpud_enforces() {
         "the job's lease never appeared\n{}",
         cluster.job_output(&job)
     );
+    // gpud restarts mid-job: the budget comes back from the journal and the job's gpudctl
+    // re-adopts its lease inside it, so Slurm's view and gpud's agree again.
+    gpud.kill_and_restart();
+    let readopted = wait_until(Duration::from_secs(30), || {
+        let s = status(&gpud);
+        let held = budgets(&gpud);
+        held.len() == 1
+            && held[0]["job"] == job.as_str()
+            && held[0]["used_bytes"] == 2 * GIB
+            && s["leases"].as_array().is_some_and(|l| {
+                l.iter()
+                    .any(|l| l["within"] == held[0]["budget"] && l["pid"] != 0)
+            })
+    });
+    assert!(
+        readopted,
+        "after the restart: {:?}\n{}",
+        status(&gpud),
+        gpud.log()
+    );
+    assert!(cluster.running(&job), "the job survived gpud's restart");
     cluster.slurm("scancel", &[&job]);
     let freed = wait_until(Duration::from_secs(30), || {
         let s = status(&gpud);
