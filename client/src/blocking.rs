@@ -203,6 +203,11 @@ impl Lease {
         self.inner.yield_requested()
     }
 
+    /// Whether the daemon asked this evictable lease to give its memory back.
+    pub fn reclaim_requested(&self) -> bool {
+        self.inner.reclaim_requested()
+    }
+
     /// Whether the lease was revoked or its connection lost: it protects nothing now.
     pub fn is_lost(&self) -> bool {
         self.inner.is_lost()

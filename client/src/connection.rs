@@ -50,6 +50,8 @@ impl Default for ClientOptions {
 #[derive(Default)]
 pub(crate) struct LeaseFlags {
     pub yield_requested: AtomicBool,
+    /// An evictable lease was asked to give its memory back, and has not shrunk since.
+    pub reclaim_requested: AtomicBool,
     /// Revoked, or lost with the connection: the lease no longer protects anything.
     pub lost: AtomicBool,
     /// Called on the connection's thread after either flag is raised ([`crate::LeaseWatch`]).
@@ -75,12 +77,24 @@ impl LeaseFlags {
         }
     }
 
+    /// Raises `reclaim_requested` and runs the notice hook.
+    pub fn raise_reclaim(&self) {
+        self.reclaim_requested.store(true, Ordering::Release);
+        let hook = self.hook().clone();
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+
     /// Installs `hook`, replacing any earlier one, and runs it at once when a flag is already
     /// raised (a notice that arrived before the hook). Raising takes the same lock after its
     /// store, so a notice is never missed: either `raise` sees the hook or this sees the flag.
     pub fn set_hook(&self, hook: NoticeHook) {
         *self.hook() = Some(hook.clone());
-        if self.yield_requested.load(Ordering::Acquire) || self.lost.load(Ordering::Acquire) {
+        if self.yield_requested.load(Ordering::Acquire)
+            || self.reclaim_requested.load(Ordering::Acquire)
+            || self.lost.load(Ordering::Acquire)
+        {
             hook();
         }
     }
@@ -566,19 +580,24 @@ impl Driver {
             }
             ServerFrame::Event { event } => {
                 let lease = match &event {
-                    Event::YieldRequested { lease, .. } | Event::Revoked { lease, .. } => {
-                        Some(*lease)
-                    }
+                    Event::YieldRequested { lease, .. }
+                    | Event::Revoked { lease, .. }
+                    | Event::ReclaimRequested { lease, .. } => Some(*lease),
                     Event::ShuttingDown | Event::OverUse { .. } => None,
                 };
                 match lease {
                     Some(lease) => {
                         let revoked = matches!(event, Event::Revoked { .. });
+                        let reclaim = matches!(event, Event::ReclaimRequested { .. });
                         if let Some(e) = self.leases.get(&lease) {
                             // The event is queued before the hook runs, so that a hook's
                             // reader finds it.
                             let _ = e.events.send(event);
-                            e.flags.raise(revoked);
+                            if reclaim {
+                                e.flags.raise_reclaim();
+                            } else {
+                                e.flags.raise(revoked);
+                            }
                         }
                         if revoked {
                             self.leases.remove(&lease);

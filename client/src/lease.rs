@@ -42,6 +42,10 @@ impl LeaseCore {
     pub fn resized(&mut self, answer: Result<Answer>) -> Result<u64> {
         match answer? {
             Answer::Reply(Reply::Resized { vram_bytes, .. }) => {
+                // A shrink answers a reclaim notice (a later notice raises the flag again).
+                if vram_bytes < self.info.vram_bytes {
+                    self.flags.reclaim_requested.store(false, Ordering::Release);
+                }
                 self.info.vram_bytes = vram_bytes;
                 Ok(vram_bytes)
             }
@@ -55,6 +59,10 @@ impl LeaseCore {
 
     pub fn lost(&self) -> bool {
         self.flags.lost.load(Ordering::Acquire)
+    }
+
+    pub fn reclaim_requested(&self) -> bool {
+        self.flags.reclaim_requested.load(Ordering::Acquire)
     }
 }
 
@@ -151,6 +159,11 @@ impl Lease {
     /// Whether the lease was revoked or its connection lost: it protects nothing now.
     pub fn is_lost(&self) -> bool {
         self.core.lost()
+    }
+    /// Whether the daemon asked this evictable lease to give its memory back (shrink or
+    /// release it) and it has not shrunk since.
+    pub fn reclaim_requested(&self) -> bool {
+        self.core.reclaim_requested()
     }
     /// The next event, if one has arrived.
     pub fn try_event(&mut self) -> Option<crate::proto::Event> {

@@ -33,6 +33,12 @@ impl LeaseRequest {
         request.args.budget = std::env::var(BUDGET_ENV).ok().filter(|h| !h.is_empty());
         request
     }
+    /// Warm state: memory (no compute) that gpud may ask back with a reclaim notice when a
+    /// request that is not evictable needs it; see [`crate::Lease::reclaim_requested`].
+    pub fn evictable(mut self) -> Self {
+        self.args.evictable = true;
+        self
+    }
     /// Lease from this budget (its handle, `ID:SECRET`), or from the device with `None`.
     pub fn budget(mut self, handle: Option<String>) -> Self {
         self.args.budget = handle;

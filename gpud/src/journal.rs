@@ -69,6 +69,9 @@ pub struct LeaseRecord {
     /// When the lease is a budget: whose and what it grants.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetRecord>,
+    /// Warm state that gives its memory back on notice.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub evictable: bool,
 }
 
 /// What a journal line adds for a budget.
@@ -453,6 +456,7 @@ mod tests {
             label: None,
             within: None,
             budget: None,
+            evictable: false,
         }
     }
 

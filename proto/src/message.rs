@@ -175,6 +175,10 @@ pub struct AcquireArgs {
     /// device, in its class, within its bytes and compute slots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<String>,
+    /// Warm state (memory only): counted like any lease, but given back on a `reclaim_requested`
+    /// notice when a request that is not evictable needs the memory.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub evictable: bool,
 }
 
 /// Frames the daemon sends.
@@ -345,6 +349,8 @@ pub enum RevokeReason {
     Lost,
     /// The budget it was granted from ended (the job ended).
     BudgetEnded,
+    /// An evictable lease kept the memory it was asked to give back past the deadline.
+    Reclaimed,
 }
 
 /// Notices the daemon pushes to a lease holder.
@@ -367,6 +373,15 @@ pub enum Event {
         lease: LeaseId,
         /// Why.
         reason: RevokeReason,
+    },
+    /// Give an evictable lease's memory back (shrink or release it): a request that is not
+    /// evictable needs it. Revoked (`reclaimed`) if still held after `revoke_in_ms`.
+    ReclaimRequested {
+        /// The lease.
+        lease: LeaseId,
+        /// Milliseconds until it is revoked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        revoke_in_ms: Option<u64>,
     },
     /// Your processes use more memory on a device than your leases there reserve.
     OverUse {
@@ -572,6 +587,9 @@ pub struct DeviceStatus {
     pub capacity_bytes: u64,
     /// Reserved by leases.
     pub reserved_bytes: u64,
+    /// Bytes of it held by evictable leases (warm state that a reclaim gives back).
+    #[serde(default)]
+    pub evictable_bytes: u64,
     /// capacity − reserved (0 when over-committed).
     pub free_bytes: u64,
     /// No new grants while true.
@@ -654,6 +672,12 @@ pub struct LeaseStatus {
     /// The budget it was granted from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub within: Option<LeaseId>,
+    /// Warm state that gives its memory back on notice.
+    #[serde(default)]
+    pub evictable: bool,
+    /// A reclaim notice is outstanding.
+    #[serde(default)]
+    pub reclaim_requested: bool,
 }
 
 /// One waiting request.

@@ -89,6 +89,7 @@ impl Manager {
             timeout_ms: None,
             label: None,
             budget: None,
+            evictable: false,
         };
         match self.call(conn, &hdr, Op::Acquire(args)).await? {
             Reply::Granted(info) => Ok((

@@ -130,8 +130,9 @@ async fn signal_callers(
             Event::Revoked { lease, reason } => {
                 emitter.lease_revoked(lease, &wire_name(&reason)).await
             }
-            // Bus callers see over-use in Status and the metrics; no signal for it.
-            Event::ShuttingDown | Event::OverUse { .. } => Ok(()),
+            // Bus callers see over-use in Status and the metrics; no signal for it. They cannot
+            // ask for evictable leases, so no reclaim notice comes to them.
+            Event::ShuttingDown | Event::OverUse { .. } | Event::ReclaimRequested { .. } => Ok(()),
         };
         if let Err(e) = sent {
             debug!(error = %e, "cannot signal a bus caller");

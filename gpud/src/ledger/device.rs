@@ -22,6 +22,9 @@ pub(super) struct Device {
     /// Queued waiters that lease from a budget: they may be grantable when the device's own
     /// memory is all reserved (the budget's is not).
     pub budget_queued: usize,
+    /// Evictable leases here, and their bytes.
+    pub evictable: BTreeSet<LeaseId>,
+    pub evictable_bytes: u64,
 }
 
 impl Device {
@@ -34,6 +37,8 @@ impl Device {
             queue: BTreeSet::new(),
             by_age: BTreeSet::new(),
             budget_queued: 0,
+            evictable: BTreeSet::new(),
+            evictable_bytes: 0,
         }
     }
 

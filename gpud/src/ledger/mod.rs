@@ -47,6 +47,7 @@
 
 mod budget;
 mod device;
+mod reclaim;
 mod timers;
 mod types;
 mod vocab;
@@ -195,7 +196,16 @@ impl Ledger {
                     "restored leases would hold more than the device's memory",
                 ))?;
         }
+        if lease.evictable && (lease.compute || lease.within.is_some()) {
+            return Err(LedgerError::Invalid(
+                "a restored evictable lease holds memory only, outside budgets",
+            ));
+        }
         let dev = &mut self.devices[lease.device];
+        if lease.evictable {
+            dev.evictable.insert(lease.id);
+            dev.evictable_bytes += lease.vram_bytes;
+        }
         if lease.compute {
             dev.holders.push(lease.id);
             // The hold limit counts from the original grant, across the restart.
@@ -226,6 +236,8 @@ impl Ledger {
                 label: lease.label,
                 within: lease.within,
                 budget: lease.budget_compute_slots.map(Budget::new),
+                evictable: lease.evictable,
+                reclaim_by: None,
             },
         );
         Ok(())
@@ -285,6 +297,11 @@ impl Ledger {
     ) -> Result<Option<LeaseId>, LedgerError> {
         if self.tickets.contains_key(&ticket) {
             return Err(LedgerError::DuplicateRequest(ticket.request));
+        }
+        if spec.evictable && (spec.compute || spec.within.is_some() || spec.budget.is_some()) {
+            return Err(LedgerError::Invalid(
+                "an evictable lease holds memory only, outside budgets",
+            ));
         }
         let mut class = spec.class;
         let candidates = match (spec.within, spec.budget) {
@@ -353,12 +370,17 @@ impl Ledger {
             label: spec.label,
             within: spec.within,
             budget: spec.budget,
+            evictable: spec.evictable,
         };
         if let Some(d) = self.best_grantable(&waiter) {
             return Ok(Some(self.grant(now, waiter, d, false)));
         }
+        let candidates = waiter.candidates.clone();
         self.enqueue(waiter);
         self.refresh_yields(now);
+        for d in candidates {
+            self.refresh_reclaims(now, d);
+        }
         Ok(None)
     }
 
@@ -379,12 +401,13 @@ impl Ledger {
         if self.tickets.contains_key(&ticket) {
             return Err(LedgerError::DuplicateRequest(ticket.request));
         }
-        let (old, d, class, compute, within) = (
+        let (old, d, class, compute, within, evictable) = (
             lease.vram_bytes,
             lease.device,
             lease.class,
             lease.compute,
             lease.within,
+            lease.evictable,
         );
         if lease.budget.is_some() {
             return Err(LedgerError::Invalid(
@@ -403,6 +426,12 @@ impl Ledger {
             match within.and_then(|b| self.leases.get_mut(&b)?.budget.as_mut()) {
                 Some(books) => books.used_bytes -= old - vram_bytes,
                 None => self.devices[d].reserved -= old - vram_bytes,
+            }
+            if evictable {
+                self.devices[d].evictable_bytes -= old - vram_bytes;
+                if vram_bytes < old {
+                    self.reclaim_answered(lease_id);
+                }
             }
             if vram_bytes != old {
                 self.changed(LeaseChange::Resized {
@@ -448,6 +477,7 @@ impl Ledger {
             label: None,
             within,
             budget: None,
+            evictable,
         };
         if self.can_grant(&waiter, d) {
             self.grant(now, waiter, d, false);
@@ -601,6 +631,7 @@ impl Ledger {
                         self.revoke_lease(now, id, RevokeReason::YieldIgnored);
                     }
                 }
+                Timer::ReclaimDeadline(id) => self.reclaim_deadline(now, id),
             }
         }
     }
@@ -722,6 +753,27 @@ impl Ledger {
             }
             // Holders may outnumber the slots after a reload lowered them ([`Ledger::set_slots`]);
             // that no grant exceeds them is what the property tests check, grant by grant.
+            let evictable: BTreeSet<LeaseId> = on_device
+                .iter()
+                .filter(|l| l.evictable)
+                .map(|l| l.id)
+                .collect();
+            let evictable_bytes: u64 = on_device
+                .iter()
+                .filter(|l| l.evictable)
+                .map(|l| l.vram_bytes)
+                .sum();
+            if evictable != dev.evictable || evictable_bytes != dev.evictable_bytes {
+                return Err(format!("device {d}: evictable books differ"));
+            }
+            if on_device
+                .iter()
+                .any(|l| l.evictable && (l.compute || l.within.is_some()))
+            {
+                return Err(format!(
+                    "device {d}: an evictable lease holds compute or is a member"
+                ));
+            }
             let budget_queued = self
                 .waiters
                 .values()
@@ -949,6 +1001,7 @@ impl Ledger {
         !dev.drained
             && fits
             && (!waiter.need.compute || dev.free_slots(waiter.class) > 0)
+            && (!waiter.evictable || !self.memory_wanted(d))
             && !self.blocked_by_oldest(waiter, d)
     }
 
@@ -1059,6 +1112,12 @@ impl Ledger {
             }
         }
         let dev = &mut self.devices[d];
+        if waiter.evictable {
+            dev.evictable_bytes += waiter.need.vram_bytes;
+            if waiter.grows.is_none() {
+                dev.evictable.insert(self.next_lease);
+            }
+        }
         if let Some(id) = waiter.grows {
             let lease = self
                 .leases
@@ -1106,6 +1165,8 @@ impl Ledger {
                 label: waiter.label,
                 within: waiter.within,
                 budget: waiter.budget.map(|b| Budget::new(b.compute_slots)),
+                evictable: waiter.evictable,
+                reclaim_by: None,
             },
         );
         self.sessions.entry(session).or_default().leases.insert(id);
@@ -1138,9 +1199,16 @@ impl Ledger {
                     .push_back(Decision::GrowAbandoned { ticket, lease: id });
             }
         }
+        if let Some(at) = lease.reclaim_by {
+            self.timers.disarm(at, Timer::ReclaimDeadline(id));
+        }
         let dev = &mut self.devices[lease.device];
         if lease.within.is_none() {
             dev.reserved -= lease.vram_bytes;
+        }
+        if lease.evictable {
+            dev.evictable.remove(&id);
+            dev.evictable_bytes -= lease.vram_bytes;
         }
         dev.holders.retain(|&h| h != id);
         if lease.compute {
@@ -1234,6 +1302,7 @@ impl Ledger {
             }
         }
         self.refresh_yields(now);
+        self.refresh_reclaims(now, d);
     }
 
     /// Asks compute holders to yield for critical waiters: one holder per critical waiter, on
@@ -1386,6 +1455,10 @@ impl<'a> DeviceView<'a> {
     /// Bytes still free to reserve.
     pub fn free(&self) -> u64 {
         self.device.free()
+    }
+    /// Bytes reserved by evictable leases.
+    pub fn evictable_bytes(&self) -> u64 {
+        self.device.evictable_bytes
     }
     /// Whether grants are stopped.
     pub fn drained(&self) -> bool {

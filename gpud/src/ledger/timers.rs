@@ -14,6 +14,8 @@ pub enum Timer {
     MaxHold(LeaseId),
     /// A yield notice went unanswered for the grace period.
     RevokeGrace(LeaseId),
+    /// A reclaim notice went unanswered until its deadline.
+    ReclaimDeadline(LeaseId),
 }
 
 /// Pending deadlines, earliest first.

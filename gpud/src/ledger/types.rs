@@ -97,6 +97,8 @@ pub struct LedgerConfig {
     pub max_hold: PerClass<Option<Duration>>,
     /// After a yield notice, how long before the lease is revoked; never when `None`.
     pub revoke_after_yield: Option<Duration>,
+    /// After a reclaim notice, how long an evictable holder has to give its memory back.
+    pub reclaim_grace: Duration,
 }
 
 impl Default for LedgerConfig {
@@ -106,6 +108,7 @@ impl Default for LedgerConfig {
             max_scan: 1024,
             max_hold: PerClass::default(),
             revoke_after_yield: None,
+            reclaim_grace: Duration::from_secs(10),
         }
     }
 }
@@ -129,6 +132,8 @@ pub struct AcquireSpec {
     pub within: Option<LeaseId>,
     /// Makes the lease a budget that other leases are granted from.
     pub budget: Option<BudgetSpec>,
+    /// Warm state: memory that is given back on a reclaim notice (memory only).
+    pub evictable: bool,
 }
 
 /// A granted lease.
@@ -158,6 +163,10 @@ pub struct Lease {
     pub within: Option<LeaseId>,
     /// Its books, when it is a budget.
     pub budget: Option<Budget>,
+    /// Warm state that gives its memory back on notice.
+    pub evictable: bool,
+    /// The deadline of an outstanding reclaim notice.
+    pub reclaim_by: Option<Instant>,
 }
 
 /// What a waiter needs from a device.
@@ -205,6 +214,8 @@ pub struct Waiter {
     pub within: Option<LeaseId>,
     /// What it asks beyond a lease, when it asks for a budget.
     pub budget: Option<BudgetSpec>,
+    /// It asks for (or grows) an evictable lease: it never causes a reclaim.
+    pub evictable: bool,
 }
 
 impl Waiter {
@@ -272,6 +283,15 @@ pub enum Decision {
         lease: LeaseId,
         /// Why.
         reason: RevokeReason,
+    },
+    /// Ask an evictable holder to give its memory back (shrink or release) by a deadline.
+    ReclaimRequested {
+        /// The holder.
+        session: SessionId,
+        /// The lease.
+        lease: LeaseId,
+        /// When it is revoked if it still holds the memory.
+        revoke_at: Option<Instant>,
     },
     /// A waiting request was withdrawn because the budget it leases from ended.
     BudgetEnded {
@@ -380,4 +400,6 @@ pub struct RestoredLease {
     pub within: Option<LeaseId>,
     /// When it is a budget: the compute slots it grants its members.
     pub budget_compute_slots: Option<u32>,
+    /// Warm state that gives its memory back on notice.
+    pub evictable: bool,
 }

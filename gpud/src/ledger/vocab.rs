@@ -89,6 +89,8 @@ pub enum RevokeReason {
     OverUse,
     /// The budget it was granted from ended.
     BudgetEnded,
+    /// An evictable lease kept memory it was asked to give back past the deadline.
+    Reclaimed,
 }
 
 /// Waiting requests of a device, per class.

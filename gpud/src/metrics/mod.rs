@@ -35,6 +35,8 @@ pub struct DeviceSample {
     pub capacity_bytes: u64,
     /// Reserved by leases.
     pub reserved_bytes: u64,
+    /// Reserved by evictable leases (warm state a reclaim gives back).
+    pub evictable_bytes: u64,
     /// Used by processes that hold no lease.
     pub unmanaged_bytes: u64,
     /// Used by lease holders beyond what they reserved (the memory audit).
@@ -90,6 +92,7 @@ pub struct Metrics {
     releases: BTreeMap<(Class, &'static str), u64>,
     refusals: BTreeMap<(Class, String), u64>,
     yields: BTreeMap<(Class, String), u64>,
+    reclaims: BTreeMap<(Class, String), u64>,
     revocations: BTreeMap<(Class, String), u64>,
     wait: [Histogram; 4],
     hold: [Histogram; 4],
@@ -104,6 +107,7 @@ impl Metrics {
             releases: BTreeMap::new(),
             refusals: BTreeMap::new(),
             yields: BTreeMap::new(),
+            reclaims: BTreeMap::new(),
             revocations: BTreeMap::new(),
             wait: std::array::from_fn(|_| Histogram::new(WAIT_BUCKETS)),
             hold: std::array::from_fn(|_| Histogram::new(HOLD_BUCKETS)),
@@ -137,6 +141,14 @@ impl Metrics {
     /// A holder was asked to yield.
     pub fn yield_requested(&mut self, class: Class, reason: String) {
         *self.yields.entry((class, reason)).or_default() += 1;
+    }
+
+    /// Records a reclaim notice to an evictable lease of `class`.
+    pub fn reclaim_requested(&mut self, class: Class) {
+        *self
+            .reclaims
+            .entry((class, "memory_needed".into()))
+            .or_default() += 1;
     }
 
     /// Records whether device `index` has a compute holder as of `now`.
@@ -177,7 +189,7 @@ impl Metrics {
                 escape(&d.name)
             );
         }
-        let gauges: [Gauge; 11] = [
+        let gauges: [Gauge; 12] = [
             (
                 "gpud_device_memory_total_bytes",
                 "Total device memory.",
@@ -197,6 +209,11 @@ impl Metrics {
                 "gpud_device_memory_reserved_bytes",
                 "Memory reserved by leases.",
                 |d| d.reserved_bytes,
+            ),
+            (
+                "gpud_device_memory_evictable_bytes",
+                "Memory reserved by evictable leases (warm state a reclaim gives back).",
+                |d| d.evictable_bytes,
             ),
             (
                 "gpud_device_memory_unmanaged_bytes",
@@ -313,6 +330,13 @@ impl Metrics {
         );
         labelled(
             o,
+            "gpud_lease_reclaim_requests_total",
+            "Reclaim notices sent to evictable leases, by reason.",
+            "reason",
+            &self.reclaims,
+        );
+        labelled(
+            o,
             "gpud_lease_revocations_total",
             "Leases taken away, by reason.",
             "reason",
@@ -399,6 +423,7 @@ mod tests {
             headroom_bytes: 0,
             capacity_bytes: 16 << 30,
             reserved_bytes: 4 << 30,
+            evictable_bytes: 0,
             unmanaged_bytes: 0,
             over_use_bytes: 0,
             drained: false,

@@ -41,6 +41,7 @@ fn spec(placement: Placement, vram_gib: u64, compute: bool, class: Class) -> Acq
         label: None,
         within: None,
         budget: None,
+        evictable: false,
     }
 }
 
@@ -259,6 +260,7 @@ impl Run {
                     assert_eq!(reason, RevokeReason::BudgetEnded, "lease {lease}");
                 }
                 Decision::YieldRequested { .. } => {}
+                Decision::ReclaimRequested { .. } => panic!("no evictable leases here"),
             }
         }
     }
@@ -554,6 +556,7 @@ fn restored_members_go_back_into_their_restored_budget() {
         label: None,
         within,
         budget_compute_slots: slots,
+        evictable: false,
     };
     l.restore(HOLDER, restored(1, 8, None, Some(1))).unwrap();
     l.restore(0, restored(2, 6, Some(1), None)).unwrap();

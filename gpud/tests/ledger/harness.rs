@@ -193,6 +193,7 @@ impl Harness {
                 | Decision::Grew { lease, .. }
                 | Decision::GrowAbandoned { lease, .. }
                 | Decision::YieldRequested { lease, .. }
+                | Decision::ReclaimRequested { lease, .. }
                 | Decision::Revoked { lease, .. } => Some(*lease),
                 Decision::TimedOut { .. } | Decision::BudgetEnded { .. } => None,
             };

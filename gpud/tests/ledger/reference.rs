@@ -402,6 +402,7 @@ impl Reference {
                     label: None,
                     within: None,
                     budget: None,
+                    evictable: false,
                 },
             },
             Transition::Resize {
@@ -867,6 +868,9 @@ impl Reference {
         }
         match decision {
             Decision::BudgetEnded { .. } => panic!("the reference makes no budgets: {decision:?}"),
+            Decision::ReclaimRequested { .. } => {
+                panic!("the reference makes no evictable leases: {decision:?}")
+            }
             Decision::Granted { ticket, lease } => {
                 let seq = self
                     .seq_of(*ticket)

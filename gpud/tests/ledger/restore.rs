@@ -71,6 +71,7 @@ proptest! {
                 label: None,
                 within: None,
                 budget_compute_slots: None,
+                evictable: false,
             };
             if l.restore(0, lease).is_ok() {
                 accepted[device] += vram_bytes;
@@ -110,6 +111,7 @@ fn a_restored_compute_lease_keeps_its_maximum_hold() {
         label: None,
         within: None,
         budget_compute_slots: None,
+        evictable: false,
     };
     l.restore(0, lease).unwrap();
     assert_eq!(l.poll_timeout(), Some(now + Duration::from_secs(10)));
@@ -144,6 +146,7 @@ fn a_restored_size_past_the_device_is_refused() {
         label: None,
         within: None,
         budget_compute_slots: None,
+        evictable: false,
     };
     l.restore(0, lease(1, 2)).unwrap();
     assert!(l.restore(0, lease(2, u64::MAX)).is_err());

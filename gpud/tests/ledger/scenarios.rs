@@ -33,6 +33,7 @@ fn spec(placement: Placement, vram: u64, compute: bool, class: Class) -> Acquire
         label: None,
         within: None,
         budget: None,
+        evictable: false,
     }
 }
 
@@ -762,6 +763,7 @@ fn restored_leases_hold_their_resources_until_adopted_or_dropped() {
         label: None,
         within: None,
         budget_compute_slots: None,
+        evictable: false,
     };
     l.restore(orphans, restored.clone()).unwrap();
     assert_eq!(

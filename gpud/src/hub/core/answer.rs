@@ -61,6 +61,21 @@ impl Core {
                     )),
                 )
             }
+            Decision::ReclaimRequested {
+                session,
+                lease,
+                revoke_at,
+            } => {
+                let revoke_in_ms =
+                    revoke_at.map(|at| at.saturating_duration_since(now.at).as_millis() as u64);
+                self.event(
+                    session,
+                    Event::ReclaimRequested {
+                        lease,
+                        revoke_in_ms,
+                    },
+                );
+            }
             Decision::BudgetEnded { ticket, budget } => {
                 let job = self
                     .budgets

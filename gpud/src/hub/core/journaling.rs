@@ -79,6 +79,7 @@ impl Core {
                 label: r.label.clone(),
                 within: r.within,
                 budget_compute_slots: r.budget.as_ref().map(|b| b.compute_slots),
+                evictable: r.evictable,
             });
             let holder = if r.budget.is_some() { BUDGETS } else { ORPHANS };
             match restored.map(|l| self.ledger.restore(holder, l)) {
@@ -236,6 +237,7 @@ impl Core {
             label: lease.label.clone(),
             within: lease.within,
             budget,
+            evictable: lease.evictable,
         })
     }
 

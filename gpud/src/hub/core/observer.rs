@@ -159,6 +159,12 @@ impl Observer {
                     .map_or(Duration::ZERO, |(at, _)| now.saturating_duration_since(at));
                 self.granted(ledger, *lease, waited);
             }
+            Decision::ReclaimRequested { lease, .. } => {
+                let class = ledger.lease(*lease).map(|l| Class::from(l.class));
+                if let Some(class) = class {
+                    self.metrics.reclaim_requested(class);
+                }
+            }
             Decision::BudgetEnded { ticket, .. } => {
                 if let Some((_, class)) = self.waiting.remove(ticket) {
                     self.metrics
@@ -233,6 +239,7 @@ impl Observer {
                     headroom_bytes: spec.headroom_bytes,
                     capacity_bytes: d.capacity(),
                     reserved_bytes: d.reserved(),
+                    evictable_bytes: d.evictable_bytes(),
                     unmanaged_bytes: spec.unmanaged_bytes,
                     over_use_bytes: over_use.get(d.index()).copied().unwrap_or(0),
                     drained: d.drained(),

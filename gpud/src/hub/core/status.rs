@@ -54,6 +54,7 @@ impl Core {
                     unmanaged_bytes: spec.unmanaged_bytes,
                     capacity_bytes: d.capacity(),
                     reserved_bytes: d.reserved(),
+                    evictable_bytes: d.evictable_bytes(),
                     free_bytes: d.free(),
                     drained: d.drained(),
                     compute_slots: spec.compute_slots,
@@ -95,6 +96,8 @@ impl Core {
                     yield_requested: l.yield_requested.is_some(),
                     label: l.label.clone(),
                     within: l.within,
+                    evictable: l.evictable,
+                    reclaim_requested: l.reclaim_by.is_some(),
                 }
             })
             .collect();

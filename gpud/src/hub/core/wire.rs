@@ -61,6 +61,7 @@ impl From<ledger::RevokeReason> for gpud_proto::RevokeReason {
             ledger::RevokeReason::YieldIgnored => Self::YieldIgnored,
             ledger::RevokeReason::OverUse => Self::OverUse,
             ledger::RevokeReason::BudgetEnded => Self::BudgetEnded,
+            ledger::RevokeReason::Reclaimed => Self::Reclaimed,
         }
     }
 }

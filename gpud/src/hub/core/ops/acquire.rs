@@ -92,6 +92,7 @@ impl Core {
             label: args.label,
             within,
             budget: None,
+            evictable: args.evictable,
         })
     }
 

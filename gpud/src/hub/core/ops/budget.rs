@@ -80,6 +80,7 @@ impl Core {
                 compute_slots: args.compute_slots,
                 holder: BUDGETS,
             }),
+            evictable: false,
         })
     }
 

@@ -1,0 +1,167 @@
+//! Evictable leases and their reclaim: warm state that gives its memory back with notice.
+//!
+//! An evictable lease (memory only: a prover's resident parameters and context) counts against
+//! its device's capacity like any lease. When a request that is *not* evictable cannot fit on
+//! any device it may use, and reclaiming evictable memory on one of them would make it fit,
+//! the holders of just enough of that memory are asked to give it back: a
+//! [`Decision::ReclaimRequested`] with a deadline, lowest class first, then oldest. A holder
+//! shrinks or releases (keeping what is cheap to keep), or is revoked at the deadline. Nothing
+//! is granted until the memory is actually free, so capacity is never exceeded; evictable
+//! requests never cause a reclaim.
+
+use std::time::Instant;
+
+use super::Ledger;
+use super::timers::Timer;
+use super::types::{Decision, DeviceIdx, Waiter};
+use super::vocab::{LeaseId, RevokeReason};
+
+impl Ledger {
+    /// Asks evictable holders on `d` for memory that a waiter there needs and cannot otherwise
+    /// get. At most one waiter per pass, the first in serving order that eviction can help.
+    pub(super) fn refresh_reclaims(&mut self, now: Instant, d: DeviceIdx) {
+        if self.devices[d].drained || self.devices[d].evictable_bytes == 0 {
+            return;
+        }
+        let order: Vec<u64> = self.devices[d]
+            .queue
+            .iter()
+            .take(self.config.max_scan)
+            .map(|&(_, seq)| seq)
+            .collect();
+        for seq in order {
+            let Some(waiter) = self.waiters.get(&seq) else {
+                continue;
+            };
+            if waiter.evictable || waiter.within.is_some() || waiter.need.vram_bytes == 0 {
+                continue;
+            }
+            match self.reclaim_target(waiter) {
+                // Memory is not what it waits for.
+                Target::Fits => {}
+                // Memory it can use is already on its way back.
+                Target::Coming => return,
+                Target::Device(target, shortfall) if target == d => {
+                    self.reclaim(now, d, shortfall);
+                    return;
+                }
+                // Another device serves it better; that device's pass asks there.
+                Target::Device(..) => return,
+                Target::Hopeless => {}
+            }
+        }
+    }
+
+    /// Whether a request that is not evictable waits for memory on `d`: warm state is then not
+    /// granted there, since it would only be reclaimed again (memory freed for the waiter
+    /// would go to warm state instead).
+    pub(super) fn memory_wanted(&self, d: DeviceIdx) -> bool {
+        let dev = &self.devices[d];
+        dev.queue
+            .iter()
+            .take(self.config.max_scan)
+            .filter_map(|(_, seq)| self.waiters.get(seq))
+            .any(|w| !w.evictable && w.within.is_none() && w.need.vram_bytes > dev.free())
+    }
+
+    /// Where reclaiming would let `waiter` fit, and how much is missing there.
+    fn reclaim_target(&self, waiter: &Waiter) -> Target {
+        let mut best: Option<(u64, DeviceIdx)> = None;
+        for &c in &waiter.candidates {
+            let dev = &self.devices[c];
+            if dev.drained {
+                continue;
+            }
+            if waiter.need.vram_bytes <= dev.free() {
+                return Target::Fits;
+            }
+            let have = dev.free().saturating_add(self.reclaiming_bytes(c));
+            let Some(shortfall) = waiter.need.vram_bytes.checked_sub(have).filter(|&s| s > 0)
+            else {
+                return Target::Coming;
+            };
+            let askable = dev.evictable_bytes - self.reclaiming_bytes(c);
+            if askable >= shortfall && best.is_none_or(|(s, _)| shortfall < s) {
+                best = Some((shortfall, c));
+            }
+        }
+        best.map_or(Target::Hopeless, |(s, c)| Target::Device(c, s))
+    }
+
+    /// Bytes of evictable leases on `d` already asked to give their memory back.
+    fn reclaiming_bytes(&self, d: DeviceIdx) -> u64 {
+        self.devices[d]
+            .evictable
+            .iter()
+            .filter_map(|id| self.leases.get(id))
+            .filter(|l| l.reclaim_by.is_some())
+            .map(|l| l.vram_bytes)
+            .sum()
+    }
+
+    /// Asks the evictable holders of `d` for at least `shortfall` bytes: lowest class first,
+    /// then oldest.
+    fn reclaim(&mut self, now: Instant, d: DeviceIdx, shortfall: u64) {
+        let mut victims: Vec<(usize, Instant, LeaseId, u64)> = self.devices[d]
+            .evictable
+            .iter()
+            .filter_map(|id| self.leases.get(id))
+            .filter(|l| l.reclaim_by.is_none())
+            .map(|l| {
+                (
+                    usize::MAX - l.class.rank(),
+                    l.granted_at,
+                    l.id,
+                    l.vram_bytes,
+                )
+            })
+            .collect();
+        victims.sort_unstable();
+        let deadline = now.checked_add(self.config.reclaim_grace);
+        let mut asked = 0u64;
+        for (_, _, id, bytes) in victims {
+            if asked >= shortfall {
+                break;
+            }
+            asked += bytes;
+            let Some(lease) = self.leases.get_mut(&id) else {
+                continue;
+            };
+            lease.reclaim_by = Some(deadline.unwrap_or(now));
+            if let Some(at) = deadline {
+                self.timers.arm(at, Timer::ReclaimDeadline(id));
+            }
+            self.decisions.push_back(Decision::ReclaimRequested {
+                session: lease.session,
+                lease: id,
+                revoke_at: deadline,
+            });
+        }
+    }
+
+    /// A reclaim's deadline: a lease that still holds memory it was asked for is revoked.
+    pub(super) fn reclaim_deadline(&mut self, now: Instant, id: LeaseId) {
+        if self.leases.get(&id).is_some_and(|l| l.reclaim_by.is_some()) {
+            self.revoke_lease(now, id, RevokeReason::Reclaimed);
+        }
+    }
+
+    /// A reclaimed lease shrank or went: the notice is answered.
+    pub(super) fn reclaim_answered(&mut self, id: LeaseId) {
+        if let Some(at) = self.leases.get_mut(&id).and_then(|l| l.reclaim_by.take()) {
+            self.timers.disarm(at, Timer::ReclaimDeadline(id));
+        }
+    }
+}
+
+/// Where reclaim could help a waiter.
+enum Target {
+    /// Its memory fits on a device now.
+    Fits,
+    /// Freed memory is on its way: no more reclaim.
+    Coming,
+    /// Reclaim this many bytes on this device.
+    Device(DeviceIdx, u64),
+    /// Eviction alone cannot make it fit anywhere.
+    Hopeless,
+}
