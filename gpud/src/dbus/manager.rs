@@ -88,6 +88,8 @@ impl Manager {
             class,
             timeout_ms: None,
             label: None,
+            // A bus caller waits in one method call; there is nothing to tell it meanwhile.
+            queued_events: false,
         };
         match self.call(conn, &hdr, Op::Acquire(args)).await? {
             Reply::Granted(info) => Ok((

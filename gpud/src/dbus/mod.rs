@@ -131,7 +131,8 @@ async fn signal_callers(
                 emitter.lease_revoked(lease, &wire_name(&reason)).await
             }
             // Bus callers see over-use in Status and the metrics; no signal for it.
-            Event::ShuttingDown | Event::OverUse { .. } => Ok(()),
+            // Bus acquires never ask for their place in the queue.
+            Event::ShuttingDown | Event::OverUse { .. } | Event::Queued { .. } => Ok(()),
         };
         if let Err(e) = sent {
             debug!(error = %e, "cannot signal a bus caller");

@@ -19,6 +19,7 @@ mod bench;
 mod journaling;
 mod observer;
 mod ops;
+mod queued;
 mod sessions;
 mod status;
 mod timers;
@@ -195,6 +196,8 @@ pub struct Core {
     footprints: Vec<Footprint>,
     /// Frames waiting for a journal write that failed.
     withheld: withheld::Withheld,
+    /// Waiters that hear their place in the queue.
+    places: queued::Places,
 }
 
 impl Core {
@@ -226,6 +229,7 @@ impl Core {
             tokens: HashMap::new(),
             rng,
             withheld: withheld::Withheld::default(),
+            places: queued::Places::default(),
         }
     }
 
@@ -286,6 +290,7 @@ impl Core {
     /// first when they grant), device changes notices, and the timers are re-armed.
     fn end_step(&mut self, now: Now) {
         self.deliver_decisions(now);
+        self.report_places();
         self.journal_changes(now);
         if self.journal.urgent {
             self.flush_journal();
