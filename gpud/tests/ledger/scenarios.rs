@@ -75,6 +75,14 @@ fn two_large_requests_are_serialized() {
 }
 
 #[test]
+fn revoking_a_lease_nobody_holds_does_not_speak_of_a_session() {
+    let now = Instant::now();
+    let mut l = Ledger::new(LedgerConfig::default(), vec![device("GPU-a", 16)]);
+    let text = l.revoke(now, 999).unwrap_err().to_string();
+    assert_eq!(text, "no lease 999 (gpudctl leases lists them)");
+}
+
+#[test]
 fn never_fitting_requests_are_refused_at_once() {
     let now = Instant::now();
     let mut l = Ledger::new(
@@ -92,6 +100,12 @@ fn never_fitting_requests_are_refused_at_once() {
             need: 25 * GIB,
             capacity: 24 * GIB
         })
+    );
+    // People read sizes in binary units; the bytes stay for the exact figure.
+    let text = e.unwrap_err().to_string();
+    assert!(
+        text.starts_with("25.0 GiB can never fit: the largest matching capacity is 24.0 GiB"),
+        "{text}"
     );
     let e = l.acquire(
         now,

@@ -128,7 +128,10 @@ mod tests {
         assert_eq!(code_of(&daemon(ErrorCode::LimitExceeded)), REFUSED);
         assert_eq!(code_of(&daemon(ErrorCode::TimedOut)), TIMED_OUT);
         assert_eq!(code_of(&daemon(ErrorCode::Internal)), FAILED);
-        assert_eq!(code_of(&anyhow::Error::new(ClientError::Disconnected)), LOST);
+        assert_eq!(
+            code_of(&anyhow::Error::new(ClientError::Disconnected)),
+            LOST
+        );
         let own = anyhow::Error::new(Fail::new(REVOKED, "revoked")).context("run");
         assert_eq!(code_of(&own), REVOKED);
         assert_eq!(code_of(&anyhow::anyhow!("other")), FAILED);

@@ -35,7 +35,10 @@ pub fn to_json(text: &str) -> Result<Value, String> {
             Some(i) => (&line[..i], Map::new(), &line[i..]),
             None => return Err(bad("no value")),
         };
-        let value_text = rest.split_whitespace().next().ok_or_else(|| bad("no value"))?;
+        let value_text = rest
+            .split_whitespace()
+            .next()
+            .ok_or_else(|| bad("no value"))?;
         let value = match value_text.parse::<f64>() {
             Ok(v) if v.is_finite() => json!(v),
             Ok(_) => json!(value_text),

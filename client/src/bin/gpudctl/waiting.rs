@@ -93,8 +93,14 @@ mod tests {
     #[test]
     fn a_terminal_gets_a_live_line_that_is_cleared_at_the_end() {
         let text = run(true, false);
-        assert!(text.starts_with("\r\x1b[Kgpudctl: waiting for the lease: place 3"), "{text:?}");
-        assert!(text.contains("place 1 in the queue, waited 3.0s"), "{text:?}");
+        assert!(
+            text.starts_with("\r\x1b[Kgpudctl: waiting for the lease: place 3"),
+            "{text:?}"
+        );
+        assert!(
+            text.contains("place 1 in the queue, waited 3.0s"),
+            "{text:?}"
+        );
         assert!(text.contains("waited 2.0s"), "{text:?}");
         assert!(text.ends_with("\r\x1b[K"), "{text:?}");
         assert!(!text.contains('\n'), "{text:?}");
