@@ -11,6 +11,7 @@ mod journal;
 mod leases;
 mod metrics;
 mod notify;
+mod operator;
 mod prover;
 mod reload;
 mod systemd;

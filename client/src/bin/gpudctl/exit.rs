@@ -65,6 +65,10 @@ impl Fail {
 
 /// The code for an error: its own [`Fail`], else what the client library's error means.
 pub fn code_of(error: &anyhow::Error) -> u8 {
+    // A `Fail` given as context is found by anyhow's downcast, not in the chain.
+    if let Some(f) = error.downcast_ref::<Fail>() {
+        return f.code;
+    }
     for cause in error.chain() {
         if let Some(f) = cause.downcast_ref::<Fail>() {
             return f.code;
@@ -134,6 +138,9 @@ mod tests {
         );
         let own = anyhow::Error::new(Fail::new(REVOKED, "revoked")).context("run");
         assert_eq!(code_of(&own), REVOKED);
+        let as_context = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::NotFound))
+            .context(Fail::new(NOT_FOUND, "cannot run"));
+        assert_eq!(code_of(&as_context), NOT_FOUND);
         assert_eq!(code_of(&anyhow::anyhow!("other")), FAILED);
     }
 }

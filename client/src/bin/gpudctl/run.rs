@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use gpud_client::proto::{Class, Event, Placement, parse_duration, parse_size};
+use gpud_client::proto::{Class, Event, Placement, RevokeReason, parse_duration, parse_size};
 use gpud_client::{Client, LeaseRequest};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -145,6 +145,13 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
             _ = interrupt.recv() => forward(Signal::SIGINT),
             _ = terminate.recv() => forward(Signal::SIGTERM),
             event = lease.next_event(), if listening => match event {
+                // The library's word for a lease it could not keep over a lost connection.
+                Some(Event::Revoked { reason: RevokeReason::Lost, .. }) | None => {
+                    eprintln!("gpudctl: connection to gpud lost; stopping the program");
+                    ended = Some(Fail::new(exit::LOST, "the connection to gpud was lost"));
+                    forward(Signal::SIGTERM);
+                    listening = false;
+                }
                 Some(Event::Revoked { reason, .. }) => {
                     let why = serde_json::to_value(reason)
                         .ok()
@@ -156,13 +163,6 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
                     listening = false;
                 }
                 Some(_) => {}
-                // The connection is gone: the lease no longer protects the program.
-                None => {
-                    eprintln!("gpudctl: connection to gpud lost; stopping the program");
-                    ended = Some(Fail::new(exit::LOST, "the connection to gpud was lost"));
-                    forward(Signal::SIGTERM);
-                    listening = false;
-                }
             },
         }
     };
