@@ -29,7 +29,7 @@ pub fn to_json(text: &str) -> Result<Value, String> {
         let bad = |why: &str| format!("metrics line {}: {why}: {line:?}", n + 1);
         let (name, labels, rest) = match line.find(['{', ' ']) {
             Some(i) if line.as_bytes()[i] == b'{' => {
-                let (labels, rest) = parse_labels(&line[i + 1..]).map_err(|w| bad(w))?;
+                let (labels, rest) = parse_labels(&line[i + 1..]).map_err(&bad)?;
                 (&line[..i], labels, rest)
             }
             Some(i) => (&line[..i], Map::new(), &line[i..]),
