@@ -60,14 +60,18 @@ pub(crate) struct LeaseFlags {
 pub(crate) type NoticeHook = Arc<dyn Fn() + Send + Sync>;
 
 impl LeaseFlags {
-    /// Raises `yield_requested` (or `lost`, when `lost`) and runs the notice hook.
-    pub fn raise(&self, lost: bool) {
+    /// Raises `yield_requested` (or `lost`, when `lost`) without running the hook.
+    pub fn mark(&self, lost: bool) {
         let flag = if lost {
             &self.lost
         } else {
             &self.yield_requested
         };
         flag.store(true, Ordering::Release);
+    }
+
+    /// Runs the notice hook, if one is installed.
+    pub fn run_hook(&self) {
         // Cloned out of the lock, so that a hook that registers another cannot deadlock.
         let hook = self.hook().clone();
         if let Some(hook) = hook {
@@ -76,8 +80,8 @@ impl LeaseFlags {
     }
 
     /// Installs `hook`, replacing any earlier one, and runs it at once when a flag is already
-    /// raised (a notice that arrived before the hook). Raising takes the same lock after its
-    /// store, so a notice is never missed: either `raise` sees the hook or this sees the flag.
+    /// raised (a notice that arrived before the hook). `run_hook` takes the same lock after
+    /// `mark`, so a notice is never missed: either `run_hook` sees the hook or this sees the flag.
     pub fn set_hook(&self, hook: NoticeHook) {
         *self.hook() = Some(hook.clone());
         if self.yield_requested.load(Ordering::Acquire) || self.lost.load(Ordering::Acquire) {
@@ -304,11 +308,12 @@ struct LeaseEntry {
 impl LeaseEntry {
     /// The lease did not survive the connection: tell its holder.
     fn lose(self, lease: LeaseId) {
+        self.flags.mark(true);
         let _ = self.events.send(Event::Revoked {
             lease,
             reason: RevokeReason::Lost,
         });
-        self.flags.raise(true);
+        self.flags.run_hook();
     }
 }
 
@@ -636,10 +641,12 @@ impl Driver {
                     Some(lease) => {
                         let revoked = matches!(event, Event::Revoked { .. });
                         if let Some(e) = self.leases.get(&lease) {
-                            // The event is queued before the hook runs, so that a hook's
-                            // reader finds it.
+                            // The flag is up before the event can be read (a reader of the
+                            // event sees the flag), and the event is queued before the hook
+                            // runs (a hook's reader finds it).
+                            e.flags.mark(revoked);
                             let _ = e.events.send(event);
-                            e.flags.raise(revoked);
+                            e.flags.run_hook();
                         }
                         if revoked {
                             self.leases.remove(&lease);

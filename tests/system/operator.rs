@@ -600,3 +600,29 @@ fn gpudctl_run_exits_lost_when_gpud_does_not_come_back() {
     let _ = running.stderr.take().unwrap().read_to_string(&mut err);
     assert_eq!(status.and_then(|s| s.code()), Some(8), "{err}");
 }
+
+#[test]
+fn gpudctl_exits_failed_on_an_answer_it_does_not_understand() {
+    let dir = gpud_tests::ops::tempdir("gpud-garbage");
+    let socket = dir.path().join("gpud.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    // Not gpud: a welcome that is not JSON.
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let body = b"{not json";
+        let mut out = (body.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(body);
+        let _ = s.write_all(&out);
+        std::thread::sleep(Duration::from_millis(500));
+    });
+    let out = Command::new(bin("gpudctl"))
+        .arg("--socket")
+        .arg(&socket)
+        .arg("status")
+        .output()
+        .unwrap();
+    server.join().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("protocol error"), "{err}");
+}
