@@ -753,7 +753,7 @@ fn requests_are_checked_for_ownership_and_duplicates() {
     );
     assert_eq!(l.cancel(now, t(2, 6)), Err(LedgerError::UnknownRequest(6)));
     assert_eq!(l.cancel(now, t(2, 5)), Ok(()));
-    assert_eq!(l.revoke(now, 99), Err(LedgerError::UnknownLease(99)));
+    assert_eq!(l.revoke(now, 99), Err(LedgerError::NoSuchLease(99)));
     assert_eq!(l.revoke(now, a), Ok(1));
     l.check_invariants().unwrap();
 }
