@@ -319,8 +319,22 @@ fn a_reload_names_the_keys_that_need_a_restart() {
 #[test]
 fn watch_appends_plain_screens_in_a_pipe_and_refuses_a_busy_interval() {
     let daemon = Daemon::start("16GiB");
-    let out = daemon.gpudctl(&["watch", "--interval", "0s"]);
+    // Bounded: a gpudctl that took 0s would refresh for ever.
+    let mut busy = daemon
+        .gpudctl_command(&["watch", "--interval", "0s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let refused = wait_until(Duration::from_secs(5), || {
+        matches!(busy.try_wait(), Ok(Some(_)))
+    });
+    if !refused {
+        let _ = busy.kill();
+    }
+    let out = busy.wait_with_output().unwrap();
     let err = text(&out.stderr);
+    assert!(refused, "watch --interval 0s ran on");
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("100ms"), "{err}");
     let mut watch = daemon
