@@ -640,3 +640,60 @@ fn gpudctl_exits_failed_on_an_answer_it_does_not_understand() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("protocol error"), "{err}");
 }
+
+#[test]
+fn run_on_a_terminal_draws_a_live_waiting_line_and_clears_it_at_the_grant() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: util-linux's script is needed for a terminal");
+        return;
+    }
+    let daemon = Daemon::start("16GiB");
+    let holder = daemon.client();
+    let full = holder.acquire(&LeaseRequest::new().vram(16 * GIB)).unwrap();
+    let gpudctl = format!(
+        "{} --socket {} run --vram 1GiB -- true",
+        bin("gpudctl").display(),
+        daemon.socket.display()
+    );
+    // `script` runs the command on a new terminal and copies what it writes to stdout.
+    let mut child = Command::new("script")
+        .args(["-qfec", &gpudctl, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let start = Instant::now();
+    while !text(&seen).contains("place 1 in the queue") && start.elapsed() < Duration::from_secs(10)
+    {
+        if let Ok(chunk) = rx.recv_timeout(Duration::from_millis(100)) {
+            seen.extend(chunk);
+        }
+    }
+    assert!(
+        text(&seen).contains("\r\x1b[Kgpudctl: waiting for the lease: place 1"),
+        "{:?}",
+        text(&seen)
+    );
+    full.release().unwrap();
+    assert!(child.wait().unwrap().success());
+    // Until the copy ends (its sender goes with the end of the output).
+    while let Ok(chunk) = rx.recv_timeout(Duration::from_secs(5)) {
+        seen.extend(chunk);
+    }
+    assert!(
+        text(&seen).ends_with("\r\x1b[K"),
+        "cleared at the grant: {:?}",
+        text(&seen)
+    );
+}
