@@ -697,3 +697,25 @@ fn run_on_a_terminal_draws_a_live_waiting_line_and_clears_it_at_the_grant() {
         text(&seen)
     );
 }
+
+#[test]
+fn a_library_waiter_hears_its_place_until_the_grant() {
+    let daemon = Daemon::start("16GiB");
+    let full = daemon
+        .client()
+        .acquire(&LeaseRequest::new().vram(16 * GIB))
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let client = daemon.client();
+    let waiter = std::thread::spawn(move || {
+        client
+            .acquire_hearing_places(&LeaseRequest::new().vram(GIB), |place| {
+                let _ = tx.send(place);
+            })
+            .map(|lease| lease.id())
+    });
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(1));
+    full.release().unwrap();
+    waiter.join().unwrap().expect("granted");
+    assert!(rx.try_recv().is_err(), "nothing after the grant");
+}
