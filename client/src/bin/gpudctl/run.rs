@@ -148,7 +148,7 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
                 // The library's word for a lease it could not keep over a lost connection.
                 Some(Event::Revoked { reason: RevokeReason::Lost, .. }) | None => {
                     eprintln!("gpudctl: connection to gpud lost; stopping the program");
-                    ended = Some(Fail::new(exit::LOST, "the connection to gpud was lost"));
+                    ended = Some(Fail::new(exit::LOST, "the program was stopped: the connection to gpud was lost"));
                     forward(Signal::SIGTERM);
                     listening = false;
                 }
@@ -158,7 +158,7 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
                         .and_then(|v| v.as_str().map(String::from))
                         .unwrap_or_else(|| format!("{reason:?}"));
                     eprintln!("gpudctl: lease {} revoked ({why}); stopping the program", lease.id());
-                    ended = Some(Fail::new(exit::REVOKED, format!("lease {} revoked ({why})", lease.id())));
+                    ended = Some(Fail::new(exit::REVOKED, format!("the program was stopped: lease {} was revoked ({why})", lease.id())));
                     forward(Signal::SIGTERM);
                     listening = false;
                 }
