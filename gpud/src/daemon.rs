@@ -75,6 +75,9 @@ impl Daemon {
             backend,
             state_dir,
         } = self;
+        // The file as it was at the start (read before anyone can connect and change it), to
+        // tell which changed keys a reload cannot apply.
+        let at_start = config_path.as_deref().and_then(|p| Config::load(p).ok());
         let nofile = fd_budget::raise_limit();
         fd_budget::fit(&mut config.limits, nofile);
         let probed = backend.devices();
@@ -161,8 +164,6 @@ impl Daemon {
 
         let mut sessions = JoinSet::new();
         let mut limits = config.limits;
-        // The file as it was at the start, to tell which changed keys a reload cannot apply.
-        let at_start = config_path.as_deref().and_then(|p| Config::load(p).ok());
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {

@@ -288,6 +288,10 @@ fn revocations_say_why_and_who() {
 #[test]
 fn a_reload_names_the_keys_that_need_a_restart() {
     let daemon = Daemon::start_with("16GiB", "[devices]\ncompute_slots = 1\n");
+    // SIGHUP is handled once gpud says it is ready (the socket answers a little earlier).
+    assert!(wait_until(Duration::from_secs(5), || daemon
+        .log()
+        .contains("gpud ready")));
     std::fs::write(
         daemon.dir.path().join("gpud.toml"),
         "[devices]\ncompute_slots = 2\nheadroom = \"1GiB\"\npoll_interval = \"2s\"\n",
