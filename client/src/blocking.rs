@@ -93,6 +93,27 @@ impl Client {
         Ok(self.lease(inner))
     }
 
+    /// Like [`Client::acquire`], calling `on_place` with the request's place in the queue
+    /// while it waits (1 is next; see [`crate::Client::acquire_hearing_places`]).
+    pub fn acquire_hearing_places(
+        &self,
+        request: &LeaseRequest,
+        mut on_place: impl FnMut(u32),
+    ) -> Result<Lease> {
+        let (places, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let inner = self.runtime.block_on(async {
+            let acquire = self.inner.acquire_hearing_places(request, places);
+            tokio::pin!(acquire);
+            loop {
+                tokio::select! {
+                    lease = &mut acquire => break lease,
+                    Some(place) = heard.recv() => on_place(place),
+                }
+            }
+        })?;
+        Ok(self.lease(inner))
+    }
+
     /// Like [`Client::acquire`], but gives up after `timeout` and returns `None`.
     pub fn try_acquire(&self, request: &LeaseRequest, timeout: Duration) -> Result<Option<Lease>> {
         let inner = self

@@ -88,8 +88,32 @@ impl Client {
 
     /// Waits until the lease is granted (or refused).
     pub async fn acquire(&self, request: &LeaseRequest) -> Result<Lease> {
+        self.acquire_inner(request, None).await
+    }
+
+    /// Like [`Client::acquire`], and while the request waits `places` hears its place in the
+    /// queue: 1 for the next to be served, sent when it starts to wait and whenever it
+    /// changes. A daemon that does not tell places (older than this client) sends none; the
+    /// acquire works the same.
+    pub async fn acquire_hearing_places(
+        &self,
+        request: &LeaseRequest,
+        places: tokio::sync::mpsc::UnboundedSender<u32>,
+    ) -> Result<Lease> {
+        self.acquire_inner(request, Some(places)).await
+    }
+
+    async fn acquire_inner(
+        &self,
+        request: &LeaseRequest,
+        places: Option<tokio::sync::mpsc::UnboundedSender<u32>>,
+    ) -> Result<Lease> {
         let id = self.handle.next_id();
-        let rx = self.handle.call(id, Op::Acquire(request.args().clone()))?;
+        let mut args = request.args().clone();
+        args.queued_events = places.is_some() && self.handle.speaks_queued();
+        let rx = self
+            .handle
+            .call_hearing_places(id, Op::Acquire(args), places)?;
         let mut guard = CancelOnDrop {
             handle: &self.handle,
             request: id,

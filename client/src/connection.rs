@@ -23,8 +23,8 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use crate::error::{ClientError, Result};
 use crate::proto::frame::{MAX_REQUEST_FRAME, MAX_SERVER_FRAME, codec, from_payload, to_payload};
 use crate::proto::{
-    ClientFrame, ErrorBody, ErrorCode, Event, LeaseInfo, Op, Outcome, PROTOCOL_VERSION, Reply,
-    RequestId, RevokeReason, ServerFrame,
+    ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_QUEUED, LeaseInfo, Op, Outcome,
+    PROTOCOL_VERSION, Reply, RequestId, RevokeReason, ServerFrame,
 };
 use crate::reservation::LeaseId;
 
@@ -62,14 +62,18 @@ pub(crate) struct LeaseFlags {
 pub(crate) type NoticeHook = Arc<dyn Fn() + Send + Sync>;
 
 impl LeaseFlags {
-    /// Raises `yield_requested` (or `lost`, when `lost`) and runs the notice hook.
-    pub fn raise(&self, lost: bool) {
+    /// Raises `yield_requested` (or `lost`, when `lost`) without running the hook.
+    pub fn mark(&self, lost: bool) {
         let flag = if lost {
             &self.lost
         } else {
             &self.yield_requested
         };
         flag.store(true, Ordering::Release);
+    }
+
+    /// Runs the notice hook, if one is installed.
+    pub fn run_hook(&self) {
         // Cloned out of the lock, so that a hook that registers another cannot deadlock.
         let hook = self.hook().clone();
         if let Some(hook) = hook {
@@ -77,18 +81,14 @@ impl LeaseFlags {
         }
     }
 
-    /// Raises `reclaim_requested` and runs the notice hook.
-    pub fn raise_reclaim(&self) {
+    /// Raises `reclaim_requested` without running the hook.
+    pub fn mark_reclaim(&self) {
         self.reclaim_requested.store(true, Ordering::Release);
-        let hook = self.hook().clone();
-        if let Some(hook) = hook {
-            hook();
-        }
     }
 
     /// Installs `hook`, replacing any earlier one, and runs it at once when a flag is already
-    /// raised (a notice that arrived before the hook). Raising takes the same lock after its
-    /// store, so a notice is never missed: either `raise` sees the hook or this sees the flag.
+    /// raised (a notice that arrived before the hook). `run_hook` takes the same lock after
+    /// `mark`, so a notice is never missed: either `run_hook` sees the hook or this sees the flag.
     pub fn set_hook(&self, hook: NoticeHook) {
         *self.hook() = Some(hook.clone());
         if self.yield_requested.load(Ordering::Acquire)
@@ -128,11 +128,13 @@ pub(crate) enum Answer {
 }
 
 pub(crate) enum ToDriver {
-    /// A request whose answer someone waits for.
+    /// A request whose answer someone waits for; `places` hears its place in the queue while
+    /// it waits ([`Event::Queued`]).
     Call {
         id: RequestId,
         op: Op,
         answer: oneshot::Sender<Result<Answer>>,
+        places: Option<mpsc::UnboundedSender<u32>>,
     },
     /// A request whose answer nobody needs (release on drop, cancel on drop).
     Fire { id: RequestId, op: Op },
@@ -146,6 +148,8 @@ pub(crate) struct Handle {
     tx: mpsc::UnboundedSender<ToDriver>,
     next_id: Arc<AtomicU64>,
     session: Arc<AtomicU64>,
+    /// The daemon's welcome listed [`FEATURE_QUEUED`].
+    queued: Arc<AtomicBool>,
 }
 
 impl Handle {
@@ -160,11 +164,31 @@ impl Handle {
 
     /// Sends a request; the receiver yields its answer.
     pub fn call(&self, id: RequestId, op: Op) -> Result<oneshot::Receiver<Result<Answer>>> {
+        self.call_hearing_places(id, op, None)
+    }
+
+    /// Sends a request whose place in the queue `places` hears while it waits.
+    pub fn call_hearing_places(
+        &self,
+        id: RequestId,
+        op: Op,
+        places: Option<mpsc::UnboundedSender<u32>>,
+    ) -> Result<oneshot::Receiver<Result<Answer>>> {
         let (answer, rx) = oneshot::channel();
         self.tx
-            .send(ToDriver::Call { id, op, answer })
+            .send(ToDriver::Call {
+                id,
+                op,
+                answer,
+                places,
+            })
             .map_err(|_| ClientError::Disconnected)?;
         Ok(rx)
+    }
+
+    /// Whether the daemon tells waiting acquires their place in the queue.
+    pub fn speaks_queued(&self) -> bool {
+        self.queued.load(Ordering::Relaxed)
     }
 
     /// Sends a request and forgets it.
@@ -184,8 +208,15 @@ impl Handle {
 type Reader = FramedRead<tokio::net::unix::OwnedReadHalf, LengthDelimitedCodec>;
 type Writer = FramedWrite<tokio::net::unix::OwnedWriteHalf, LengthDelimitedCodec>;
 
-/// Connects and says hello: the stream halves and the session id.
-async fn open(path: &Path, name: Option<String>) -> Result<(Reader, Writer, u64)> {
+/// What a welcome says.
+struct Welcomed {
+    session: u64,
+    /// The daemon tells waiters their place ([`FEATURE_QUEUED`]).
+    queued: bool,
+}
+
+/// Connects and says hello: the stream halves and what the welcome said.
+async fn open(path: &Path, name: Option<String>) -> Result<(Reader, Writer, Welcomed)> {
     let stream = UnixStream::connect(path)
         .await
         .map_err(|source| ClientError::Connect {
@@ -202,9 +233,14 @@ async fn open(path: &Path, name: Option<String>) -> Result<(Reader, Writer, u64)
     // A daemon that refuses the session answers (and closes) without reading the hello, so a
     // failed send is not the end: the refusal may be waiting to be read.
     let sent = writer.send(to_payload(&hello)).await;
-    let session = match reader.next().await {
+    let welcomed = match reader.next().await {
         Some(Ok(bytes)) => match from_payload::<ServerFrame>(&bytes) {
-            Ok(ServerFrame::Welcome { session, .. }) => session,
+            Ok(ServerFrame::Welcome {
+                session, features, ..
+            }) => Welcomed {
+                session,
+                queued: features.iter().any(|f| f == FEATURE_QUEUED),
+            },
             Ok(ServerFrame::Error { error }) => {
                 return Err(ClientError::Refused {
                     path: path.to_path_buf(),
@@ -221,7 +257,7 @@ async fn open(path: &Path, name: Option<String>) -> Result<(Reader, Writer, u64)
         _ => return Err(ClientError::Disconnected),
     };
     sent.map_err(|_| ClientError::Disconnected)?;
-    Ok((reader, writer, session))
+    Ok((reader, writer, welcomed))
 }
 
 /// Connects and says hello. Returns the handle and the driver future to run.
@@ -233,12 +269,13 @@ pub(crate) async fn connect(
     impl std::future::Future<Output = ()> + Send + 'static,
 )> {
     let name = options.name.clone().or_else(program_name);
-    let (reader, writer, session) = open(path, name.clone()).await?;
+    let (reader, writer, welcomed) = open(path, name.clone()).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let handle = Handle {
         tx,
         next_id: Arc::new(AtomicU64::new(1)),
-        session: Arc::new(AtomicU64::new(session)),
+        session: Arc::new(AtomicU64::new(welcomed.session)),
+        queued: Arc::new(AtomicBool::new(welcomed.queued)),
     };
     let driver = Driver {
         path: path.to_path_buf(),
@@ -249,6 +286,7 @@ pub(crate) async fn connect(
         // The driver shares only the counters: it must not keep itself alive through a sender.
         ids: handle.next_id.clone(),
         session: handle.session.clone(),
+        queued: handle.queued.clone(),
     };
     Ok((handle, driver.run(reader, writer, rx)))
 }
@@ -265,6 +303,8 @@ fn program_name() -> Option<String> {
 struct Pending {
     op: Op,
     answer: Option<oneshot::Sender<Result<Answer>>>,
+    /// Hears the request's place in the queue.
+    places: Option<mpsc::UnboundedSender<u32>>,
     /// Sent again after a reconnect: a release that fails as unknown was applied before.
     resent: bool,
 }
@@ -278,11 +318,12 @@ struct LeaseEntry {
 impl LeaseEntry {
     /// The lease did not survive the connection: tell its holder.
     fn lose(self, lease: LeaseId) {
+        self.flags.mark(true);
         let _ = self.events.send(Event::Revoked {
             lease,
             reason: RevokeReason::Lost,
         });
-        self.flags.raise(true);
+        self.flags.run_hook();
     }
 }
 
@@ -295,6 +336,7 @@ struct Driver {
     leases: HashMap<LeaseId, LeaseEntry>,
     ids: Arc<AtomicU64>,
     session: Arc<AtomicU64>,
+    queued: Arc<AtomicBool>,
 }
 
 /// Why one connection ended.
@@ -399,6 +441,7 @@ impl Driver {
             Pending {
                 op,
                 answer: None,
+                places: None,
                 resent: false,
             },
         );
@@ -407,9 +450,14 @@ impl Driver {
 
     /// Records a request to send; `None` for [`ToDriver::Close`].
     fn queue(&mut self, command: ToDriver) -> Option<RequestId> {
-        let (id, op, answer) = match command {
-            ToDriver::Call { id, op, answer } => (id, op, Some(answer)),
-            ToDriver::Fire { id, op } => (id, op, None),
+        let (id, op, answer, places) = match command {
+            ToDriver::Call {
+                id,
+                op,
+                answer,
+                places,
+            } => (id, op, Some(answer), places),
+            ToDriver::Fire { id, op } => (id, op, None, None),
             ToDriver::Close => return None,
         };
         self.pending.insert(
@@ -417,6 +465,7 @@ impl Driver {
             Pending {
                 op,
                 answer,
+                places,
                 resent: false,
             },
         );
@@ -446,8 +495,9 @@ impl Driver {
         let mut backoff = Duration::from_millis(10);
         let mut handles_gone = false;
         loop {
-            if let Ok((reader, mut writer, session)) = open(&self.path, self.name.clone()).await {
-                self.session.store(session, Ordering::Relaxed);
+            if let Ok((reader, mut writer, welcomed)) = open(&self.path, self.name.clone()).await {
+                self.session.store(welcomed.session, Ordering::Relaxed);
+                self.queued.store(welcomed.queued, Ordering::Relaxed);
                 if self.resume(&mut writer).await.is_ok() {
                     return Some((reader, writer));
                 }
@@ -493,9 +543,14 @@ impl Driver {
         for id in first {
             self.write(writer, id).await?;
         }
+        let queued = self.queued.load(Ordering::Relaxed);
         for id in rest {
             if let Some(p) = self.pending.get_mut(&id) {
                 p.resent = true;
+                // A daemon that came back older would refuse the field.
+                if let Op::Acquire(args) = &mut p.op {
+                    args.queued_events &= queued;
+                }
             }
             self.write(writer, id).await?;
         }
@@ -578,26 +633,35 @@ impl Driver {
                     }
                 }
             }
+            ServerFrame::Event {
+                event: Event::Queued { request, position },
+            } => {
+                if let Some(places) = self.pending.get(&request).and_then(|p| p.places.as_ref()) {
+                    let _ = places.send(position);
+                }
+            }
             ServerFrame::Event { event } => {
                 let lease = match &event {
                     Event::YieldRequested { lease, .. }
                     | Event::Revoked { lease, .. }
                     | Event::ReclaimRequested { lease, .. } => Some(*lease),
-                    Event::ShuttingDown | Event::OverUse { .. } => None,
+                    Event::ShuttingDown | Event::OverUse { .. } | Event::Queued { .. } => None,
                 };
                 match lease {
                     Some(lease) => {
                         let revoked = matches!(event, Event::Revoked { .. });
                         let reclaim = matches!(event, Event::ReclaimRequested { .. });
                         if let Some(e) = self.leases.get(&lease) {
-                            // The event is queued before the hook runs, so that a hook's
-                            // reader finds it.
-                            let _ = e.events.send(event);
+                            // The flag is up before the event can be read (a reader of the
+                            // event sees the flag), and the event is queued before the hook
+                            // runs (a hook's reader finds it).
                             if reclaim {
-                                e.flags.raise_reclaim();
+                                e.flags.mark_reclaim();
                             } else {
-                                e.flags.raise(revoked);
+                                e.flags.mark(revoked);
                             }
+                            let _ = e.events.send(event);
+                            e.flags.run_hook();
                         }
                         if revoked {
                             self.leases.remove(&lease);
@@ -647,6 +711,7 @@ mod tests {
                 version: PROTOCOL_VERSION,
                 session: 1,
                 daemon: "test".into(),
+                features: vec![],
             };
             let _ = writer.send(to_payload(&welcome)).await;
             let _request = reader.next().await;

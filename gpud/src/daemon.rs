@@ -75,6 +75,9 @@ impl Daemon {
             backend,
             state_dir,
         } = self;
+        // The file as it was at the start (read before anyone can connect and change it), to
+        // tell which changed keys a reload cannot apply.
+        let at_start = config_path.as_deref().and_then(|p| Config::load(p).ok());
         let nofile = fd_budget::raise_limit();
         fd_budget::fit(&mut config.limits, nofile);
         let probed = backend.devices();
@@ -92,10 +95,22 @@ impl Daemon {
             .collect();
         for (i, d) in specs.iter().enumerate() {
             info!(index = i, uuid = %d.uuid, name = %d.name, total = d.total_bytes, capacity = d.capacity(), "device");
+            if let Some(why) = no_capacity(config.headroom_bytes, d.total_bytes) {
+                warn!(index = i, uuid = %d.uuid, headroom = config.headroom_bytes, total = d.total_bytes, "device {i} can grant no memory: {why}");
+            }
         }
         // Under socket activation the socket, its mode and group are the socket unit's.
         let activated = crate::systemd::activation::take_listener()?;
         let owns_socket = activated.is_none();
+        // The path actually served: under activation the unit's, whatever --socket said.
+        let served = match &activated {
+            Some(l) => l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(std::path::Path::to_path_buf))
+                .unwrap_or_else(|| PathBuf::from("(unnamed socket)")),
+            None => socket.clone(),
+        };
         let (listener, socket_lock) = match activated {
             Some(l) => {
                 let l = tokio::net::UnixListener::from_std(l).map_err(|source| {
@@ -145,7 +160,7 @@ impl Daemon {
         let mut services =
             services::Services::start(&config, &commands, notices, ids.clone()).await?;
         services.ready(&commands).await;
-        info!(socket = %socket.display(), backend = kind, activated = !owns_socket, "gpud ready");
+        info!(socket = %served.display(), backend = kind, activated = !owns_socket, "gpud ready");
 
         let mut sessions = JoinSet::new();
         let mut limits = config.limits;
@@ -168,6 +183,10 @@ impl Daemon {
                 _ = hup.recv() => match &config_path {
                     Some(path) => match Config::load(path) {
                         Ok(mut new) => {
+                            let ignored = at_start.as_ref().map(|old| old.start_only_changes(&new)).unwrap_or_default();
+                            if !ignored.is_empty() {
+                                warn!(keys = %ignored.join(", "), "config reload: these keys changed but take effect only when gpud restarts");
+                            }
                             fd_budget::fit(&mut new.limits, nofile);
                             limits = new.limits;
                             let _ = commands.send(Command::Reload(Box::new(new))).await;
@@ -204,6 +223,17 @@ impl Daemon {
     }
 }
 
+/// Why a device's headroom leaves it no memory to grant, if it does.
+fn no_capacity(headroom: u64, total: u64) -> Option<String> {
+    (headroom >= total).then(|| {
+        format!(
+            "the headroom ({}) is not less than its memory ({}); lower --headroom or devices.headroom",
+            gpud_proto::Bytes(headroom),
+            gpud_proto::Bytes(total)
+        )
+    })
+}
+
 /// Polls the backend on a thread of its own (NVML calls block) and reports to the hub.
 fn spawn_poller(mut backend: Box<dyn Backend>, hub: mpsc::Sender<Command>, every: Duration) {
     std::thread::Builder::new()
@@ -223,4 +253,19 @@ fn spawn_poller(mut backend: Box<dyn Backend>, hub: mpsc::Sender<Command>, every
         })
         .map(drop)
         .unwrap_or_else(|e| error!("cannot start the device poller: {e}"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_headroom_that_takes_the_whole_device_is_named_with_its_numbers() {
+        let why = no_capacity(20 << 30, 16 << 30).expect("no capacity");
+        assert!(
+            why.contains("20.0 GiB") && why.contains("16.0 GiB"),
+            "{why}"
+        );
+        assert!(no_capacity(512 << 20, 16 << 30).is_none());
+    }
 }

@@ -3,16 +3,35 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow};
 use clap::Parser;
 use gpud::backend::{Backend, nvml::Nvml, simulated::Simulated};
 use gpud::config::Config;
 use gpud::daemon::Daemon;
 use gpud_proto::parse_size;
 
+/// How gpud ends; docs/EXIT-CODES.md is the reference, `--help` repeats it.
+mod exit {
+    /// Stopped by SIGTERM or SIGINT, or `--check-config` found the configuration valid.
+    pub const OK: u8 = 0;
+    /// Could not start (socket, state directory, devices, D-Bus) or failed while running.
+    pub const FAILED: u8 = 1;
+    /// A command-line option or its value is wrong (clap's code).
+    pub const USAGE: u8 = 2;
+    /// The configuration file cannot be read or is invalid.
+    pub const CONFIG: u8 = 3;
+}
+
+const EXIT_CODES: &str = "\
+Exit status:
+  0  stopped by SIGTERM or SIGINT, or --check-config found the configuration valid
+  1  could not start (socket, state directory, devices, D-Bus) or failed while running
+  2  usage: an unknown option or a bad value (--simulate, --headroom, --log, --dbus)
+  3  the configuration file cannot be read or is invalid";
+
 /// GPU lease daemon: VRAM reservations and compute interlocks for processes sharing GPUs.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version, after_help = EXIT_CODES)]
 struct Args {
     /// Config file (default /etc/gpud/gpud.toml when it exists).
     #[arg(long, value_name = "PATH")]
@@ -21,13 +40,13 @@ struct Args {
     #[arg(long, value_name = "PATH", env = "GPUD_SOCKET")]
     socket: Option<PathBuf>,
     /// Simulated devices instead of NVML, e.g. `2x16GiB` or `16GiB,24GiB`.
-    #[arg(long, value_name = "SPEC")]
+    #[arg(long, value_name = "SPEC", value_parser = simulation_spec)]
     simulate: Option<String>,
     /// Memory kept back on every device, e.g. `512MiB` (overrides the config).
-    #[arg(long, value_name = "SIZE")]
-    headroom: Option<String>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    headroom: Option<u64>,
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
-    #[arg(long, default_value = "info", env = "GPUD_LOG")]
+    #[arg(long, default_value = "info", env = "GPUD_LOG", value_parser = log_filter)]
     log: String,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -37,10 +56,11 @@ struct Args {
     /// it can be reached.
     #[arg(long, value_name = "BUS")]
     dbus: Option<gpud::config::BusChoice>,
-    /// Directory of the lease journal (default: `state_dir` from the config, else /var/lib/gpud).
+    /// Directory of the lease journal (default: `state_dir` from the config, else
+    /// /var/lib/gpud as root and $XDG_STATE_HOME/gpud or ~/.local/state/gpud otherwise).
     #[arg(long, value_name = "PATH")]
     state_dir: Option<PathBuf>,
-    /// Check the config and exit.
+    /// Check the config (and the options given with it) and exit.
     #[arg(long)]
     check_config: bool,
 }
@@ -51,22 +71,57 @@ enum LogFormat {
     Json,
 }
 
-/// Where the lease journal lives unless configured.
-const DEFAULT_STATE_DIR: &str = "/var/lib/gpud";
+/// `--simulate`: checked when the options are read, so `--check-config` checks it too.
+fn simulation_spec(spec: &str) -> Result<String, gpud::config::simulate::SimulationError> {
+    gpud::config::simulate::parse_spec(spec).map(|_| spec.to_string())
+}
+
+/// `--log`: a filter that does not parse is an error, not a silent `info`.
+fn log_filter(text: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(text)
+        .map(|_| text.to_string())
+        .map_err(|e| format!("not a log level or tracing directive: {e}"))
+}
+
+/// Why gpud stopped with an error, and the code it exits with.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Self {
+            code: exit::FAILED,
+            error: e.into(),
+        }
+    }
+}
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
+        }
+    };
     init_logging(&args);
     match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gpud: {e:#}");
-            ExitCode::FAILURE
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(Failure { code, error }) => {
+            eprintln!("gpud: {}", gpud_proto::report::chain(error.as_ref()));
+            ExitCode::from(code)
         }
     }
 }
 
 fn init_logging(args: &Args) {
+    // `--log` was checked when the options were read.
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -79,10 +134,31 @@ fn init_logging(args: &Args) {
     }
 }
 
-fn run(args: Args) -> Result<()> {
-    let mut config = Config::load_or_default(args.config.as_deref())?;
-    if let Some(h) = &args.headroom {
-        config.headroom_bytes = parse_size(h).context("--headroom")?;
+/// The state directory: the option, the config, else the default for this user.
+fn state_dir(args: &Args, config: &Config) -> Result<PathBuf> {
+    if let Some(dir) = args.state_dir.clone().or_else(|| config.state_dir.clone()) {
+        return Ok(dir);
+    }
+    let env = |k| std::env::var(k).ok();
+    gpud::state_dir::default_path(
+        nix::unistd::geteuid().as_raw(),
+        env("XDG_STATE_HOME").as_deref(),
+        env("HOME").as_deref(),
+    )
+    .ok_or_else(|| {
+        anyhow!(
+            "no state directory for the lease journal: not root, and neither XDG_STATE_HOME nor HOME is set; pass --state-dir PATH"
+        )
+    })
+}
+
+fn run(args: Args) -> Result<(), Failure> {
+    let mut config = Config::load_or_default(args.config.as_deref()).map_err(|e| Failure {
+        code: exit::CONFIG,
+        error: e.into(),
+    })?;
+    if let Some(h) = args.headroom {
+        config.headroom_bytes = h;
     }
     if let Some(bus) = &args.dbus {
         config.dbus = Some(bus.clone());
@@ -94,13 +170,10 @@ fn run(args: Args) -> Result<()> {
     let simulate = args.simulate.clone().or_else(|| config.simulate.clone());
     let backend: Box<dyn Backend> = match simulate {
         Some(spec) => Box::new(Simulated::new(&spec).context("--simulate")?),
-        None => match Nvml::probe() {
-            Ok(nvml) => Box::new(nvml),
-            Err(e) => bail!("{e}"),
-        },
+        None => Box::new(Nvml::probe()?),
     };
     if backend.devices().is_empty() {
-        bail!("no GPUs found ({} backend)", backend.kind());
+        return Err(anyhow!("no GPUs found ({} backend)", backend.kind()).into());
     }
     let socket = args
         .socket
@@ -111,11 +184,7 @@ fn run(args: Args) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    let state_dir = args
-        .state_dir
-        .clone()
-        .or_else(|| config.state_dir.clone())
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let state_dir = state_dir(&args, &config)?;
     let daemon = Daemon {
         state_dir: Some(state_dir),
         config,

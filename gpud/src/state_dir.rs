@@ -19,6 +19,28 @@ use crate::pid_lock::{PidLock, Taken};
 /// The lock file's name inside the state directory.
 pub const LOCK_FILE: &str = "gpud.lock";
 
+/// The host's state directory, for a gpud run by root (the packaged service).
+pub const SYSTEM_STATE_DIR: &str = "/var/lib/gpud";
+
+/// Where the lease journal lives when neither `--state-dir` nor `state_dir` says: the host's
+/// directory for root; for anyone else their own, `$XDG_STATE_HOME/gpud` or
+/// `~/.local/state/gpud` (a user cannot write /var/lib, and should not share the host's
+/// journal). `None` when a non-root user has neither variable (the caller asks for the flag).
+pub fn default_path(
+    euid: u32,
+    xdg_state_home: Option<&str>,
+    home: Option<&str>,
+) -> Option<PathBuf> {
+    if euid == 0 {
+        return Some(PathBuf::from(SYSTEM_STATE_DIR));
+    }
+    // The XDG base directory rules: a relative value is invalid and ignored.
+    let absolute = |v: Option<&str>| v.filter(|v| v.starts_with('/')).map(PathBuf::from);
+    absolute(xdg_state_home)
+        .map(|dir| dir.join("gpud"))
+        .or_else(|| absolute(home).map(|home| home.join(".local/state/gpud")))
+}
+
 /// Why a state directory cannot be used.
 #[derive(Debug, Error)]
 pub enum StateDirError {
@@ -149,6 +171,25 @@ fn check_safe(path: &Path) -> Result<(), StateDirError> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn root_keeps_the_host_directory_and_users_get_their_own() {
+        let host = Some(PathBuf::from(SYSTEM_STATE_DIR));
+        assert_eq!(default_path(0, Some("/x"), Some("/root")), host);
+        assert_eq!(
+            default_path(1000, Some("/home/a/.state"), Some("/home/a")),
+            Some(PathBuf::from("/home/a/.state/gpud"))
+        );
+        assert_eq!(
+            default_path(1000, None, Some("/home/a")),
+            Some(PathBuf::from("/home/a/.local/state/gpud"))
+        );
+        assert_eq!(
+            default_path(1000, Some("relative"), Some("/home/a")),
+            Some(PathBuf::from("/home/a/.local/state/gpud"))
+        );
+        assert_eq!(default_path(1000, None, None), None);
+    }
 
     #[test]
     fn a_second_lock_is_refused_and_names_the_holder() {

@@ -9,6 +9,7 @@ pub mod class;
 pub mod duration;
 pub mod frame;
 pub mod message;
+pub mod report;
 pub mod size;
 
 pub use class::{Class, Placement};

@@ -179,7 +179,15 @@ pub struct AcquireArgs {
     /// notice when a request that is not evictable needs the memory.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub evictable: bool,
+    /// Send [`Event::Queued`] while the request waits. Only for daemons whose welcome lists
+    /// [`FEATURE_QUEUED`]: older ones refuse the field (`bad_frame`), so it is left out when
+    /// false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queued_events: bool,
 }
+
+/// The welcome's feature name for [`AcquireArgs::queued_events`] and [`Event::Queued`].
+pub const FEATURE_QUEUED: &str = "queued_events";
 
 /// Frames the daemon sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -193,6 +201,10 @@ pub enum ServerFrame {
         session: u64,
         /// Daemon name and version.
         daemon: String,
+        /// Optional protocol additions this daemon speaks (such as [`FEATURE_QUEUED`]); absent
+        /// from older daemons, and ignored by older clients.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        features: Vec<String>,
     },
     /// The answer to one request.
     Reply {
@@ -397,6 +409,15 @@ pub enum Event {
     },
     /// The daemon is stopping; leases end with the connection.
     ShuttingDown,
+    /// A waiting acquire's place in the queue, sent when it starts to wait and whenever its
+    /// place changes; only to requests that asked for it ([`AcquireArgs::queued_events`]).
+    Queued {
+        /// The waiting request.
+        request: RequestId,
+        /// 1 for the next to be served: one more than the waiting requests served before it
+        /// that want one of its devices.
+        position: u32,
+    },
 }
 
 /// Error codes, stable across versions. docs/PROTOCOL.md explains each.

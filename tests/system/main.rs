@@ -12,6 +12,7 @@ mod journal;
 mod leases;
 mod metrics;
 mod notify;
+mod operator;
 mod prover;
 mod reload;
 mod slurm;

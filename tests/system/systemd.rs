@@ -135,7 +135,8 @@ fn install_script_stages_every_file_and_uninstall_removes_them() {
 #[test]
 fn the_first_connection_starts_gpud_on_the_passed_socket() {
     let dir = tempdir("gpud-activate");
-    let socket = dir.path().join("gpud.sock");
+    // Another path than the --socket gpud is given: the log must name the one it serves.
+    let socket = dir.path().join("activated.sock");
     let gpud = gpud_tests::ops::Gpud::command(dir.path(), "16GiB", "");
     let program = gpud.get_program().to_owned();
     let args: Vec<_> = gpud.get_args().map(|a| a.to_owned()).collect();
@@ -178,6 +179,10 @@ fn the_first_connection_starts_gpud_on_the_passed_socket() {
     assert_eq!(status.devices.len(), 1);
     let log = std::fs::read_to_string(dir.path().join("gpud.log")).unwrap();
     assert!(log.contains("activated=true"), "{log}");
+    assert!(
+        log.contains(&format!("socket={} ", socket.display())),
+        "the served path: {log}"
+    );
     drop(client);
 
     let exit = gpud_tests::ops::terminate(&mut activator, Duration::from_secs(10));

@@ -311,6 +311,34 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The keys that differ between `self` and `new` and take effect only at a start (a
+    /// SIGHUP applies the scheduler, slots, access, limits and audit, not these).
+    pub fn start_only_changes(&self, new: &Config) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        let mut check = |changed: bool, key| {
+            if changed {
+                keys.push(key);
+            }
+        };
+        check(self.socket != new.socket, "socket");
+        check(self.socket_mode != new.socket_mode, "socket_mode");
+        check(self.socket_group != new.socket_group, "socket_group");
+        check(self.state_dir != new.state_dir, "state_dir");
+        check(self.readopt_grace != new.readopt_grace, "readopt_grace");
+        check(
+            self.headroom_bytes != new.headroom_bytes,
+            "devices.headroom",
+        );
+        check(self.simulate != new.simulate, "devices.simulate");
+        check(
+            self.poll_interval != new.poll_interval,
+            "devices.poll_interval",
+        );
+        check(self.dbus != new.dbus, "dbus.bus");
+        check(self.metrics != new.metrics, "metrics.listen");
+        keys
+    }
+
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -608,6 +636,21 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(c, expected);
+    }
+
+    #[test]
+    fn start_only_keys_that_changed_are_named_and_reloadable_ones_are_not() {
+        let old = parse("[devices]\nheadroom = \"1GiB\"\ncompute_slots = 1\n").unwrap();
+        let new = parse(
+            "socket = \"/tmp/other.sock\"\n[devices]\nheadroom = \"2GiB\"\ncompute_slots = 2\n\
+             [metrics]\nlisten = \"127.0.0.1:9464\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            old.start_only_changes(&new),
+            ["socket", "devices.headroom", "metrics.listen"]
+        );
+        assert!(old.start_only_changes(&old.clone()).is_empty());
     }
 
     #[test]

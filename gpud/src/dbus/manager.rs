@@ -90,6 +90,8 @@ impl Manager {
             label: None,
             budget: None,
             evictable: false,
+            // A bus caller waits in one method call; there is nothing to tell it meanwhile.
+            queued_events: false,
         };
         match self.call(conn, &hdr, Op::Acquire(args)).await? {
             Reply::Granted(info) => Ok((

@@ -131,8 +131,12 @@ async fn signal_callers(
                 emitter.lease_revoked(lease, &wire_name(&reason)).await
             }
             // Bus callers see over-use in Status and the metrics; no signal for it. They cannot
-            // ask for evictable leases, so no reclaim notice comes to them.
-            Event::ShuttingDown | Event::OverUse { .. } | Event::ReclaimRequested { .. } => Ok(()),
+            // ask for evictable leases or their place in the queue, so no reclaim notice and no
+            // place comes to them.
+            Event::ShuttingDown
+            | Event::OverUse { .. }
+            | Event::Queued { .. }
+            | Event::ReclaimRequested { .. } => Ok(()),
         };
         if let Err(e) = sent {
             debug!(error = %e, "cannot signal a bus caller");

@@ -558,7 +558,7 @@ impl Ledger {
         reason: RevokeReason,
     ) -> Result<SessionId, LedgerError> {
         if !self.leases.contains_key(&lease_id) {
-            return Err(LedgerError::UnknownLease(lease_id));
+            return Err(LedgerError::NoSuchLease(lease_id));
         }
         Ok(self.revoke_lease(now, lease_id, reason))
     }

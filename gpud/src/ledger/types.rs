@@ -310,7 +310,11 @@ pub enum LedgerError {
     #[error("no device {0}")]
     UnknownDevice(Placement),
     /// The request is larger than any matching device's capacity.
-    #[error("{need} bytes can never fit: the largest matching capacity is {capacity} bytes")]
+    #[error(
+        "{} can never fit: the largest matching capacity is {} ({need} > {capacity} bytes)",
+        gpud_proto::Bytes(*need),
+        gpud_proto::Bytes(*capacity)
+    )]
     NeverFits {
         /// Bytes asked.
         need: u64,
@@ -323,6 +327,9 @@ pub enum LedgerError {
     /// The session holds no such lease.
     #[error("no lease {0} in this session")]
     UnknownLease(LeaseId),
+    /// No session holds such a lease (for operations on any session's lease: revoke).
+    #[error("no lease {0} (gpudctl leases lists them)")]
+    NoSuchLease(LeaseId),
     /// The session has no such waiting request.
     #[error("no waiting request {0} in this session")]
     UnknownRequest(RequestId),

@@ -130,6 +130,7 @@ async fn run(
         version: PROTOCOL_VERSION,
         session,
         daemon: format!("gpud {}", env!("CARGO_PKG_VERSION")),
+        features: vec![gpud_proto::FEATURE_QUEUED.into()],
     };
     writer.send(to_payload(&welcome)).await.map_err(io_closed)?;
 

@@ -102,7 +102,9 @@ impl From<LedgerError> for Refusal {
             LedgerError::UnknownDevice(_) => Refusal::UnknownDevice,
             LedgerError::NeverFits { need, capacity } => Refusal::NeverFits { need, capacity },
             LedgerError::Invalid(_) => Refusal::Invalid,
-            LedgerError::UnknownLease(id) => Refusal::UnknownLease(id),
+            LedgerError::UnknownLease(id) | LedgerError::NoSuchLease(id) => {
+                Refusal::UnknownLease(id)
+            }
             LedgerError::UnknownRequest(id) => Refusal::UnknownRequest(id),
             LedgerError::DuplicateRequest(id) => Refusal::DuplicateRequest(id),
             LedgerError::ResizePending(id) => Refusal::ResizePending(id),

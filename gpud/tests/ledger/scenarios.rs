@@ -78,6 +78,14 @@ fn two_large_requests_are_serialized() {
 }
 
 #[test]
+fn revoking_a_lease_nobody_holds_does_not_speak_of_a_session() {
+    let now = Instant::now();
+    let mut l = Ledger::new(LedgerConfig::default(), vec![device("GPU-a", 16)]);
+    let text = l.revoke(now, 999).unwrap_err().to_string();
+    assert_eq!(text, "no lease 999 (gpudctl leases lists them)");
+}
+
+#[test]
 fn never_fitting_requests_are_refused_at_once() {
     let now = Instant::now();
     let mut l = Ledger::new(
@@ -95,6 +103,12 @@ fn never_fitting_requests_are_refused_at_once() {
             need: 25 * GIB,
             capacity: 24 * GIB
         })
+    );
+    // People read sizes in binary units; the bytes stay for the exact figure.
+    let text = e.unwrap_err().to_string();
+    assert!(
+        text.starts_with("25.0 GiB can never fit: the largest matching capacity is 24.0 GiB"),
+        "{text}"
     );
     let e = l.acquire(
         now,
@@ -742,7 +756,7 @@ fn requests_are_checked_for_ownership_and_duplicates() {
     );
     assert_eq!(l.cancel(now, t(2, 6)), Err(LedgerError::UnknownRequest(6)));
     assert_eq!(l.cancel(now, t(2, 5)), Ok(()));
-    assert_eq!(l.revoke(now, 99), Err(LedgerError::UnknownLease(99)));
+    assert_eq!(l.revoke(now, 99), Err(LedgerError::NoSuchLease(99)));
     assert_eq!(l.revoke(now, a), Ok(1));
     l.check_invariants().unwrap();
 }

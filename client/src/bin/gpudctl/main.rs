@@ -1,10 +1,14 @@
 //! `gpudctl`: operate and inspect gpud.
 
 mod budget;
+mod exit;
+mod exposition;
 mod format;
 mod run;
 mod slurm;
+mod waiting;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -15,8 +19,9 @@ use gpud_client::proto::{Placement, parse_duration};
 use gpud_client::{Client, LeaseId};
 
 /// Inspect and operate gpud, the GPU lease daemon.
+// The about is this comment: a bare `about` would take the crate's, the client library's.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version, after_help = exit::TABLE)]
 struct Args {
     /// gpud's socket.
     #[arg(long, global = true, value_name = "PATH", env = "GPUD_SOCKET", default_value = gpud_client::DEFAULT_SOCKET)]
@@ -39,10 +44,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Status, refreshed until interrupted.
+    /// Status, refreshed until interrupted (redrawn in place on a terminal, appended in a pipe).
     Watch {
-        /// Refresh period.
-        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        /// Refresh period, at least 100ms.
+        #[arg(long, default_value = "1s", value_parser = watch_interval)]
         interval: Duration,
         /// One JSON status document per line instead of a screen.
         #[arg(long)]
@@ -64,7 +69,11 @@ enum Command {
         lease: LeaseId,
     },
     /// Metrics in the Prometheus text format (names in docs/METRICS.md).
-    Metrics,
+    Metrics {
+        /// The samples as JSON: `{"samples": [{name, labels, value, type, help}]}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a program under a lease: sets CUDA_VISIBLE_DEVICES and GPUD_LEASE_ID, releases when
     /// it exits, and passes its exit status through.
     Run(run::RunArgs),
@@ -76,6 +85,20 @@ enum Command {
     Slurm(slurm::SlurmCommand),
 }
 
+/// Shorter refreshes only load gpud (and `0s` was a busy loop).
+const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
+
+fn watch_interval(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d < MIN_WATCH_INTERVAL {
+        return Err(format!(
+            "{text} is below the minimum of {}ms",
+            MIN_WATCH_INTERVAL.as_millis()
+        ));
+    }
+    Ok(d)
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -85,14 +108,14 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("gpudctl: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(exit::FAILED);
         }
     };
     match runtime.block_on(dispatch(args)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gpudctl: {e:#}");
-            ExitCode::FAILURE
+            eprintln!("gpudctl: {}", gpud_client::proto::report::chain(e.as_ref()));
+            ExitCode::from(exit::code_of(&e))
         }
     }
 }
@@ -122,16 +145,18 @@ async fn dispatch(args: Args) -> Result<ExitCode> {
             if json {
                 say(&format!("{}\n", serde_json::to_string(&status)?));
             } else {
-                // Clear the screen and home the cursor, then draw.
-                say(&format!(
-                    "\x1b[2J\x1b[H{}\n{}",
-                    format::status(&status),
-                    format::leases(&status)
-                ));
+                let screen = format!("{}\n{}", format::status(&status), format::leases(&status));
+                if std::io::stdout().is_terminal() {
+                    // Clear the screen and home the cursor, then draw.
+                    say(&format!("\x1b[2J\x1b[H{screen}"));
+                } else {
+                    // A pipe or file gets each refresh after the last, a blank line between.
+                    say(&format!("{screen}\n"));
+                }
             }
             tokio::select! {
                 () = tokio::time::sleep(interval) => {}
-                _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+                _ = tokio::signal::ctrl_c() => return Ok(ExitCode::from(exit::OK)),
             }
         },
         Command::Drain { device } => {
@@ -155,12 +180,20 @@ async fn dispatch(args: Args) -> Result<ExitCode> {
                 .with_context(|| format!("revoke lease {lease}"))?;
             say(&format!("lease {lease} revoked\n"));
         }
-        Command::Metrics => say(&client.metrics().await?),
+        Command::Metrics { json } => {
+            let text = client.metrics().await?;
+            if json {
+                let v = exposition::to_json(&text).map_err(anyhow::Error::msg)?;
+                say(&format!("{}\n", serde_json::to_string_pretty(&v)?));
+            } else {
+                say(&text);
+            }
+        }
         Command::Run(run) => return run::run(&client, run).await,
         Command::Budget(command) => budget::run(&client, command, &args.socket).await?,
         Command::Slurm(command) => slurm::run(&client, command, &args.socket).await?,
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(exit::OK))
 }
 
 /// Writes to stdout; a closed pipe (`gpudctl status | head`) ends the program quietly.

@@ -1,15 +1,20 @@
 //! `gpudctl run`: an unmodified program under a lease.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
-use gpud_client::proto::{Class, Event, Placement, parse_duration, parse_size};
+use gpud_client::proto::{Class, Event, Placement, RevokeReason, parse_duration, parse_size};
 use gpud_client::{Client, LeaseRequest};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
+
+use crate::exit::{self, Fail};
+use crate::format::duration_ms;
+use crate::waiting::Progress;
 
 /// Arguments of `gpudctl run`.
 #[derive(Debug, Args)]
@@ -32,7 +37,8 @@ pub struct RunArgs {
     /// Label shown in status (default: the program's name).
     #[arg(long)]
     label: Option<String>,
-    /// Report the grant on stderr.
+    /// Report the wait (a line each time the place in the queue changes) and the grant on
+    /// stderr. On a terminal the wait is always shown, on one line that goes at the grant.
     #[arg(short, long)]
     verbose: bool,
     /// The program and its arguments.
@@ -44,7 +50,11 @@ pub struct RunArgs {
 pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
     let vram = args.vram.unwrap_or(0);
     if vram == 0 && !args.compute {
-        bail!("nothing to reserve: give --vram SIZE and/or --compute");
+        return Err(Fail::new(
+            exit::USAGE,
+            "nothing to reserve: give --vram SIZE and/or --compute",
+        )
+        .into());
     }
     let mut request = LeaseRequest::new()
         .vram(vram)
@@ -61,25 +71,65 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
     }
     let mut interrupt = signal(SignalKind::interrupt()).context("signal handler")?;
     let mut terminate = signal(SignalKind::terminate()).context("signal handler")?;
-    let mut lease = tokio::select! {
-        lease = client.acquire(&request) => lease.context("acquire")?,
-        _ = interrupt.recv() => return Ok(ExitCode::from(130)),
-        _ = terminate.recv() => return Ok(ExitCode::from(143)),
+    let started = Instant::now();
+    let mut progress = Progress::new(
+        std::io::stderr(),
+        std::io::stderr().is_terminal(),
+        args.verbose,
+        started,
+    );
+    let (places, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let acquire = client.acquire_hearing_places(&request, places);
+    tokio::pin!(acquire);
+    // The live line appears once a wait is worth showing, and then counts the seconds.
+    let mut ticks = tokio::time::interval_at(
+        (started + Duration::from_secs(1)).into(),
+        Duration::from_secs(1),
+    );
+    let mut lease = loop {
+        tokio::select! {
+            lease = &mut acquire => {
+                progress.done(Instant::now());
+                break lease.context("acquire")?;
+            }
+            Some(place) = heard.recv() => progress.place(place, Instant::now()),
+            _ = ticks.tick() => progress.tick(Instant::now()),
+            _ = interrupt.recv() => {
+                progress.done(Instant::now());
+                return Ok(ExitCode::from(130));
+            }
+            _ = terminate.recv() => {
+                progress.done(Instant::now());
+                return Ok(ExitCode::from(143));
+            }
+        }
     };
     if args.verbose {
         eprintln!(
-            "gpudctl: lease {} on device {} ({})",
+            "gpudctl: lease {} on device {} ({}) after {}",
             lease.id(),
             lease.info().device_index,
-            lease.info().device_uuid
+            lease.info().device_uuid,
+            duration_ms(started.elapsed().as_millis() as u64)
         );
     }
-    let mut child = tokio::process::Command::new(&args.command[0])
+    let mut child = match tokio::process::Command::new(&args.command[0])
         .args(&args.command[1..])
         .env("CUDA_VISIBLE_DEVICES", lease.cuda_visible_devices())
         .env("GPUD_LEASE_ID", lease.id().to_string())
         .spawn()
-        .with_context(|| format!("cannot run {:?}", args.command[0]))?;
+    {
+        Ok(child) => child,
+        Err(e) => {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+                _ => exit::NOT_EXECUTABLE,
+            };
+            let _ = lease.release().await;
+            return Err(anyhow::Error::new(e)
+                .context(Fail::new(code, format!("cannot run {:?}", args.command[0]))));
+        }
+    };
     let pid = child.id().map(|p| Pid::from_raw(p as i32));
     let forward = |sig: Signal| {
         if let Some(pid) = pid {
@@ -87,29 +137,40 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
         }
     };
     let mut listening = true;
+    // Why gpudctl stopped the program, when it did.
+    let mut ended: Option<Fail> = None;
     let status = loop {
         tokio::select! {
             status = child.wait() => break status.context("wait for the program")?,
             _ = interrupt.recv() => forward(Signal::SIGINT),
             _ = terminate.recv() => forward(Signal::SIGTERM),
             event = lease.next_event(), if listening => match event {
+                // The library's word for a lease it could not keep over a lost connection.
+                Some(Event::Revoked { reason: RevokeReason::Lost, .. }) | None => {
+                    eprintln!("gpudctl: connection to gpud lost; stopping the program");
+                    ended = Some(Fail::new(exit::LOST, "the program was stopped: the connection to gpud was lost"));
+                    forward(Signal::SIGTERM);
+                    listening = false;
+                }
                 Some(Event::Revoked { reason, .. }) => {
-                    eprintln!("gpudctl: lease {} revoked ({reason:?}); stopping the program", lease.id());
+                    let why = serde_json::to_value(reason)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_else(|| format!("{reason:?}"));
+                    eprintln!("gpudctl: lease {} revoked ({why}); stopping the program", lease.id());
+                    ended = Some(Fail::new(exit::REVOKED, format!("the program was stopped: lease {} was revoked ({why})", lease.id())));
                     forward(Signal::SIGTERM);
                     listening = false;
                 }
                 Some(_) => {}
-                // The connection is gone: the lease no longer protects the program.
-                None => {
-                    eprintln!("gpudctl: connection to gpud lost; stopping the program");
-                    forward(Signal::SIGTERM);
-                    listening = false;
-                }
             },
         }
     };
     if !lease.is_lost() {
         lease.release().await.context("release")?;
+    }
+    if let Some(fail) = ended {
+        return Err(fail.into());
     }
     use std::os::unix::process::ExitStatusExt;
     let code = match (status.code(), status.signal()) {

@@ -119,6 +119,19 @@ impl Core {
                 lease,
                 reason,
             } => {
+                if reason == RevokeReason::YieldIgnored {
+                    let (pid, process) = self
+                        .peer(session)
+                        .map_or((0, String::new()), |p| (p.pid, p.process.clone()));
+                    tracing::warn!(
+                        lease,
+                        session,
+                        pid,
+                        process = %process,
+                        kill = self.settings.kill_ignored_yield,
+                        "lease revoked: its holder ignored the yield notice"
+                    );
+                }
                 if reason == RevokeReason::YieldIgnored && self.settings.kill_ignored_yield {
                     if let Some(peer) = self.peer(session) {
                         let (pid, start) = (peer.pid, peer.start);

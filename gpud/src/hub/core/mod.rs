@@ -20,6 +20,7 @@ mod budgets;
 mod journaling;
 mod observer;
 mod ops;
+mod queued;
 mod sessions;
 mod status;
 mod timers;
@@ -201,6 +202,8 @@ pub struct Core {
     withheld: withheld::Withheld,
     /// Whose each budget is.
     budgets: budgets::Budgets,
+    /// Waiters that hear their place in the queue.
+    places: queued::Places,
 }
 
 impl Core {
@@ -233,6 +236,7 @@ impl Core {
             rng,
             withheld: withheld::Withheld::default(),
             budgets: budgets::Budgets::default(),
+            places: queued::Places::default(),
         }
     }
 
@@ -300,6 +304,7 @@ impl Core {
                 .owners
                 .retain(|&id, _| ledger.lease(id).is_some());
         }
+        self.report_places();
         self.journal_changes(now);
         if self.journal.urgent {
             self.flush_journal();

@@ -654,3 +654,81 @@ fn only_those_listed_may_ask_for_the_critical_class() {
         Some(Outcome::Ok(Reply::Granted(_)))
     ));
 }
+
+/// The `queued` events of `frames`: (request, position).
+fn places(frames: &[ServerFrame]) -> Vec<(u64, u32)> {
+    frames
+        .iter()
+        .filter_map(|f| match f {
+            ServerFrame::Event {
+                event: Event::Queued { request, position },
+            } => Some((*request, *position)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn waiters_that_ask_hear_their_place_when_it_changes_and_others_hear_nothing() {
+    let mut b = Bench::new(&Config::default());
+    for (session, uid) in [(1, 1000), (2, 1000), (3, 2000), (4, 0), (5, 2000)] {
+        b.open(session, peer(100 + session as u32, uid)).unwrap();
+    }
+    let on = |device| gpud_proto::AcquireArgs {
+        vram_bytes: 16 * GIB,
+        device: gpud_proto::Placement::Index(device),
+        ..Default::default()
+    };
+    b.request(1, 1, Op::Acquire(on(0)));
+    b.request(1, 2, Op::Acquire(on(1)));
+    let lease = match outcome(&b.frames(1), 1) {
+        Some(Outcome::Ok(Reply::Granted(info))) => info.lease,
+        other => panic!("{other:?}"),
+    };
+    let watching = |class| gpud_proto::AcquireArgs {
+        vram_bytes: GIB,
+        class,
+        queued_events: true,
+        ..Default::default()
+    };
+    b.request(2, 1, Op::Acquire(watching(gpud_proto::Class::Normal)));
+    assert_eq!(places(&b.frames(2)), [(1, 1)], "the first to wait is next");
+    b.request(3, 7, Op::Acquire(watching(gpud_proto::Class::Normal)));
+    assert_eq!(places(&b.frames(3)), [(7, 2)]);
+    // One that did not ask is counted, and told nothing.
+    b.acquire(5, 1, GIB, false);
+    assert!(places(&b.frames(5)).is_empty());
+    // A higher class goes first: the others move back.
+    b.request(4, 1, Op::Acquire(watching(gpud_proto::Class::High)));
+    let actions = b.actions();
+    assert_eq!(places(&sent_to(&actions, 4)), [(1, 1)]);
+    assert_eq!(places(&sent_to(&actions, 2)), [(1, 2)]);
+    assert_eq!(places(&sent_to(&actions, 3)), [(7, 3)]);
+    // A place that does not change is not told again.
+    b.request(2, 9, Op::Ping);
+    assert!(places(&b.frames(2)).is_empty());
+    // One ahead leaves: the one behind moves up.
+    b.request(2, 2, Op::Cancel { request: 1 });
+    let actions = b.actions();
+    assert!(
+        places(&sent_to(&actions, 2)).is_empty(),
+        "the cancelled one hears no more"
+    );
+    assert_eq!(places(&sent_to(&actions, 3)), [(7, 2)]);
+    // A release grants the first; the next moves up, the granted one hears its grant only.
+    b.request(1, 3, Op::Release { lease });
+    let actions = b.actions();
+    let first = sent_to(&actions, 4);
+    assert!(matches!(
+        outcome(&first, 1),
+        Some(Outcome::Ok(Reply::Granted(_)))
+    ));
+    assert!(places(&first).is_empty(), "{first:?}");
+    // 15 GiB are free on device 0 now: the next is granted as well, and hears no place.
+    let got = sent_to(&actions, 3);
+    assert!(
+        matches!(outcome(&got, 7), Some(Outcome::Ok(Reply::Granted(_)))),
+        "{got:?}"
+    );
+    assert!(places(&got).is_empty(), "{got:?}");
+}

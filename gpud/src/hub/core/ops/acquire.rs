@@ -9,6 +9,7 @@ use crate::ledger::{AcquireSpec, Decision, Ticket};
 impl Core {
     pub(super) fn acquire(&mut self, now: Now, ticket: Ticket, args: AcquireArgs) -> Answered {
         let class = args.class;
+        let watch = args.queued_events;
         let asked = self.checked_acquire(ticket, args).and_then(|spec| {
             let within = spec.within;
             self.ledger
@@ -22,6 +23,9 @@ impl Core {
             }
             Ok(None) => {
                 self.observer.waiting(now.at, ticket, class);
+                if watch {
+                    self.places.watch(ticket);
+                }
                 None
             }
             Err(e) => {

@@ -62,8 +62,28 @@ impl Core {
         if !self.is_admin(session) {
             return Err(not_admin(&format!("revoking lease {lease}")));
         }
+        let label = self
+            .ledger
+            .lease(lease)
+            .and_then(|l| l.label.clone())
+            .unwrap_or_default();
         let holder = self.ledger.revoke(now.at, lease).map_err(ledger_error)?;
-        info!(lease, holder, "lease revoked by an administrator");
+        let holder_pid = self.peer(holder).map_or(0, |p| p.pid);
+        // Who did it: the administrator's uid, pid and process, for the audit trail.
+        let (by_uid, by_pid, by_process) = self
+            .peer(session)
+            .map_or((0, 0, String::new()), |p| (p.uid, p.pid, p.process.clone()));
+        info!(
+            lease,
+            holder,
+            holder_pid,
+            label = %label,
+            by_uid,
+            by_pid,
+            by_process = %by_process,
+            by_session = session,
+            "lease revoked by an administrator"
+        );
         Ok(Reply::Done)
     }
 }

@@ -78,7 +78,7 @@ pub(super) fn ledger_error(e: crate::ledger::LedgerError) -> ErrorBody {
         LedgerError::UnknownDevice(_) => ErrorCode::UnknownDevice,
         LedgerError::NeverFits { .. } => ErrorCode::NeverFits,
         LedgerError::Invalid(_) => ErrorCode::InvalidRequest,
-        LedgerError::UnknownLease(_) => ErrorCode::UnknownLease,
+        LedgerError::UnknownLease(_) | LedgerError::NoSuchLease(_) => ErrorCode::UnknownLease,
         LedgerError::UnknownRequest(_) => ErrorCode::UnknownRequest,
         LedgerError::DuplicateRequest(_) => ErrorCode::DuplicateRequest,
         LedgerError::ResizePending(_) => ErrorCode::ResizePending,
