@@ -1,5 +1,7 @@
 //! `gpud`: the daemon binary.
 
+mod cli;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -10,46 +12,7 @@ use gpud::config::Config;
 use gpud::daemon::Daemon;
 use gpud_proto::parse_size;
 
-/// GPU lease daemon: VRAM reservations and compute interlocks for processes sharing GPUs.
-#[derive(Debug, Parser)]
-#[command(version, about)]
-struct Args {
-    /// Config file (default /etc/gpud/gpud.toml when it exists).
-    #[arg(long, value_name = "PATH")]
-    config: Option<PathBuf>,
-    /// Unix socket to listen on.
-    #[arg(long, value_name = "PATH", env = "GPUD_SOCKET")]
-    socket: Option<PathBuf>,
-    /// Simulated devices instead of NVML, e.g. `2x16GiB` or `16GiB,24GiB`.
-    #[arg(long, value_name = "SPEC")]
-    simulate: Option<String>,
-    /// Memory kept back on every device, e.g. `512MiB` (overrides the config).
-    #[arg(long, value_name = "SIZE")]
-    headroom: Option<String>,
-    /// Log filter (error, warn, info, debug, trace, or a tracing directive).
-    #[arg(long, default_value = "info", env = "GPUD_LOG")]
-    log: String,
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    /// D-Bus service: system, session, none, or a bus address such as
-    /// unix:path=/run/dbus/system_bus_socket. Default: `[dbus] bus`, else the system bus when
-    /// it can be reached.
-    #[arg(long, value_name = "BUS")]
-    dbus: Option<gpud::config::BusChoice>,
-    /// Directory of the lease journal (default: `state_dir` from the config, else /var/lib/gpud).
-    #[arg(long, value_name = "PATH")]
-    state_dir: Option<PathBuf>,
-    /// Check the config and exit.
-    #[arg(long)]
-    check_config: bool,
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
+use cli::{Args, LogFormat};
 
 /// Where the lease journal lives unless configured.
 const DEFAULT_STATE_DIR: &str = "/var/lib/gpud";

@@ -1,72 +1,16 @@
 //! `gpudctl`: operate and inspect gpud.
 
+mod cli;
 mod format;
 mod run;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
-use gpud_client::proto::{Placement, parse_duration};
-use gpud_client::{Client, LeaseId};
+use clap::Parser;
+use gpud_client::Client;
 
-/// Inspect and operate gpud, the GPU lease daemon.
-#[derive(Debug, Parser)]
-#[command(version, about)]
-struct Args {
-    /// gpud's socket.
-    #[arg(long, global = true, value_name = "PATH", env = "GPUD_SOCKET", default_value = gpud_client::DEFAULT_SOCKET)]
-    socket: PathBuf,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Devices: capacity, reservations, compute holder, queues.
-    Status {
-        /// Machine-readable output (fields documented in docs/PROTOCOL.md).
-        #[arg(long)]
-        json: bool,
-    },
-    /// Granted leases and waiting requests.
-    Leases {
-        /// Machine-readable output.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Status, refreshed until interrupted.
-    Watch {
-        /// Refresh period.
-        #[arg(long, default_value = "1s", value_parser = parse_duration)]
-        interval: Duration,
-        /// One JSON status document per line instead of a screen.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Stop new grants on a device (existing leases run on). Needs admin rights.
-    Drain {
-        /// Device index or UUID.
-        device: Placement,
-    },
-    /// Resume grants on a drained device. Needs admin rights.
-    Undrain {
-        /// Device index or UUID.
-        device: Placement,
-    },
-    /// Take a lease away from its holder. Needs admin rights.
-    Revoke {
-        /// Lease id (see `gpudctl leases`).
-        lease: LeaseId,
-    },
-    /// Metrics in the Prometheus text format (names in docs/METRICS.md).
-    Metrics,
-    /// Run a program under a lease: sets CUDA_VISIBLE_DEVICES and GPUD_LEASE_ID, releases when
-    /// it exits, and passes its exit status through.
-    Run(run::RunArgs),
-}
+use cli::{Args, Command};
 
 fn main() -> ExitCode {
     let args = Args::parse();

@@ -1,0 +1,52 @@
+//! gpud's command line: the binary parses it (main.rs declares this module; it is not part of
+//! the library), and gpud-cli-docs renders its man page and shell completions from it.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// GPU lease daemon: VRAM reservations and compute interlocks for processes sharing GPUs.
+#[derive(Debug, Parser)]
+// Name and about are set here, not taken from Cargo: gpud-cli-docs compiles this file too,
+// and Cargo's would be that crate's.
+#[command(name = "gpud", version)]
+pub struct Args {
+    /// Config file (default /etc/gpud/gpud.toml when it exists).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Unix socket to listen on.
+    #[arg(long, value_name = "PATH", env = "GPUD_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// Simulated devices instead of NVML, e.g. `2x16GiB` or `16GiB,24GiB`.
+    #[arg(long, value_name = "SPEC")]
+    pub simulate: Option<String>,
+    /// Memory kept back on every device, e.g. `512MiB` (overrides the config).
+    #[arg(long, value_name = "SIZE")]
+    pub headroom: Option<String>,
+    /// Log filter (error, warn, info, debug, trace, or a tracing directive).
+    #[arg(long, default_value = "info", env = "GPUD_LOG")]
+    pub log: String,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// D-Bus service: system, session, none, or a bus address such as
+    /// unix:path=/run/dbus/system_bus_socket. Default: `[dbus] bus`, else the system bus when
+    /// it can be reached.
+    #[arg(long, value_name = "BUS")]
+    pub dbus: Option<gpud::config::BusChoice>,
+    /// Directory of the lease journal (default: `state_dir` from the config, else /var/lib/gpud).
+    #[arg(long, value_name = "PATH")]
+    pub state_dir: Option<PathBuf>,
+    /// Check the config and exit.
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line per event, for people and the journal.
+    Text,
+    /// One JSON object per event, for log collectors.
+    Json,
+}
