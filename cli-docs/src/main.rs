@@ -103,11 +103,90 @@ mod tests {
         }
     }
 
+    /// Every help text of a command and its arguments, subcommands included.
+    fn help_texts(command: &clap::Command, out: &mut Vec<String>) {
+        out.extend(command.get_about().map(|t| t.to_string()));
+        out.extend(command.get_long_about().map(|t| t.to_string()));
+        for arg in command.get_arguments() {
+            out.extend(arg.get_help().map(|t| t.to_string()));
+            out.extend(arg.get_long_help().map(|t| t.to_string()));
+        }
+        for sub in command.get_subcommands() {
+            help_texts(sub, out);
+        }
+    }
+
+    /// The repository files that scripts/manifest installs into the documentation directory,
+    /// as patterns (`docs/*.md`).
+    fn installed_docs() -> Vec<String> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let manifest = std::fs::read_to_string(root.join("scripts/manifest")).unwrap();
+        manifest
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|f| f.len() == 5 && f[1] == "file" && f[4].starts_with("{docdir}/"))
+            .map(|f| f[3].to_owned())
+            .collect()
+    }
+
+    fn installed(doc: &str, patterns: &[String]) -> bool {
+        patterns.iter().any(|p| match p.split_once('*') {
+            Some((head, tail)) => {
+                doc.starts_with(head) && doc.ends_with(tail) && !doc[head.len()..].contains('/')
+            }
+            None => p == doc,
+        })
+    }
+
+    #[test]
+    fn every_document_the_help_names_is_installed() {
+        let patterns = installed_docs();
+        let mut texts = Vec::new();
+        for (command, _) in programs() {
+            help_texts(&command, &mut texts);
+        }
+        let named: Vec<&str> = texts
+            .iter()
+            .flat_map(|t| t.split(|c: char| c.is_whitespace() || "(),;`".contains(c)))
+            .filter(|w| w.ends_with(".md"))
+            .collect();
+        for doc in &named {
+            let doc = doc.trim_end_matches('.');
+            assert!(
+                installed(doc, &patterns),
+                "the help names {doc}, which scripts/manifest does not install ({patterns:?})"
+            );
+        }
+        // The help names documents at all, so the check above checked something.
+        assert!(!named.is_empty());
+    }
+
+    #[test]
+    fn the_pages_say_where_the_documentation_is() {
+        let dir = tempfile::tempdir().unwrap();
+        write_all(dir.path(), Path::new("/opt/gpud/share/doc/gpud")).unwrap();
+        for page in ["gpud.8", "gpudctl.1"] {
+            let text = std::fs::read_to_string(dir.path().join("man").join(page)).unwrap();
+            assert!(text.contains("/opt/gpud/share/doc/gpud"), "{page}:\n{text}");
+            assert!(text.contains(".SH FILES"), "{page}");
+        }
+    }
+
     #[test]
     fn pages_are_named_after_the_programs_not_the_crates() {
         // clap names a derived command after the crate that compiles it; here that would be
         // gpud-cli-docs, so the definitions must name their programs themselves.
         assert_eq!(gpud_cli::Args::command().get_name(), "gpud");
         assert_eq!(gpudctl_cli::Args::command().get_name(), "gpudctl");
+        // Nor is their NAME line this crate's description.
+        for (command, _) in programs() {
+            let about = command
+                .get_about()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            assert!(!about.is_empty(), "{} has no about", command.get_name());
+            assert_ne!(about, env!("CARGO_PKG_DESCRIPTION"));
+        }
     }
 }

@@ -25,7 +25,8 @@ pub struct Args {
 pub enum Command {
     /// Devices: capacity, reservations, compute holder, queues.
     Status {
-        /// Machine-readable output (fields documented in docs/PROTOCOL.md).
+        /// Machine-readable output (its fields: docs/PROTOCOL.md in the documentation, which FILES in
+        /// gpudctl(1) locates).
         #[arg(long)]
         json: bool,
     },
@@ -59,7 +60,8 @@ pub enum Command {
         /// Lease id (see `gpudctl leases`).
         lease: LeaseId,
     },
-    /// Metrics in the Prometheus text format (names in docs/METRICS.md).
+    /// Metrics in the Prometheus text format (names: docs/METRICS.md in the documentation, see
+    /// gpudctl(1)).
     Metrics,
     /// Run a program under a lease: sets CUDA_VISIBLE_DEVICES and GPUD_LEASE_ID, releases when
     /// it exits, and passes its exit status through.
