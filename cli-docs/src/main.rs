@@ -9,11 +9,20 @@
 //!   DIR/completions/fish/{gpud,gpudctl}.fish
 //! ```
 
-// The binaries' command lines, compiled here from the same files the binaries compile.
-#[path = "../../gpud/src/cli.rs"]
-mod gpud_cli;
-#[path = "../../client/src/bin/gpudctl/cli.rs"]
-mod gpudctl_cli;
+// The binaries' command lines, compiled here from the same files the binaries compile. Each
+// is mounted in a module that stands for its binary's crate root, over the binary's source
+// directory: a cli.rs refers to the other modules of its binary as `super::NAME`, and a plain
+// `mod NAME;` here mounts one beside it.
+#[path = "../../gpud/src"]
+mod gpud_bin {
+    pub mod cli;
+}
+#[path = "../../client/src/bin/gpudctl"]
+mod gpudctl_bin {
+    pub mod cli;
+}
+use gpud_bin::cli as gpud_cli;
+use gpudctl_bin::cli as gpudctl_cli;
 
 mod completions;
 mod manual;

@@ -1,5 +1,8 @@
 //! gpud's command line: the binary parses it (main.rs declares this module; it is not part of
 //! the library), and gpud-cli-docs renders its man page and shell completions from it.
+//!
+//! gpud-cli-docs mounts this file in a module of its own, so it names the binary's other
+//! modules as `super::NAME` (never `crate::`), and that tool mounts those beside it.
 
 use std::path::PathBuf;
 

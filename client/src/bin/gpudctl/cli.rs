@@ -1,5 +1,8 @@
 //! gpudctl's command line: the binary parses it, and gpud-cli-docs renders its man pages and
 //! shell completions from it.
+//!
+//! gpud-cli-docs mounts this file in a module of its own, so it names the binary's other
+//! modules as `super::NAME` (never `crate::`), and that tool mounts those beside it.
 
 use std::path::PathBuf;
 use std::time::Duration;
