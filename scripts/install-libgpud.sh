@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
         --destdir) destdir="$2"; shift 2 ;;
         --layout) layout="$2"; shift 2 ;;
         --uninstall) uninstall=1; shift ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         -*) echo "install-libgpud.sh: unknown option $1" >&2; exit 2 ;;
         *) prefix="$1"; shift ;;
     esac

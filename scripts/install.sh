@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
         --no-start) start=0; shift ;;
         --uninstall) uninstall=1; shift ;;
         --purge) purge=1; shift ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
