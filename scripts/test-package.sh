@@ -38,12 +38,16 @@ for p in "${packages[@]}"; do
     fi
 done
 
-# What the host has before, to compare with after the purge. Package databases, caches and
-# logs change with any install; the rest must come back as it was.
+# What the host has before the install, to compare with after the purge (taken just before
+# dpkg -i, so that other programs have little time to change the host meanwhile). Package
+# databases, caches and logs change with any install; so do the backups and lock of the group
+# files when the groups are made (they stay with the groups). The rest must come back as it was.
 snapshot() {
-    find /etc /usr /var /opt -xdev \
+    # A file that vanishes while find reads (another program's) is no finding.
+    { find /etc /usr /var /opt -xdev \
         \( -path /var/lib/dpkg -o -path /var/cache -o -path /var/log -o -path /var/tmp \
-        -o -path /var/lib/apt -o -path /var/backups \) -prune -o -print | sort
+        -o -path /var/lib/apt -o -path /var/backups \) -prune -o -print 2>/dev/null || true; } |
+        grep -vxE '/etc/(group-|gshadow-|\.pwd\.lock)' | sort
 }
 tmp=$(mktemp -d)
 activator=
@@ -57,8 +61,6 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-snapshot > "$tmp/before"
-cp /etc/group "$tmp/group.before"
 
 step "build the packages from $bin_dir"
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
@@ -84,6 +86,8 @@ lintian --fail-on error,warning --display-info "$out/gpud_${version}_${arch}.cha
     fail "lintian (above)"
 
 step "dpkg -i"
+snapshot > "$tmp/before"
+cp /etc/group "$tmp/group.before"
 installed=1
 (cd "$out" && dpkg -i "${debs[@]}") > "$tmp/install.log" 2>&1 ||
     { cat "$tmp/install.log" >&2; fail "dpkg -i"; }

@@ -39,7 +39,11 @@ impl Page {
 
     fn render(&self, command: &clap::Command, extra: Roff) -> Result<(String, String)> {
         let version = self.command.get_version().unwrap_or_default();
-        let man = Man::new(command.clone())
+        // The text after --help's options gets a section of its own below, named by its
+        // heading, instead of clap_mangen's EXTRA.
+        let after_help = after_help_section(command);
+        let command = command.clone().after_help(None).after_long_help(None);
+        let man = Man::new(command)
             .section(self.section)
             .source(format!("gpud {version}"))
             .manual("gpud manual");
@@ -48,6 +52,9 @@ impl Page {
         man.render(&mut text)
             .with_context(|| format!("render {name}"))?;
         let mut text = String::from_utf8(text).context("clap_mangen wrote non-UTF-8")?;
+        if let Some(section) = after_help {
+            text.push_str(&without_preamble(&section));
+        }
         text.push_str(&without_preamble(&extra));
         Ok((name, text))
     }
@@ -107,6 +114,33 @@ impl Page {
     }
 }
 
+/// The text `--help` prints after the options, as a section: a first line such as
+/// `Exit status:` names it (EXIT STATUS), else it is NOTES. Its lines are kept as written
+/// (no filling), since such text is laid out as a table.
+fn after_help_section(command: &clap::Command) -> Option<Roff> {
+    let text = command
+        .get_after_long_help()
+        .or_else(|| command.get_after_help())?
+        .to_string();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let title = match lines.first().and_then(|l| l.trim().strip_suffix(':')) {
+        Some(heading) => {
+            let title = heading.to_uppercase();
+            lines.remove(0);
+            title
+        }
+        None => "NOTES".to_owned(),
+    };
+    let mut roff = Roff::new();
+    roff.control("SH", [title.as_str()]);
+    roff.control("nf", []);
+    for line in lines {
+        roff.text([roman(line)]);
+    }
+    roff.control("fi", []);
+    Some(roff)
+}
+
 /// One `.TP` entry: the path in bold, then what it is.
 fn entry(roff: &mut Roff, path: &str, what: &str) {
     roff.control("TP", []);
@@ -120,4 +154,38 @@ fn without_preamble(roff: &Roff) -> String {
     let preamble = Roff::new().render();
     let text = roff.render();
     text.strip_prefix(&preamble).unwrap_or(&text).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page_of(command: clap::Command) -> String {
+        let page = Page::new(command, "1", Path::new("/usr/share/doc/gpud"));
+        page.render_all().unwrap().remove(0).1
+    }
+
+    #[test]
+    fn a_headed_after_help_becomes_its_own_section() {
+        let text = page_of(
+            clap::Command::new("gpudctl")
+                .version("1")
+                .after_help("Exit status:\n  0  success\n  3  cannot connect"),
+        );
+        assert!(text.contains(".SH \"EXIT STATUS\"\n.nf\n"), "{text}");
+        assert!(text.contains("3  cannot connect"), "{text}");
+        assert!(!text.contains("EXTRA"), "{text}");
+        assert!(!text.contains("Exit status:"), "{text}");
+    }
+
+    #[test]
+    fn an_after_help_without_heading_is_notes_and_none_adds_nothing() {
+        let text = page_of(clap::Command::new("gpud").after_help("Read the README."));
+        assert!(text.contains(".SH NOTES"), "{text}");
+        let text = page_of(clap::Command::new("gpud"));
+        assert!(
+            !text.contains(".SH NOTES") && !text.contains("EXTRA"),
+            "{text}"
+        );
+    }
 }
