@@ -10,11 +10,15 @@
 #
 # Options: --lib-dir DIR (take the built libgpud.so and libgpud.a from DIR, e.g. target/debug,
 # instead of building), --destdir DIR (stage into DIR: files go to DIR/PREFIX/…, and gpud.pc
-# still names PREFIX, as packagers do), --uninstall (remove what an install put there).
+# still names PREFIX, as packagers do), --uninstall (remove what an install put there),
+# --layout debian (the Debian package's paths, for debian/rules).
+# The files are those of scripts/manifest (packages libgpud1 and libgpud-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/manifest.sh
 
 prefix=/usr/local
+layout=local
 destdir=
 lib_dir=
 uninstall=0
@@ -22,6 +26,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --lib-dir) lib_dir="$2"; shift 2 ;;
         --destdir) destdir="$2"; shift 2 ;;
+        --layout) layout="$2"; shift 2 ;;
         --uninstall) uninstall=1; shift ;;
         -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         -*) echo "install-libgpud.sh: unknown option $1" >&2; exit 2 ;;
@@ -32,24 +37,18 @@ case "$prefix" in
     /*) ;;
     *) echo "install-libgpud.sh: PREFIX must be an absolute path (got $prefix)" >&2; exit 2 ;;
 esac
+manifest_layout "$layout" "$prefix"
 
-# The version is the crate's; its major is the soname's and the protocol version.
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' client/c/Cargo.toml | head -1)
-major=${version%%.*}
+# The library's major version is the protocol version it speaks.
+version=${manifest_dirs[libversion]}
 protocol=$(sed -n 's/^pub const PROTOCOL_VERSION: u32 = \([0-9]*\);/\1/p' proto/src/message.rs)
-if [ "$major" != "$protocol" ]; then
+if [ "${manifest_dirs[libmajor]}" != "$protocol" ]; then
     echo "install-libgpud.sh: libgpud $version does not match protocol version $protocol" >&2
     exit 1
 fi
 
-lib="$destdir$prefix/lib"
-include="$destdir$prefix/include"
-files=(
-    "$lib/libgpud.so.$version" "$lib/libgpud.so.$major" "$lib/libgpud.so" "$lib/libgpud.a"
-    "$include/gpud.h" "$include/gpud.hpp" "$lib/pkgconfig/gpud.pc"
-)
 if [ "$uninstall" = 1 ]; then
-    rm -f "${files[@]}"
+    manifest_uninstall libgpud1 libgpud-dev
     exit 0
 fi
 
@@ -63,16 +62,7 @@ done
 
 # What a static link needs besides libgpud.a (rustc --print native-static-libs, for glibc).
 static_libs="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
-
-install -d "$lib/pkgconfig" "$include"
-install -m 0755 "$lib_dir/libgpud.so" "$lib/libgpud.so.$version"
-ln -sfn "libgpud.so.$version" "$lib/libgpud.so.$major"
-ln -sfn "libgpud.so.$major" "$lib/libgpud.so"
-install -m 0644 "$lib_dir/libgpud.a" "$lib/libgpud.a"
-install -m 0644 client/c/include/gpud.h client/c/include/gpud.hpp "$include/"
-sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" -e "s|@PROTOCOL@|$protocol|" \
-    -e "s|@STATIC_LIBS@|$static_libs|" client/c/gpud.pc.in > "$lib/pkgconfig/gpud.pc"
-chmod 0644 "$lib/pkgconfig/gpud.pc"
+manifest_install libgpud1 libgpud-dev
 echo "installed libgpud $version (protocol $protocol) under $destdir$prefix"
 # The loader's cache knows the system prefixes; elsewhere, LD_LIBRARY_PATH or an rpath finds it.
 case "$destdir:$prefix" in

@@ -34,6 +34,10 @@ command -v sbatch >/dev/null || missing+=(slurm-client)
 command -v munged >/dev/null || missing+=(munge)
 # A TrueType font for the farm's plot (bench/tests/farm.rs draws one).
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
+# The Debian packages' test (scripts/test-package.sh) builds with debhelper, lints, reads man.
+command -v dh >/dev/null || missing+=(debhelper)
+command -v lintian >/dev/null || missing+=(lintian)
+command -v man >/dev/null || missing+=(man-db)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -79,4 +83,5 @@ GPUD_BIN="$PWD/target/debug/gpud" target/python-venv/bin/python -m pytest -q -rs
     tee target/python-test-output.log
 # The README's main command, small: gpud and four provers sharing a simulated GPU.
 target/debug/gpud-prover demo --log-size 10
+scripts/test-package.sh target/debug
 echo "all tests passed (build folder: $(du -sh target 2>/dev/null | cut -f1))"

@@ -25,8 +25,10 @@ fn units_pass_verify_and_exposure_is_at_most_2_5() {
     let dir = units_for_test();
     let service = dir.path().join("gpud.service");
     let socket = dir.path().join("gpud.socket");
+    // --man=no: the units name man:gpud(8), which only an install puts on the host
+    // (scripts/test-package.sh verifies the installed units with it).
     let verify = Command::new("systemd-analyze")
-        .arg("verify")
+        .args(["verify", "--man=no"])
         .arg(&service)
         .arg(&socket)
         .output()
@@ -94,6 +96,17 @@ fn install_script_stages_every_file_and_uninstall_removes_them() {
         "etc/dbus-1/system.d/org.gpud.Manager1.conf",
         "etc/sysusers.d/gpud.conf",
         "etc/tmpfiles.d/gpud.conf",
+        // Rendered at install time by gpud-cli-docs from the binaries' command lines.
+        "usr/local/share/man/man8/gpud.8",
+        "usr/local/share/man/man1/gpudctl.1",
+        "usr/local/share/man/man1/gpudctl-run.1",
+        "usr/local/share/bash-completion/completions/gpudctl",
+        "usr/local/share/zsh/site-functions/_gpudctl",
+        "usr/local/share/fish/vendor_completions.d/gpudctl.fish",
+        // The documents the help and the man pages refer to.
+        "usr/local/share/doc/gpud/README.md",
+        "usr/local/share/doc/gpud/docs/PROTOCOL.md",
+        // The config last: --uninstall keeps it.
         "etc/gpud/gpud.toml",
     ];
     for f in installed {

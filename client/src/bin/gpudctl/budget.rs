@@ -1,71 +1,10 @@
 //! `gpudctl budget`: jobs' shares of devices, which the jobs' processes lease from.
 
-use std::time::Duration;
-
 use anyhow::{Context, Result, bail};
-use clap::Subcommand;
-use gpud_client::proto::{
-    BudgetArgs, BudgetInfo, Bytes, Class, EndBudgetArgs, Placement, parse_duration, parse_size,
-};
-use gpud_client::{BUDGET_ENV, Client, LeaseId};
+use gpud_client::proto::{BudgetArgs, BudgetInfo, Bytes, EndBudgetArgs};
+use gpud_client::{BUDGET_ENV, Client};
 
-#[derive(Debug, Subcommand)]
-pub enum BudgetCommand {
-    /// Reserve a job's share of a device; waits until it fits. Needs admin rights.
-    Create {
-        /// The job it is for (a scheduler's job id).
-        #[arg(long)]
-        job: String,
-        /// The uid whose processes may lease from it.
-        #[arg(long)]
-        uid: u32,
-        /// Device memory it reserves (e.g. 8GiB).
-        #[arg(long, value_parser = parse_size, default_value = "0")]
-        vram: u64,
-        /// Compute slots its leases may hold at once.
-        #[arg(long, default_value_t = 0)]
-        compute_slots: u32,
-        /// The class of every lease inside it.
-        #[arg(long, default_value = "normal")]
-        class: Class,
-        /// Device index or UUID; any device by default.
-        #[arg(long, default_value = "any")]
-        device: Placement,
-        /// Processes in this cgroup lease from it without naming it.
-        #[arg(long)]
-        cgroup: Option<String>,
-        /// Give up waiting after this long.
-        #[arg(long, value_parser = parse_duration)]
-        timeout: Option<Duration>,
-        /// Print the budget as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// End a budget, or every budget of a job: what is inside is revoked. Needs admin rights.
-    End {
-        /// The budget's id.
-        #[arg(required_unless_present = "job", conflicts_with = "job")]
-        budget: Option<LeaseId>,
-        /// Every budget of this job (none is not an error).
-        #[arg(long)]
-        job: Option<String>,
-    },
-    /// The budgets.
-    List {
-        /// Only this job's.
-        #[arg(long)]
-        job: Option<String>,
-        /// Machine-readable output.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Shell `export` lines that make a job's processes lease from its budget.
-    Env {
-        /// The job.
-        #[arg(long)]
-        job: String,
-    },
-}
+use crate::cli::BudgetCommand;
 
 pub async fn run(client: &Client, command: BudgetCommand, socket: &std::path::Path) -> Result<()> {
     match command {

@@ -1,6 +1,7 @@
 //! `gpudctl`: operate and inspect gpud.
 
 mod budget;
+mod cli;
 mod exit;
 mod exposition;
 mod format;
@@ -9,95 +10,13 @@ mod slurm;
 mod waiting;
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
-use gpud_client::proto::{Placement, parse_duration};
-use gpud_client::{Client, LeaseId};
+use clap::Parser;
+use gpud_client::Client;
 
-/// Inspect and operate gpud, the GPU lease daemon.
-// The about is this comment: a bare `about` would take the crate's, the client library's.
-#[derive(Debug, Parser)]
-#[command(version, after_help = exit::TABLE)]
-struct Args {
-    /// gpud's socket.
-    #[arg(long, global = true, value_name = "PATH", env = "GPUD_SOCKET", default_value = gpud_client::DEFAULT_SOCKET)]
-    socket: PathBuf,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Devices: capacity, reservations, compute holder, queues.
-    Status {
-        /// Machine-readable output (fields documented in docs/PROTOCOL.md).
-        #[arg(long)]
-        json: bool,
-    },
-    /// Granted leases and waiting requests.
-    Leases {
-        /// Machine-readable output.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Status, refreshed until interrupted (redrawn in place on a terminal, appended in a pipe).
-    Watch {
-        /// Refresh period, at least 100ms.
-        #[arg(long, default_value = "1s", value_parser = watch_interval)]
-        interval: Duration,
-        /// One JSON status document per line instead of a screen.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Stop new grants on a device (existing leases run on). Needs admin rights.
-    Drain {
-        /// Device index or UUID.
-        device: Placement,
-    },
-    /// Resume grants on a drained device. Needs admin rights.
-    Undrain {
-        /// Device index or UUID.
-        device: Placement,
-    },
-    /// Take a lease away from its holder. Needs admin rights.
-    Revoke {
-        /// Lease id (see `gpudctl leases`).
-        lease: LeaseId,
-    },
-    /// Metrics in the Prometheus text format (names in docs/METRICS.md).
-    Metrics {
-        /// The samples as JSON: `{"samples": [{name, labels, value, type, help}]}`.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Run a program under a lease: sets CUDA_VISIBLE_DEVICES and GPUD_LEASE_ID, releases when
-    /// it exits, and passes its exit status through.
-    Run(run::RunArgs),
-    /// Budgets: jobs' shares of devices that their processes lease from.
-    #[command(subcommand)]
-    Budget(budget::BudgetCommand),
-    /// Slurm integration: GRES lines, prolog, epilog and task prolog (slurm/ has the scripts).
-    #[command(subcommand)]
-    Slurm(slurm::SlurmCommand),
-}
-
-/// Shorter refreshes only load gpud (and `0s` was a busy loop).
-const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
-
-fn watch_interval(text: &str) -> Result<Duration, String> {
-    let d = parse_duration(text)?;
-    if d < MIN_WATCH_INTERVAL {
-        return Err(format!(
-            "{text} is below the minimum of {}ms",
-            MIN_WATCH_INTERVAL.as_millis()
-        ));
-    }
-    Ok(d)
-}
+use cli::{Args, Command};
 
 fn main() -> ExitCode {
     let args = Args::parse();

@@ -5,46 +5,16 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use clap::Args;
-use gpud_client::proto::{Class, Event, Placement, RevokeReason, parse_duration, parse_size};
+use gpud_client::proto::{Event, RevokeReason};
 use gpud_client::{Client, LeaseRequest};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::cli::RunArgs;
 use crate::exit::{self, Fail};
 use crate::format::duration_ms;
 use crate::waiting::Progress;
-
-/// Arguments of `gpudctl run`.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// VRAM to reserve, e.g. `12GiB`.
-    #[arg(long, value_parser = parse_size)]
-    vram: Option<u64>,
-    /// Take the device's compute slot.
-    #[arg(long)]
-    compute: bool,
-    /// Device index or UUID (default: any).
-    #[arg(long, default_value = "any")]
-    device: Placement,
-    /// Priority class.
-    #[arg(long, default_value = "normal")]
-    class: Class,
-    /// Give up waiting for the lease after this long.
-    #[arg(long, value_parser = parse_duration)]
-    timeout: Option<Duration>,
-    /// Label shown in status (default: the program's name).
-    #[arg(long)]
-    label: Option<String>,
-    /// Report the wait (a line each time the place in the queue changes) and the grant on
-    /// stderr. On a terminal the wait is always shown, on one line that goes at the grant.
-    #[arg(short, long)]
-    verbose: bool,
-    /// The program and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    command: Vec<String>,
-}
 
 /// Acquires, runs, releases; returns the program's exit status (128 + signal when killed).
 pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {

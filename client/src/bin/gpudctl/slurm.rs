@@ -7,48 +7,17 @@
 //! and the epilog ends the budget, which revokes whatever the job still holds.
 
 use std::process::Command;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use clap::Subcommand;
 use gpud_client::Client;
-use gpud_client::proto::{
-    BudgetArgs, Class, EndBudgetArgs, Placement, StatusReport, parse_duration,
-};
+use gpud_client::proto::{BudgetArgs, Class, EndBudgetArgs, Placement, StatusReport};
+
+use crate::cli::SlurmCommand;
 
 /// The GRES that counts device memory, in bytes.
 const VRAM_GRES: &str = "vram";
 /// The GRES that counts shares of the devices' compute interlock.
 const COMPUTE_GRES: &str = "gpucompute";
-
-#[derive(Debug, Subcommand)]
-pub enum SlurmCommand {
-    /// Print gres.conf lines and the node's `Gres=` value from gpud's capacity.
-    Gres {
-        /// The node's name in slurm.conf (default: this host's name).
-        #[arg(long)]
-        node: Option<String>,
-        /// Jobs that may hold a compute share of one device at once (they queue for the
-        /// interlock inside gpud).
-        #[arg(long, default_value_t = 4)]
-        compute_shares: u32,
-    },
-    /// Slurm Prolog (root, on the job's node): create the job's budget from its GRES.
-    Prolog {
-        /// Longest wait for the budget to fit (it waits when gpud has less room than Slurm
-        /// believed, e.g. memory used outside gpud).
-        #[arg(long, default_value = "60s", value_parser = parse_duration)]
-        timeout: Duration,
-        /// The job's cgroup, with {uid} and {job} replaced (e.g. /slurm/uid_{uid}/job_{job}):
-        /// processes in it lease from the budget without its handle.
-        #[arg(long)]
-        cgroup: Option<String>,
-    },
-    /// Slurm Epilog (root): end the job's budgets and everything leased from them.
-    Epilog,
-    /// Slurm TaskProlog (the job's uid): `export` lines for the job's processes.
-    TaskProlog,
-}
 
 pub async fn run(client: &Client, command: SlurmCommand, socket: &std::path::Path) -> Result<()> {
     match command {

@@ -1,0 +1,215 @@
+//! gpudctl's command line: the binary parses it, and gpud-cli-docs renders its man pages and
+//! shell completions from it.
+//!
+//! gpud-cli-docs mounts this file in a module of its own, so it names the binary's other
+//! modules as `super::NAME` (never `crate::`), and that tool mounts those beside it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use gpud_client::LeaseId;
+use gpud_client::proto::{Class, Placement, parse_duration, parse_size};
+
+/// Inspect and operate gpud, the GPU lease daemon.
+#[derive(Debug, Parser)]
+// Name and about are set here, not taken from Cargo: gpud-cli-docs compiles this file too,
+// and Cargo's would be that crate's.
+#[command(name = "gpudctl", version, after_help = super::exit::TABLE)]
+pub struct Args {
+    /// gpud's socket.
+    #[arg(long, global = true, value_name = "PATH", env = "GPUD_SOCKET", default_value = gpud_client::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Devices: capacity, reservations, compute holder, queues.
+    Status {
+        /// Machine-readable output (its fields: docs/PROTOCOL.md in the documentation, which FILES in
+        /// gpudctl(1) locates).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Granted leases and waiting requests.
+    Leases {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Status, refreshed until interrupted (redrawn in place on a terminal, appended in a pipe).
+    Watch {
+        /// Refresh period, at least 100ms.
+        #[arg(long, default_value = "1s", value_parser = watch_interval)]
+        interval: Duration,
+        /// One JSON status document per line instead of a screen.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop new grants on a device (existing leases run on). Needs admin rights.
+    Drain {
+        /// Device index or UUID.
+        device: Placement,
+    },
+    /// Resume grants on a drained device. Needs admin rights.
+    Undrain {
+        /// Device index or UUID.
+        device: Placement,
+    },
+    /// Take a lease away from its holder. Needs admin rights.
+    Revoke {
+        /// Lease id (see `gpudctl leases`).
+        lease: LeaseId,
+    },
+    /// Metrics in the Prometheus text format (names: docs/METRICS.md in the documentation, see
+    /// gpudctl(1)).
+    Metrics {
+        /// The samples as JSON: `{"samples": [{name, labels, value, type, help}]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a program under a lease: sets CUDA_VISIBLE_DEVICES and GPUD_LEASE_ID, releases when
+    /// it exits, and passes its exit status through.
+    Run(RunArgs),
+    /// Budgets: jobs' shares of devices that their processes lease from.
+    #[command(subcommand)]
+    Budget(BudgetCommand),
+    /// Slurm integration: GRES lines, prolog, epilog and task prolog (the scripts in slurm/).
+    #[command(subcommand)]
+    Slurm(SlurmCommand),
+}
+
+/// Shorter refreshes only load gpud (and `0s` was a busy loop).
+const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
+
+fn watch_interval(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d < MIN_WATCH_INTERVAL {
+        return Err(format!(
+            "{text} is below the minimum of {}ms",
+            MIN_WATCH_INTERVAL.as_millis()
+        ));
+    }
+    Ok(d)
+}
+
+/// Arguments of `gpudctl run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// VRAM to reserve, e.g. `12GiB`.
+    #[arg(long, value_parser = parse_size)]
+    pub vram: Option<u64>,
+    /// Take the device's compute slot.
+    #[arg(long)]
+    pub compute: bool,
+    /// Device index or UUID (default: any).
+    #[arg(long, default_value = "any")]
+    pub device: Placement,
+    /// Priority class.
+    #[arg(long, default_value = "normal")]
+    pub class: Class,
+    /// Give up waiting for the lease after this long.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Label shown in status (default: the program's name).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Report the wait (a line each time the place in the queue changes) and the grant on
+    /// stderr. On a terminal the wait is always shown, on one line that goes at the grant.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// `gpudctl budget`.
+#[derive(Debug, Subcommand)]
+pub enum BudgetCommand {
+    /// Reserve a job's share of a device; waits until it fits. Needs admin rights.
+    Create {
+        /// The job it is for (a scheduler's job id).
+        #[arg(long)]
+        job: String,
+        /// The uid whose processes may lease from it.
+        #[arg(long)]
+        uid: u32,
+        /// Device memory it reserves (e.g. 8GiB).
+        #[arg(long, value_parser = parse_size, default_value = "0")]
+        vram: u64,
+        /// Compute slots its leases may hold at once.
+        #[arg(long, default_value_t = 0)]
+        compute_slots: u32,
+        /// The class of every lease inside it.
+        #[arg(long, default_value = "normal")]
+        class: Class,
+        /// Device index or UUID; any device by default.
+        #[arg(long, default_value = "any")]
+        device: Placement,
+        /// Processes in this cgroup lease from it without naming it.
+        #[arg(long)]
+        cgroup: Option<String>,
+        /// Give up waiting after this long.
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<Duration>,
+        /// Print the budget as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a budget, or every budget of a job: what is inside is revoked. Needs admin rights.
+    End {
+        /// The budget's id.
+        #[arg(required_unless_present = "job", conflicts_with = "job")]
+        budget: Option<LeaseId>,
+        /// Every budget of this job (none is not an error).
+        #[arg(long)]
+        job: Option<String>,
+    },
+    /// The budgets.
+    List {
+        /// Only this job's.
+        #[arg(long)]
+        job: Option<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shell `export` lines that make a job's processes lease from its budget.
+    Env {
+        /// The job.
+        #[arg(long)]
+        job: String,
+    },
+}
+
+/// `gpudctl slurm`.
+#[derive(Debug, Subcommand)]
+pub enum SlurmCommand {
+    /// Print gres.conf lines and the node's `Gres=` value from gpud's capacity.
+    Gres {
+        /// The node's name in slurm.conf (default: this host's name).
+        #[arg(long)]
+        node: Option<String>,
+        /// Jobs that may hold a compute share of one device at once (they queue for the
+        /// interlock inside gpud).
+        #[arg(long, default_value_t = 4)]
+        compute_shares: u32,
+    },
+    /// Slurm Prolog (root, on the job's node): create the job's budget from its GRES.
+    Prolog {
+        /// Longest wait for the budget to fit (it waits when gpud has less room than Slurm
+        /// believed, e.g. memory used outside gpud).
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        timeout: Duration,
+        /// The job's cgroup, with {uid} and {job} replaced (e.g. /slurm/uid_{uid}/job_{job}):
+        /// processes in it lease from the budget without its handle.
+        #[arg(long)]
+        cgroup: Option<String>,
+    },
+    /// Slurm Epilog (root): end the job's budgets and everything leased from them.
+    Epilog,
+    /// Slurm TaskProlog (the job's uid): `export` lines for the job's processes.
+    TaskProlog,
+}
