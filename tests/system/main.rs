@@ -3,6 +3,7 @@
 
 mod chaos;
 mod conformance;
+mod dashboard;
 mod dbus;
 mod descriptors;
 mod gpudctl;
