@@ -247,6 +247,14 @@ impl ProverSetup<'_> {
     }
 }
 
+/// `path` relative to the working directory when it lies below it (`target/debug/gpud`).
+fn shown(path: &Path) -> &Path {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| path.strip_prefix(cwd).ok())
+        .unwrap_or(path)
+}
+
 fn unix_nanos() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -377,7 +385,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     };
     println!(
         "gpud:   {} on {}, {} per device (log {})",
-        gpud_bin.display(),
+        shown(&gpud_bin).display(),
         socket.display(),
         count(a.compute_slots as usize, "compute slot"),
         log_path.display()
