@@ -251,7 +251,7 @@ fn the_demo_says_its_engine_fills_the_device_and_shows_the_critical_request() {
     for wanted in [
         "7.0 GiB and a compute slot; 2 fit in a device's 15.5 GiB",
         "$ gpudctl status",
-        "DEV  NAME",
+        "Simulated GPU",
         "a critical prover arrives",
         "the critical request: prover 5",
         "lease waits per class",
