@@ -400,7 +400,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let phase_vram = simulated.then_some(a.phase_vram);
     match phase_vram {
         Some(bytes) => {
-            let fit = if bytes == 0 { 0 } else { capacity / bytes };
+            let fit = capacity.checked_div(bytes).unwrap_or(0);
             println!(
                 "leases: each GPU phase reserves {:.1} GiB and a compute slot; {} in a device's \
                  {:.1} GiB, so the others queue for VRAM",
