@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole GPU check and benchmark suite, from the prebuilt binaries in .gpu/ (gpu/build.sh),
-# in one run on the GPU machine:
-#   bash gpu/run-suite.sh [SECTION...]   (from the repository root; the call carries .gpu)
+# The whole GPU check and benchmark suite, run on a GPU host from the prebuilt binaries in .gpu/
+# (built by gpu/build.sh on the development machine and copied here with gpu/):
+#   bash gpu/run-suite.sh [SECTION...]   (from the root of the copy)
 # With no arguments every section runs; name sections to run only those (to split the suite
-# over several device calls of at most 10 minutes).
+# into shorter runs; the sizes below say how long each takes).
 # Logs and JSON go to $OUT (default ./gpu-out). The summary prints last.
 #
 # Each section is one `section NAME TIMEOUT_S COMMAND...` line below; add new ones there.
@@ -38,7 +38,7 @@ section() {
     [ "$rc" -eq 0 ] || failed=1
 }
 
-[ -d "$G" ] || { echo "no $G: run gpu/build.sh on the development machine and carry .gpu" >&2; exit 2; }
+[ -d "$G" ] || { echo "no $G: run gpu/build.sh on the development machine and copy .gpu here" >&2; exit 2; }
 {
     cat "$G/BUILD"
     nvidia-smi --query-gpu=name,uuid,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
@@ -66,7 +66,7 @@ if named ntt-profile; then
 fi
 
 # --- gpud-cuda: device layer, NTT, H polynomial ----------------------------------------------
-# About 5 minutes together; if a call must stay under 600 s with the MSM sections, split:
+# About 5 minutes together; to keep a run under 10 minutes with the MSM sections, split:
 #   bash gpu/run-suite.sh cuda-tests cuda-memcheck cuda-check   and   ... cuda-bench
 section cuda-tests 180 "$G/tests/gpu" --ignored --test-threads=1
 section cuda-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
@@ -79,11 +79,11 @@ if named cuda-racecheck; then
 fi
 section cuda-check 300 "$G/bin/gpud-cuda-bench" --check --json "$OUT/cuda-check.json"
 section cuda-bench 240 "$G/bin/gpud-cuda-bench" --bench --json "$OUT/cuda-bench.json"
-# The benchmark's tables, whole, for the reply.
+# The benchmark's tables, whole, in the run's output.
 [ -f "$OUT/cuda-bench.log" ] && grep -A 40 "== device-to-device" "$OUT/cuda-bench.log" | head -n 60
 
 # --- gpud-cuda: BLS12-381 G1 MSM -------------------------------------------------------------
-# About 560 s together: run them as their own device call,
+# About 560 s together: run them on their own,
 #   bash gpu/run-suite.sh msm-tests msm-memcheck msm-check msm-bench
 section msm-tests 150 "$G/tests/msm_gpu" --ignored --test-threads=1
 section msm-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
@@ -93,7 +93,7 @@ section msm-bench 200 "$G/bin/gpud-msm-bench" --bench --json "$OUT/msm-bench.jso
 [ -f "$OUT/msm-bench.log" ] && grep -A 40 "== MSM summary" "$OUT/msm-bench.log" | head -n 45
 
 # --- gpud-prover and gpud-bench: the CUDA engine end to end ----------------------------------
-# About 5 minutes together; as their own device call, or split in two:
+# About 5 minutes together; on their own, or split in two:
 #   bash gpu/run-suite.sh prover-tests prover-bench
 # prover-tests: GPU proofs equal bellperson's create_proof bit for bit (synthetic 2^9..2^14,
 # poseidon 2^12, sha256 2^15; resident bases and per-phase uploads), the pipeline on the CUDA
@@ -105,8 +105,8 @@ section prover-tests 300 "$G/tests/prover_gpu" --ignored --test-threads=1
 section prover-bench 420 "$G/bin/gpud-bench" engines --sizes 20,22 --json "$OUT/prover-bench.json"
 [ -f "$OUT/prover-bench.log" ] && grep -A 12 "== engines summary" "$OUT/prover-bench.log" | head -n 20
 
-# --- farm: issue 8's sharing benchmark (gpud vs the in-process ideal, no lock, flock) ---------
-# Each takes a device call of its own and runs only when named:
+# --- farm: the sharing benchmark (gpud vs the in-process ideal, no lock, flock) ---------------
+# Each is a run of its own (several minutes) and runs only when named:
 #   bash gpu/run-suite.sh farm       (about 8 minutes: bundle + ballast ~40 s, 20 cells of 12 s
 #                                     (modes gpud, gpud2, ideal, flock, none at N 1, 2, 4, 8), 3
 #                                     priority runs of 16 s; on the 2-GPU machine also placement
@@ -119,8 +119,8 @@ section prover-bench 420 "$G/bin/gpud-bench" engines --sizes 20,22 --json "$OUT/
 # after every cell), farm.md (the tables, also printed last), cells/ (every process's report),
 # logs/. Shrink with e.g. --duration 8 --priority-duration 10 --ns 1,2,8; plot here with
 #   gpud-bench farm-plot farm.json docs/farm.png
-# A device call brings back at most 8 files: the per-process reports and logs travel as one
-# archive (unpack with `tar xzf cells-logs.tgz` beside farm.json).
+# The per-process reports and logs are packed into one archive, a few files to copy back
+# instead of hundreds (unpack with `tar xzf cells-logs.tgz` beside farm.json).
 # farm_section NAME TIMEOUT ARGS...: the farm with ARGS into $OUT/NAME (2^21 partitions), only
 # when NAME is named; prints its tables and packs the per-process files.
 farm_section() {

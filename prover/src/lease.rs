@@ -35,6 +35,14 @@ pub trait Leaser {
     fn lost(&self, _lease: &Self::Lease) -> bool {
         false
     }
+    /// Whether the daemon asked the lease to give its compute slot back (a critical request
+    /// waits for it). Leasers without a daemon are never asked.
+    fn yield_requested(&self, _lease: &Self::Lease) -> bool {
+        false
+    }
+    /// Runs `hook` when a notice about the lease (a yield request, a revocation) arrives; it
+    /// must be quick and must not block. Leasers without a daemon have no notices.
+    fn on_notice(&self, _lease: &Self::Lease, _hook: Box<dyn Fn() + Send + Sync>) {}
 }
 
 /// An in-process stand-in for gpud: one compute slot shared by this process's pipelines, and
@@ -136,6 +144,14 @@ impl Leaser for GpudLeaser {
 
     fn lost(&self, lease: &Self::Lease) -> bool {
         lease.is_lost()
+    }
+
+    fn yield_requested(&self, lease: &Self::Lease) -> bool {
+        lease.yield_requested()
+    }
+
+    fn on_notice(&self, lease: &Self::Lease, hook: Box<dyn Fn() + Send + Sync>) {
+        lease.watch().on_notice(hook);
     }
 }
 

@@ -20,10 +20,16 @@
 //! for the whole run; every partition lease then asks for that device and only the working
 //! memory ([`crate::vram`]). At the end the resident memory is trimmed and checked under a
 //! short compute lease of that device, and the resident lease is released.
+//!
+//! A yield notice (gpud asks a compute holder to make way for a critical request) is acted on
+//! at the engine's next safe point inside the phase ([`Engine::gpu_phase_with_safe_points`]):
+//! the lease is released there and the same request asked for again; the phase goes on once it
+//! is granted. An engine without safe points gives the lease back when its phase ends, as it
+//! always does.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use blstrs::Scalar;
@@ -34,7 +40,7 @@ use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 
 use crate::circuits::CircuitSpec;
-use crate::engine::{Engine, PhaseTimings};
+use crate::engine::{Engine, PhaseLease, PhaseTimings};
 use crate::error::{ProverError, Result};
 use crate::lease::{LeaseRequest, Leaser};
 use crate::params::ProvingKey;
@@ -59,6 +65,33 @@ pub struct PipelineConfig {
     pub seed: u64,
     /// Label for the leases.
     pub label: String,
+    /// Each GPU phase's lease reserves at least this much VRAM (0: what the engine needs). A
+    /// run of the CPU engine on simulated devices uses it to lease as a larger partition on a
+    /// GPU would.
+    pub min_phase_vram: u64,
+}
+
+/// One yield of a partition's lease: gpud asked for the compute slot back, the phase gave the
+/// lease back at a safe point and went on once it had it again. Times as in
+/// [`PartitionRecord`].
+#[derive(Debug, Clone, Serialize)]
+pub struct YieldRecord {
+    /// The step after which the lease went back (e.g. `"H MSM"`).
+    pub after: String,
+    /// The yield notice arrived.
+    pub noticed: f64,
+    /// The lease was released.
+    pub released: f64,
+    /// The same request was granted again.
+    pub regranted: f64,
+    /// `noticed` as Unix nanoseconds.
+    pub noticed_unix: u128,
+    /// `released` as Unix nanoseconds.
+    pub released_unix: u128,
+    /// `regranted` as Unix nanoseconds.
+    pub regranted_unix: u128,
+    /// The lease the phase went on under.
+    pub lease_id: LeaseId,
 }
 
 /// Timestamps and facts of one partition. Times are seconds since the run started;
@@ -101,6 +134,8 @@ pub struct PartitionRecord {
     pub verified: bool,
     /// The engine's split of the GPU phase.
     pub stages: PhaseTimings,
+    /// Times the lease was given back inside the phase (yield notices), in order.
+    pub yields: Vec<YieldRecord>,
 }
 
 impl PartitionRecord {
@@ -112,9 +147,13 @@ impl PartitionRecord {
     pub fn lease_wait(&self) -> f64 {
         self.lease_granted - self.lease_requested
     }
-    /// Seconds of GPU phase (lease held).
+    /// Seconds of GPU phase (lease held: without the time it was given back by yields).
     pub fn gpu_phase(&self) -> f64 {
-        self.lease_released - self.lease_granted
+        self.lease_released - self.lease_granted - self.yielded()
+    }
+    /// Seconds inside the phase without the lease, from each yield's release to its new grant.
+    pub fn yielded(&self) -> f64 {
+        self.yields.iter().map(|y| y.regranted - y.released).sum()
     }
     /// Seconds of CPU tail.
     pub fn cpu_tail(&self) -> f64 {
@@ -184,6 +223,7 @@ pub struct PipelineReport {
     pub partitions_detail: Vec<PartitionRecord>,
 }
 
+#[derive(Clone, Copy)]
 struct Clock {
     start: Instant,
     start_unix: u128,
@@ -222,6 +262,107 @@ struct GpuDone {
     lease: (f64, f64, f64),
     lease_id: LeaseId,
     device_uuid: String,
+    yields: Vec<YieldRecord>,
+}
+
+/// A partition's lease during its GPU phase: at the engine's safe points it is given back when
+/// gpud asked for it, and the same request is asked for again on the same device.
+struct YieldingLease<'a, L: Leaser> {
+    leaser: &'a L,
+    request: LeaseRequest,
+    /// `None` only between a release at a safe point and the new grant.
+    lease: Option<L::Lease>,
+    clock: Clock,
+    /// When the first notice about the current lease arrived: nanoseconds since the clock's
+    /// start, plus one (0: none yet).
+    noticed: Arc<AtomicU64>,
+    yields: Vec<YieldRecord>,
+}
+
+impl<'a, L: Leaser> YieldingLease<'a, L> {
+    fn new(leaser: &'a L, request: LeaseRequest, lease: L::Lease, clock: Clock) -> Self {
+        let mut held = Self {
+            leaser,
+            request,
+            lease: None,
+            clock,
+            noticed: Arc::default(),
+            yields: Vec::new(),
+        };
+        held.hold(lease);
+        held
+    }
+
+    /// Holds `lease` and notes when its first notice arrives.
+    fn hold(&mut self, lease: L::Lease) {
+        let noticed = Arc::new(AtomicU64::new(0));
+        let (seen, start) = (noticed.clone(), self.clock.start);
+        self.leaser.on_notice(
+            &lease,
+            Box::new(move || {
+                let at = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                let _ = seen.compare_exchange(
+                    0,
+                    at.saturating_add(1),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }),
+        );
+        self.noticed = noticed;
+        self.lease = Some(lease);
+    }
+
+    fn current(&self) -> Option<&L::Lease> {
+        self.lease.as_ref()
+    }
+}
+
+impl<L: Leaser> PhaseLease for YieldingLease<'_, L> {
+    fn reservation(&self) -> &dyn Reservation {
+        // `safe_point` puts a lease back before it returns Ok, and the engine stops at its Err.
+        self.lease
+            .as_ref()
+            .expect("a partition's lease is held between safe points")
+    }
+
+    fn safe_point(&mut self, after: &'static str) -> Result<()> {
+        let Some(lease) = self.lease.as_ref() else {
+            return Err(ProverError::Lease("the phase's lease is not held".into()));
+        };
+        if self.leaser.lost(lease) {
+            return Err(ProverError::Lease(format!(
+                "lease {} was revoked during the GPU phase",
+                lease.lease_id()
+            )));
+        }
+        if !self.leaser.yield_requested(lease) {
+            return Ok(());
+        }
+        let released = self.clock.now();
+        let noticed = match self.noticed.load(Ordering::Acquire) {
+            0 => released,
+            at => (at - 1) as f64 / 1e9,
+        };
+        // Back on the same device: the engine may go on with what it has there.
+        self.request.device = Some(lease.device_uuid().to_owned());
+        self.lease = None;
+        let lease = self.leaser.acquire(&self.request)?;
+        let regranted = self.clock.now();
+        let c = self.clock;
+        self.yields.push(YieldRecord {
+            after: after.to_owned(),
+            noticed,
+            released,
+            regranted,
+            noticed_unix: c.unix(noticed),
+            released_unix: c.unix(released),
+            regranted_unix: c.unix(regranted),
+            lease_id: lease.lease_id(),
+        });
+        self.hold(lease);
+        Ok(())
+    }
 }
 
 /// What every thread of one run shares.
@@ -409,7 +550,9 @@ fn phases<E: Engine, L: Leaser>(
         }
         let constraints = item.syn.num_constraints();
         let request = LeaseRequest {
-            vram_bytes: engine.vram_bytes(key, item.syn.log_domain()),
+            vram_bytes: engine
+                .vram_bytes(key, item.syn.log_domain())
+                .max(cfg.min_phase_vram),
             compute: true,
             device: resident.map(|l| l.device_uuid().to_owned()),
             class: cfg.class.clone(),
@@ -432,9 +575,11 @@ fn phases<E: Engine, L: Leaser>(
         };
         let granted = clock.now();
         let (lease_id, device_uuid) = (lease.lease_id(), lease.device_uuid().to_owned());
-        let out = prove::gpu_phase(engine, &lease, key, item.syn).and_then(|out| {
+        let mut held = YieldingLease::new(leaser, request, lease, *clock);
+        let out = prove::gpu_phase_with_safe_points(engine, &mut held, key, item.syn);
+        let out = out.and_then(|out| {
             // A revoked lease protected nothing: a GPU engine's results are suspect.
-            if leaser.lost(&lease) {
+            if held.current().is_none_or(|l| leaser.lost(l)) {
                 Err(ProverError::Lease(format!(
                     "lease {lease_id} was revoked during the GPU phase"
                 )))
@@ -450,7 +595,8 @@ fn phases<E: Engine, L: Leaser>(
         // the daemon saw the lease held. Released before the CPU tail: that is what lets the
         // next GPU phase overlap it.
         let released = clock.now();
-        drop(lease);
+        let yields = std::mem::take(&mut held.yields);
+        drop(held);
         let out = match out {
             Ok(o) => o,
             Err(e) => {
@@ -466,6 +612,7 @@ fn phases<E: Engine, L: Leaser>(
             lease: (requested, granted, released),
             lease_id,
             device_uuid,
+            yields,
         };
         if tx.send(done).is_err() {
             break;
@@ -520,6 +667,7 @@ fn tail_worker(
             device_uuid: done.device_uuid,
             verified,
             stages,
+            yields: done.yields,
         };
         progress(&record);
         records.push(record);

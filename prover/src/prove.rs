@@ -16,7 +16,7 @@ use gpud_client::Reservation;
 use group::Curve;
 use group::prime::PrimeCurveAffine;
 
-use crate::engine::{Engine, G1Scalars, G1Sums, PhaseInput, PhaseTimings};
+use crate::engine::{Engine, G1Scalars, G1Sums, HeldLease, PhaseInput, PhaseLease, PhaseTimings};
 use crate::error::Result;
 use crate::fft::Domain;
 use crate::msm;
@@ -91,6 +91,16 @@ pub fn gpu_phase<E: Engine + ?Sized>(
     key: &ProvingKey,
     syn: Synthesized,
 ) -> Result<GpuPhaseOutput> {
+    gpu_phase_with_safe_points(engine, &mut HeldLease(lease), key, syn)
+}
+
+/// [`gpu_phase`] under a lease that may be given back at the engine's safe points (a yield).
+pub fn gpu_phase_with_safe_points<E: Engine + ?Sized>(
+    engine: &E,
+    lease: &mut dyn PhaseLease,
+    key: &ProvingKey,
+    syn: Synthesized,
+) -> Result<GpuPhaseOutput> {
     let Synthesized { domain, cs } = syn;
     let ProvingAssignment {
         a,
@@ -104,7 +114,7 @@ pub fn gpu_phase<E: Engine + ?Sized>(
         ..
     } = cs;
     let start = Instant::now();
-    let out = engine.gpu_phase(
+    let out = engine.gpu_phase_with_safe_points(
         lease,
         key,
         PhaseInput {

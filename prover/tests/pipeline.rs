@@ -18,6 +18,7 @@ fn config(circuit: &str, k: u32, proofs: usize, partitions: usize, label: &str) 
         class: "normal".into(),
         seed: 11,
         label: label.into(),
+        min_phase_vram: 0,
     }
 }
 

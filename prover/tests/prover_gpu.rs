@@ -189,6 +189,7 @@ fn the_pipeline_on_the_cuda_engine_verifies_every_partition_with_and_without_res
             class: "normal".into(),
             seed: 5,
             label: "gpu test".into(),
+            min_phase_vram: 0,
         };
         let leaser = LocalLeaser::on_device(info.uuid.clone(), info.ordinal as u32);
         let report = pipeline::run(&cuda, &leaser, &key, &cfg, &|_| {}).unwrap();

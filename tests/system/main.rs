@@ -4,6 +4,7 @@
 mod budgets;
 mod chaos;
 mod conformance;
+mod dashboard;
 mod dbus;
 mod descriptors;
 mod gpudctl;

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use gpud_client::blocking::Client;
+use gpud_client::{Class, LeaseRequest};
 use gpud_tests::{Daemon, bin};
 use serde_json::Value;
 
@@ -164,5 +165,114 @@ fn killing_a_prover_mid_proof_frees_its_lease_and_the_others_finish() {
             "the killed prover's lease was never freed"
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_prover_gives_its_lease_back_at_a_safe_point_when_a_critical_request_waits() {
+    let daemon = Daemon::start("16GiB");
+    let observer = Client::connect(&daemon.socket).unwrap();
+    let critical = Client::connect(&daemon.socket).unwrap();
+    let mut holder = prover(&daemon.socket, 12, 1, 6, 600);
+    let pid = holder.id();
+    // A critical request against three of the holder's leases: each waits for the compute slot,
+    // so gpud asks the holder to yield.
+    let mut tried = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while tried.len() < 3 && holder.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the prover never held a lease");
+        let status = observer.status().unwrap();
+        if let Some(lease) = status
+            .leases
+            .iter()
+            .find(|l| l.pid == pid && !tried.contains(&l.id))
+        {
+            tried.insert(lease.id);
+            let granted = critical
+                .acquire(&LeaseRequest::new().compute().class(Class::Critical))
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+            granted.release().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let report = report(holder.wait_with_output().unwrap());
+    let yields: Vec<&Value> = report["partitions_detail"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["yields"].as_array().unwrap())
+        .collect();
+    assert!(
+        !yields.is_empty(),
+        "the prover never gave its lease back (critical requests on leases {tried:?})"
+    );
+    for y in yields {
+        let after = y["after"].as_str().unwrap();
+        assert!(
+            ["H polynomial", "H MSM", "L MSM", "A MSM"].contains(&after),
+            "{y}"
+        );
+        let t = |k: &str| y[k].as_f64().unwrap();
+        assert!(t("noticed") <= t("released") + 1e-6, "{y}");
+        assert!(t("released") <= t("regranted"), "{y}");
+    }
+}
+
+#[test]
+fn the_demo_says_its_engine_fills_the_device_and_shows_the_critical_request() {
+    let out = Command::new(bin("gpud-prover"))
+        .args(["demo", "--force-simulate", "--log-size", "10"])
+        .args(["--proofs", "1", "--partitions", "3", "--status-every", "1"])
+        .args(["--critical-after", "0"])
+        .arg("--gpud")
+        .arg(bin("gpud"))
+        .arg("--gpudctl")
+        .arg(bin("gpudctl"))
+        .arg("--params-dir")
+        .arg(params(10))
+        .output()
+        .expect("run gpud-prover demo");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("gpud-prover demo: 4 provers"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("engine: CPU on simulated GPUs"),
+        "{text}"
+    );
+    for wanted in [
+        "7.0 GiB and a compute slot; 2 fit in a device's 15.5 GiB",
+        "$ gpudctl status",
+        "Simulated GPU",
+        "a critical prover arrives",
+        "the critical request: prover 5",
+        "lease waits per class",
+        "all 13 partition proofs verified",
+    ] {
+        assert!(text.contains(wanted), "no {wanted:?} in:\n{text}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.trim_start().starts_with("critical ")),
+        "no critical row in the waits per class:\n{text}"
+    );
+    for unwanted in [
+        "1 leases",
+        "1 provers",
+        "1 sessions",
+        "1 proofs",
+        "client library",
+        "inside this process",
+    ] {
+        assert!(!text.contains(unwanted), "{unwanted:?} in:\n{text}");
     }
 }

@@ -27,11 +27,22 @@ const PROGRAMS: [&str; 7] = [
     "scontrol",
 ];
 
-fn on_path(program: &str) -> bool {
+/// Where `program` is: on PATH, or in the sbin directories a user's PATH may leave out.
+fn program(name: &str) -> Option<PathBuf> {
     let dirs = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&dirs)
         .chain(["/usr/sbin".into(), "/sbin".into()])
-        .any(|d| d.join(program).is_file())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn on_path(name: &str) -> bool {
+    program(name).is_some()
+}
+
+/// A command for a Slurm or munge program (checked present by `cluster_possible`).
+fn command(name: &str) -> Command {
+    Command::new(program(name).unwrap_or_else(|| name.into()))
 }
 
 /// Whether this machine can run the cluster; says why not, or fails when it must.
@@ -97,7 +108,7 @@ impl Cluster {
         fs::write(&key, rand_bytes(1024)).unwrap();
         set_mode(&key, 0o600);
         let munge_socket = dir.join("munge.sock");
-        let munged = Command::new("munged")
+        let munged = command("munged")
             .arg("--foreground")
             .arg("--force")
             .arg(format!("--socket={}", munge_socket.display()))
@@ -183,7 +194,7 @@ impl Cluster {
         )
         .unwrap();
         for (name, program) in [("slurmctld", "slurmctld"), ("slurmd", "slurmd")] {
-            let child = Command::new(program)
+            let child = command(program)
                 .arg("-D")
                 .arg("-f")
                 .arg(&conf)
@@ -229,7 +240,7 @@ impl Cluster {
 
     /// Runs a Slurm client command against this cluster; its stdout.
     fn slurm(&self, program: &str, args: &[&str]) -> String {
-        let out = Command::new(program)
+        let out = command(program)
             .args(args)
             .env("SLURM_CONF", &self.conf)
             .output()
@@ -244,7 +255,7 @@ impl Cluster {
         all.extend_from_slice(args);
         let wrap = format!("--wrap={script}");
         all.push(&wrap);
-        let out = Command::new("sbatch")
+        let out = command("sbatch")
             .args(&all)
             .env("SLURM_CONF", &self.conf)
             .output()
@@ -299,7 +310,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = Command::new("scancel")
+        let _ = command("scancel")
             .args(["--full", "-u", "root"])
             .env("SLURM_CONF", &self.conf)
             .output();

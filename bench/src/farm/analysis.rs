@@ -1,5 +1,5 @@
 //! What the driver computes from the processes' reports and the NVML samples of a cell: the
-//! per-mode metrics, the targets, and the Markdown tables.
+//! per-mode metrics, the benchmark's targets, and the Markdown tables.
 //!
 //! Definitions (all inside the cell's window `[0, T]`):
 //! - **partitions/min**: the rate of verified partition proofs of normal-class lanes (CPU tail
@@ -417,7 +417,7 @@ pub fn cell_metrics(
     }
 }
 
-/// One of the targets, as measured.
+/// One of the benchmark's targets, as measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Target {
     /// What is compared.
@@ -511,7 +511,7 @@ pub struct FarmResults {
     pub priority: Vec<CellMetrics>,
     /// Placement "any" on every GPU against one GPU.
     pub multi_gpu: Vec<CellMetrics>,
-    /// The targets.
+    /// The benchmark's targets.
     pub targets: Vec<Target>,
     /// Seconds the whole run took.
     pub wall_secs: f64,
@@ -530,7 +530,7 @@ impl FarmResults {
         self.cells.iter().find(|c| c.mode == mode && c.n == n)
     }
 
-    /// Evaluates the targets on what was measured (a target with nothing measured is
+    /// Evaluates the benchmark's targets on what was measured (a target with nothing measured is
     /// left out).
     pub fn evaluate_targets(&mut self) {
         let mut t = Vec::new();

@@ -163,6 +163,30 @@ pub struct PhaseInput<'a> {
     pub scalars: G1Scalars<'a>,
 }
 
+/// The lease a GPU phase runs under, with the phase's safe points: places between its steps
+/// where the engine holds nothing on the device, so the lease may be given back when gpud asks
+/// for it (a yield notice: a critical request waits for the compute slot) and taken again.
+pub trait PhaseLease {
+    /// The lease held now (another one after a safe point that gave it back).
+    fn reservation(&self) -> &dyn Reservation;
+    /// A safe point after the step `after` (for the record, e.g. `"H MSM"`). If gpud asked the
+    /// lease to yield, releases it and blocks until the same request is granted again on the
+    /// same device; the engine continues on [`PhaseLease::reservation`].
+    fn safe_point(&mut self, after: &'static str) -> Result<()>;
+}
+
+/// A [`PhaseLease`] that never gives its lease back (a run without a daemon, a benchmark).
+pub struct HeldLease<'a>(pub &'a dyn Reservation);
+
+impl PhaseLease for HeldLease<'_> {
+    fn reservation(&self) -> &dyn Reservation {
+        self.0
+    }
+    fn safe_point(&mut self, _after: &'static str) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// Runs the GPU phase of a proof: the H polynomial and the G1 MSMs.
 ///
 /// Engines may rely on the lengths fitting the key: [`crate::prove::gpu_phase`] only takes a
@@ -182,6 +206,20 @@ pub trait Engine: Send + Sync {
         key: &ProvingKey,
         input: PhaseInput<'_>,
     ) -> Result<PhaseOutput>;
+
+    /// [`Engine::gpu_phase`] with safe points: an engine whose steps leave nothing on the
+    /// device calls [`PhaseLease::safe_point`] between them, so that a yield notice is acted on
+    /// within a step rather than at the end of the phase. The default has none inside the
+    /// phase (the CUDA engine keeps `h` and its arena on the device throughout): the lease goes
+    /// back when the phase ends.
+    fn gpu_phase_with_safe_points(
+        &self,
+        lease: &mut dyn PhaseLease,
+        key: &ProvingKey,
+        input: PhaseInput<'_>,
+    ) -> Result<PhaseOutput> {
+        self.gpu_phase(lease.reservation(), key, input)
+    }
 
     /// The device memory of a proof over `2^log_domain` with this key: what stays resident
     /// and what each phase needs. See [`crate::vram`].

@@ -28,7 +28,7 @@ enum Command {
     /// Compare our CPU prover with bellperson's on the same circuit, sizes 2^FROM..2^TO.
     VsBellperson(BenchArgs),
     /// Full proofs on the CPU and CUDA engines, split by stage, with parameters from the fast
-    /// generator (GPU); the benchmark (2^20 and 2^22 by default).
+    /// generator (GPU); 2^20 and 2^22 by default.
     Engines(BenchEnginesArgs),
     /// Several provers sharing a GPU through gpud, against the in-process ideal, no lock and
     /// flock: throughput, GPU busy, out-of-memory, waits, priority, several GPUs.

@@ -33,17 +33,26 @@ fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
+/// `n` and the noun, plural unless `n` is 1 ("1 lease", "3 leases").
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// The device table, with a header line about the daemon.
 pub fn status(s: &StatusReport) -> String {
     let d = &s.daemon;
     let mut out = format!(
-        "gpud {} (pid {}, {} devices, up {}, {} sessions, {} leases, {} waiting)\n",
+        "gpud {} (pid {}, {} devices, up {}, {}, {}, {} waiting)\n",
         d.version,
         d.pid,
         d.backend,
         duration_ms(d.uptime_ms),
-        d.sessions,
-        s.leases.len(),
+        count(d.sessions as usize, "session"),
+        count(s.leases.len(), "lease"),
         s.waiters.len()
     );
     if d.journal_skipped > 0 || d.journal_refused > 0 {
@@ -211,4 +220,16 @@ pub fn leases(s: &StatusReport) -> String {
         out.push_str(&table(&rows));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count;
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(count(1, "lease"), "1 lease");
+        assert_eq!(count(0, "lease"), "0 leases");
+        assert_eq!(count(4, "session"), "4 sessions");
+    }
 }

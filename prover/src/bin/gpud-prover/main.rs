@@ -119,6 +119,14 @@ struct ProveArgs {
     /// Generate missing parameters instead of failing.
     #[arg(long)]
     generate: bool,
+    /// Each GPU phase's lease reserves at least this much VRAM (e.g. 7GiB), as a larger
+    /// partition would on a GPU [default: what the engine needs].
+    #[arg(long, value_parser = parse_size)]
+    phase_vram: Option<u64>,
+}
+
+fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    gpud_client::proto::parse_size(s).map_err(|e| e.to_string())
 }
 
 #[derive(Args)]
@@ -234,6 +242,7 @@ fn prove(a: ProveArgs) -> Result<()> {
         class: a.class.clone(),
         seed: a.seed,
         label: format!("gpud-prover[{}]", std::process::id()),
+        min_phase_vram: a.phase_vram.unwrap_or(0),
     };
     let jobs = (a.partitions * a.proofs) as u64;
     let pb = if json {
