@@ -10,8 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use super::types::SessionId;
-use super::vocab::LeaseId;
+use super::vocab::{LeaseId, SessionId};
 
 /// What a request for a budget asks beyond an ordinary lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

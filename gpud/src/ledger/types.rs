@@ -6,8 +6,7 @@ use super::budget::{Budget, BudgetSpec};
 use super::vocab::{Class, LeaseId, Placement, RequestId, RevokeReason, YieldReason};
 use thiserror::Error;
 
-/// A client session (one socket connection or one D-Bus name), numbered by the daemon.
-pub type SessionId = u64;
+pub use super::vocab::SessionId;
 
 /// A device's position in the ledger, equal to its gpud index.
 pub type DeviceIdx = usize;

@@ -78,6 +78,9 @@ pub enum YieldReason {
     MaxHold,
 }
 
+/// A client session (one socket connection or one D-Bus name), numbered by the daemon.
+pub type SessionId = u64;
+
 /// Why a lease was taken away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RevokeReason {

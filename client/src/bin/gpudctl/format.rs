@@ -106,7 +106,16 @@ pub fn status(s: &StatusReport) -> String {
             dev.uuid.clone(),
             Bytes(dev.total_bytes).to_string(),
             Bytes(dev.capacity_bytes).to_string(),
-            Bytes(dev.reserved_bytes).to_string(),
+            // Warm state (evictable leases) is part of what is reserved.
+            if dev.evictable_bytes > 0 {
+                format!(
+                    "{} ({} warm)",
+                    Bytes(dev.reserved_bytes),
+                    Bytes(dev.evictable_bytes)
+                )
+            } else {
+                Bytes(dev.reserved_bytes).to_string()
+            },
             Bytes(dev.free_bytes).to_string(),
             // Ordinary slots, and the critical class's own after a `+`.
             if dev.critical_slots > 0 {
@@ -174,7 +183,11 @@ pub fn leases(s: &StatusReport) -> String {
             rows.push(vec![
                 l.id.to_string(),
                 l.device_index.to_string(),
-                Bytes(l.vram_bytes).to_string(),
+                match (l.evictable, l.reclaim_requested) {
+                    (true, true) => format!("{} (warm, reclaim asked)", Bytes(l.vram_bytes)),
+                    (true, false) => format!("{} (warm)", Bytes(l.vram_bytes)),
+                    _ => Bytes(l.vram_bytes).to_string(),
+                },
                 match (l.compute, l.yield_requested) {
                     (true, true) => "yes (yield asked)".into(),
                     (true, false) => "yes".into(),
