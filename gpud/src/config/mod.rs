@@ -121,6 +121,7 @@ struct RawScheduler {
     max_overtakes: Option<u32>,
     max_scan: Option<usize>,
     revoke_after_yield: Option<String>,
+    reclaim_grace: Option<String>,
     kill_ignored_yield: Option<bool>,
     #[serde(default)]
     max_hold: RawPerClass,
@@ -453,6 +454,10 @@ impl Config {
             c.scheduler.revoke_after_yield =
                 Some(parse_duration(&r).map_err(|e| value_err("scheduler.revoke_after_yield", e))?);
         }
+        if let Some(r) = s.reclaim_grace {
+            c.scheduler.reclaim_grace =
+                parse_duration(&r).map_err(|e| value_err("scheduler.reclaim_grace", e))?;
+        }
         let hold = |key: &str, v: Option<String>| -> Result<Option<Duration>, ConfigError> {
             v.map(|s| parse_duration(&s).map_err(|e| value_err(key, e)))
                 .transpose()
@@ -674,6 +679,7 @@ poll_interval = "250ms"
 [scheduler]
 max_overtakes = 7
 revoke_after_yield = "30s"
+reclaim_grace = "3s"
 [scheduler.max_hold]
 normal = "5m"
 [access]
@@ -693,6 +699,7 @@ max_sessions = 10
             c.scheduler.revoke_after_yield,
             Some(Duration::from_secs(30))
         );
+        assert_eq!(c.scheduler.reclaim_grace, Duration::from_secs(3));
         assert_eq!(
             c.access.allowed_groups,
             vec![GroupRef::Name("provers".into()), GroupRef::Id(1234)]

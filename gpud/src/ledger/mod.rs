@@ -28,6 +28,7 @@
 //! let ask = |request| (Ticket { session: request, request }, AcquireSpec {
 //!     placement: Placement::Any, vram_bytes: 10 * gib, compute: true,
 //!     class: Class::Normal, timeout: None, label: None,
+//!     within: None, budget: None, evictable: false,
 //! });
 //! let (first, spec) = ask(1);
 //! let lease = ledger.acquire(now, first, spec).unwrap().expect("granted at once");
