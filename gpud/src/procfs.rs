@@ -129,6 +129,14 @@ mod tests {
     }
 
     #[test]
+    fn reads_this_process_cgroups_as_paths() {
+        let mine = cgroups(std::process::id());
+        assert!(!mine.is_empty(), "every Linux process is in a cgroup");
+        assert!(mine.iter().all(|p| p.starts_with('/')), "{mine:?}");
+        assert!(cgroups(0).is_empty(), "pid 0 is unknown");
+    }
+
+    #[test]
     fn a_zombie_is_not_alive() {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();

@@ -7,6 +7,7 @@ mod conformance;
 mod dashboard;
 mod dbus;
 mod descriptors;
+mod evictable;
 mod gpudctl;
 mod hostile;
 mod journal;

@@ -1274,6 +1274,16 @@ impl Ledger {
         lease.session
     }
 
+    /// The first `max_scan` waiters of `d`, in the order they are served.
+    fn serving_order(&self, d: DeviceIdx) -> Vec<u64> {
+        self.devices[d]
+            .queue
+            .iter()
+            .take(self.config.max_scan)
+            .map(|&(_, seq)| seq)
+            .collect()
+    }
+
     fn schedule_all(&mut self, now: Instant, devices: &[DeviceIdx]) {
         for &d in devices {
             self.schedule(now, d);
@@ -1285,13 +1295,7 @@ impl Ledger {
     fn schedule(&mut self, now: Instant, d: DeviceIdx) {
         let dev = &self.devices[d];
         if !dev.queue.is_empty() && !dev.exhausted() {
-            let order: Vec<u64> = dev
-                .queue
-                .iter()
-                .take(self.config.max_scan)
-                .map(|&(_, seq)| seq)
-                .collect();
-            for seq in order {
+            for seq in self.serving_order(d) {
                 if self.devices[d].exhausted() {
                     break;
                 }

@@ -23,13 +23,7 @@ impl Ledger {
         if self.devices[d].drained || self.devices[d].evictable_bytes == 0 {
             return;
         }
-        let order: Vec<u64> = self.devices[d]
-            .queue
-            .iter()
-            .take(self.config.max_scan)
-            .map(|&(_, seq)| seq)
-            .collect();
-        for seq in order {
+        for seq in self.serving_order(d) {
             let Some(waiter) = self.waiters.get(&seq) else {
                 continue;
             };
@@ -75,12 +69,13 @@ impl Ledger {
             if waiter.need.vram_bytes <= dev.free() {
                 return Target::Fits;
             }
-            let have = dev.free().saturating_add(self.reclaiming_bytes(c));
+            let reclaiming = self.reclaiming_bytes(c);
+            let have = dev.free().saturating_add(reclaiming);
             let Some(shortfall) = waiter.need.vram_bytes.checked_sub(have).filter(|&s| s > 0)
             else {
                 return Target::Coming;
             };
-            let askable = dev.evictable_bytes - self.reclaiming_bytes(c);
+            let askable = dev.evictable_bytes - reclaiming;
             if askable >= shortfall && best.is_none_or(|(s, _)| shortfall < s) {
                 best = Some((shortfall, c));
             }

@@ -6,29 +6,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use gpud::ledger::{
-    AcquireSpec, BudgetSpec, Class, Decision, DeviceSpec, LeaseId, Ledger, LedgerConfig,
-    LedgerError, Placement, RestoredLease, RevokeReason, SessionId, Ticket,
+    AcquireSpec, BudgetSpec, Class, Decision, LeaseId, Ledger, LedgerConfig, LedgerError,
+    Placement, RestoredLease, RevokeReason, SessionId, Ticket,
 };
 use proptest::prelude::*;
 
-use crate::GIB;
+use crate::{GIB, sim_devices};
 
 /// The session that holds the budgets (the daemon's, never closed).
 const HOLDER: SessionId = 1000;
 
 fn ledger(compute_slots: u32) -> Ledger {
-    let devices = (0..2)
-        .map(|i| DeviceSpec {
-            uuid: format!("GPU-{i}"),
-            name: "Simulated GPU".into(),
-            total_bytes: 16 * GIB,
-            headroom_bytes: 0,
-            unmanaged_bytes: 0,
-            compute_slots,
-            critical_slots: 0,
-        })
-        .collect();
-    Ledger::new(LedgerConfig::default(), devices)
+    Ledger::new(LedgerConfig::default(), sim_devices(2, compute_slots))
 }
 
 fn spec(placement: Placement, vram_gib: u64, compute: bool, class: Class) -> AcquireSpec {
@@ -577,5 +566,94 @@ fn restored_members_go_back_into_their_restored_budget() {
     assert_eq!(
         l.lease(1).unwrap().budget.as_ref().unwrap().used_bytes,
         6 * GIB
+    );
+}
+
+/// A ledger whose oldest waiter pins its device at once (no overtaking at all).
+fn pinning_ledger() -> Ledger {
+    let config = LedgerConfig {
+        max_overtakes: 0,
+        ..LedgerConfig::default()
+    };
+    Ledger::new(config, sim_devices(1, 1))
+}
+
+#[test]
+fn a_waiter_short_of_memory_does_not_hold_compute_back_from_a_budgets_members() {
+    // The memory it waits for is the budget's own, which comes back only when the job ends,
+    // and the job needs compute to end.
+    let mut l = pinning_ledger();
+    let now = Instant::now();
+    let b = l
+        .acquire(
+            now,
+            Ticket {
+                session: HOLDER,
+                request: 1,
+            },
+            budget_spec(0, 10, 1, Class::Normal),
+        )
+        .unwrap()
+        .unwrap();
+    let pinned = Ticket {
+        session: 1,
+        request: 1,
+    };
+    assert_eq!(
+        l.acquire(
+            now,
+            pinned,
+            spec(Placement::Index(0), 8, true, Class::Normal)
+        ),
+        Ok(None),
+        "8 GiB > 16 - 10"
+    );
+    let inside = Ticket {
+        session: 2,
+        request: 1,
+    };
+    assert!(
+        l.acquire(now, inside, member(b, 1, true))
+            .unwrap()
+            .is_some(),
+        "the member takes the free slot beside the pinned waiter"
+    );
+}
+
+#[test]
+fn a_member_waiting_for_its_full_budget_does_not_pin_the_device() {
+    let mut l = pinning_ledger();
+    let now = Instant::now();
+    let b = l
+        .acquire(
+            now,
+            Ticket {
+                session: HOLDER,
+                request: 1,
+            },
+            budget_spec(0, 8, 1, Class::Normal),
+        )
+        .unwrap()
+        .unwrap();
+    let t = |session, request| Ticket { session, request };
+    assert!(
+        l.acquire(now, t(1, 1), member(b, 6, false))
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(
+        l.acquire(now, t(2, 1), member(b, 6, true)),
+        Ok(None),
+        "6 + 6 > 8"
+    );
+    assert!(
+        l.acquire(
+            now,
+            t(3, 1),
+            spec(Placement::Index(0), 4, true, Class::Normal)
+        )
+        .unwrap()
+        .is_some(),
+        "the member waits for its siblings, not the device: the device grants on"
     );
 }

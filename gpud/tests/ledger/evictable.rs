@@ -5,27 +5,17 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use gpud::ledger::{
-    AcquireSpec, Class, Decision, DeviceSpec, LeaseId, Ledger, LedgerConfig, LedgerError,
-    Placement, ResizeOutcome, RevokeReason, SessionId, Ticket,
+    AcquireSpec, Class, Decision, LeaseId, Ledger, LedgerConfig, LedgerError, Placement,
+    ResizeOutcome, RevokeReason, SessionId, Ticket,
 };
 use proptest::prelude::*;
 
-use crate::GIB;
+use crate::{GIB, sim_devices};
 
 const GRACE: Duration = Duration::from_secs(1);
 
 fn ledger(devices: usize) -> Ledger {
-    let devices = (0..devices)
-        .map(|i| DeviceSpec {
-            uuid: format!("GPU-{i}"),
-            name: "Simulated GPU".into(),
-            total_bytes: 16 * GIB,
-            headroom_bytes: 0,
-            unmanaged_bytes: 0,
-            compute_slots: 1,
-            critical_slots: 0,
-        })
-        .collect();
+    let devices = sim_devices(devices, 1);
     let config = LedgerConfig {
         reclaim_grace: GRACE,
         ..LedgerConfig::default()
@@ -78,12 +68,13 @@ fn reclaimed(ds: &[Decision]) -> Vec<LeaseId> {
         .collect()
 }
 
-#[test]
-fn a_critical_request_reclaims_warm_memory_with_notice_and_gets_it_on_release() {
+/// A device with a 10 GiB warm lease of `class` (session 1) and a critical 10 GiB request
+/// (session 2) waiting for its memory; the decisions are still to be polled.
+fn warm_then_critical(class: Class) -> (Ledger, Instant, LeaseId, Ticket) {
     let mut l = ledger(1);
     let now = Instant::now();
     let held = l
-        .acquire(now, ticket(1, 1), warm(10, Class::Background))
+        .acquire(now, ticket(1, 1), warm(10, class))
         .unwrap()
         .unwrap();
     let critical = ticket(2, 1);
@@ -91,6 +82,12 @@ fn a_critical_request_reclaims_warm_memory_with_notice_and_gets_it_on_release() 
         l.acquire(now, critical, plain(10, Class::Critical)),
         Ok(None)
     );
+    (l, now, held, critical)
+}
+
+#[test]
+fn a_critical_request_reclaims_warm_memory_with_notice_and_gets_it_on_release() {
+    let (mut l, now, held, critical) = warm_then_critical(Class::Background);
     let ds = decisions(&mut l);
     assert_eq!(
         ds,
@@ -113,17 +110,7 @@ fn a_critical_request_reclaims_warm_memory_with_notice_and_gets_it_on_release() 
 
 #[test]
 fn a_holder_that_ignores_the_notice_is_revoked_at_the_deadline() {
-    let mut l = ledger(1);
-    let now = Instant::now();
-    let held = l
-        .acquire(now, ticket(1, 1), warm(10, Class::Normal))
-        .unwrap()
-        .unwrap();
-    let critical = ticket(2, 1);
-    assert_eq!(
-        l.acquire(now, critical, plain(10, Class::Critical)),
-        Ok(None)
-    );
+    let (mut l, now, held, critical) = warm_then_critical(Class::Normal);
     decisions(&mut l);
     assert_eq!(l.poll_timeout(), Some(now + GRACE));
     l.handle_timeout(now + GRACE);
@@ -144,17 +131,7 @@ fn a_holder_that_ignores_the_notice_is_revoked_at_the_deadline() {
 
 #[test]
 fn a_shrink_answers_the_notice() {
-    let mut l = ledger(1);
-    let now = Instant::now();
-    let held = l
-        .acquire(now, ticket(1, 1), warm(10, Class::Normal))
-        .unwrap()
-        .unwrap();
-    let critical = ticket(2, 1);
-    assert_eq!(
-        l.acquire(now, critical, plain(10, Class::Critical)),
-        Ok(None)
-    );
+    let (mut l, now, held, critical) = warm_then_critical(Class::Normal);
     decisions(&mut l);
     assert_eq!(
         l.resize(now, ticket(1, 2), held, 4 * GIB, None),

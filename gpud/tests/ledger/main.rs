@@ -28,6 +28,21 @@ use transition::{Transition, transition, transitions};
 /// One GiB.
 pub const GIB: u64 = 1 << 30;
 
+/// `count` simulated 16 GiB devices without headroom, with `compute_slots` each.
+pub fn sim_devices(count: usize, compute_slots: u32) -> Vec<gpud::ledger::DeviceSpec> {
+    (0..count)
+        .map(|i| gpud::ledger::DeviceSpec {
+            uuid: format!("GPU-{i}"),
+            name: "Simulated GPU".into(),
+            total_bytes: 16 * GIB,
+            headroom_bytes: 0,
+            unmanaged_bytes: 0,
+            compute_slots,
+            critical_slots: 0,
+        })
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 

@@ -21,10 +21,15 @@ pub(super) fn timeout(timeout_ms: Option<u64>) -> Result<Option<Duration>, Error
     }
 }
 
+/// Whether `value` is at most [`MAX_LABEL`] bytes of printable text.
+fn printable(value: &str) -> bool {
+    value.len() <= MAX_LABEL && !value.chars().any(char::is_control)
+}
+
 /// A label of printable text, not too long.
 pub(super) fn label(label: Option<&str>) -> Result<(), ErrorBody> {
     match label {
-        Some(l) if l.len() > MAX_LABEL || l.chars().any(char::is_control) => Err(ErrorBody::new(
+        Some(l) if !printable(l) => Err(ErrorBody::new(
             ErrorCode::InvalidRequest,
             format!("label must be at most {MAX_LABEL} bytes of printable text"),
         )),
@@ -34,7 +39,7 @@ pub(super) fn label(label: Option<&str>) -> Result<(), ErrorBody> {
 
 /// A name (a job id, a cgroup path): non-empty printable text, not too long.
 pub(super) fn name(what: &str, value: &str) -> Result<(), ErrorBody> {
-    if value.is_empty() || value.len() > MAX_LABEL || value.chars().any(char::is_control) {
+    if value.is_empty() || !printable(value) {
         return Err(ErrorBody::new(
             ErrorCode::InvalidRequest,
             format!("{what} must be 1 to {MAX_LABEL} bytes of printable text"),
