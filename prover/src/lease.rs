@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use gpud_client::{ComputeToken, ExclusiveDevice, LeaseId, Reservation};
 use serde::Serialize;
@@ -23,6 +24,22 @@ pub struct LeaseRequest {
     pub class: String,
     /// A label for `gpudctl leases`.
     pub label: String,
+    /// Warm state (resident bases): gpud may ask for the memory back with a reclaim notice.
+    pub evictable: bool,
+}
+
+impl LeaseRequest {
+    /// A request that is not evictable (a GPU phase's, or data that must stay).
+    pub fn new(vram_bytes: u64, compute: bool, class: &str, label: String) -> Self {
+        Self {
+            vram_bytes,
+            compute,
+            device: None,
+            class: class.to_owned(),
+            label,
+            evictable: false,
+        }
+    }
 }
 
 /// Acquires leases for GPU phases; a lease is released when dropped.
@@ -31,6 +48,11 @@ pub trait Leaser {
     type Lease: Reservation;
     /// Blocks until the lease is granted (or fails).
     fn acquire(&self, request: &LeaseRequest) -> Result<Self::Lease>;
+    /// Waits at most `wait` for the lease: `None` when it was not granted in time. Leasers
+    /// without a daemon grant at once.
+    fn try_acquire(&self, request: &LeaseRequest, _wait: Duration) -> Result<Option<Self::Lease>> {
+        self.acquire(request).map(Some)
+    }
     /// Whether the lease was revoked or its connection lost while held.
     fn lost(&self, _lease: &Self::Lease) -> bool {
         false
@@ -38,6 +60,11 @@ pub trait Leaser {
     /// Whether the daemon asked the lease to give its compute slot back (a critical request
     /// waits for it). Leasers without a daemon are never asked.
     fn yield_requested(&self, _lease: &Self::Lease) -> bool {
+        false
+    }
+    /// Whether the daemon asked an evictable lease for its memory back (a request that is not
+    /// evictable needs it). Leasers without a daemon never reclaim.
+    fn reclaim_requested(&self, _lease: &Self::Lease) -> bool {
         false
     }
     /// Runs `hook` when a notice about the lease (a yield request, a revocation) arrives; it
@@ -119,12 +146,8 @@ impl GpudLeaser {
     pub fn client(&self) -> &gpud_client::blocking::Client {
         &self.client
     }
-}
 
-impl Leaser for GpudLeaser {
-    type Lease = gpud_client::blocking::Lease;
-
-    fn acquire(&self, request: &LeaseRequest) -> Result<Self::Lease> {
+    fn client_request(request: &LeaseRequest) -> Result<gpud_client::LeaseRequest> {
         let class = request
             .class
             .parse::<gpud_client::Class>()
@@ -134,12 +157,34 @@ impl Leaser for GpudLeaser {
             .with_compute(request.compute)
             .class(class)
             .label(request.label.clone());
+        if request.evictable {
+            req = req.evictable();
+        }
         if let Some(uuid) = &request.device {
             req = req.device(gpud_client::Placement::Uuid(uuid.clone()));
         }
+        Ok(req)
+    }
+}
+
+impl Leaser for GpudLeaser {
+    type Lease = gpud_client::blocking::Lease;
+
+    fn acquire(&self, request: &LeaseRequest) -> Result<Self::Lease> {
         self.client
-            .acquire(&req)
+            .acquire(&Self::client_request(request)?)
             .map_err(|e| ProverError::Lease(e.to_string()))
+    }
+
+    fn try_acquire(&self, request: &LeaseRequest, wait: Duration) -> Result<Option<Self::Lease>> {
+        match self
+            .client
+            .acquire(&Self::client_request(request)?.timeout(wait))
+        {
+            Ok(lease) => Ok(Some(lease)),
+            Err(e) if e.code() == Some(gpud_client::proto::ErrorCode::TimedOut) => Ok(None),
+            Err(e) => Err(ProverError::Lease(e.to_string())),
+        }
     }
 
     fn lost(&self, lease: &Self::Lease) -> bool {
@@ -148,6 +193,10 @@ impl Leaser for GpudLeaser {
 
     fn yield_requested(&self, lease: &Self::Lease) -> bool {
         lease.yield_requested()
+    }
+
+    fn reclaim_requested(&self, lease: &Self::Lease) -> bool {
+        lease.reclaim_requested()
     }
 
     fn on_notice(&self, lease: &Self::Lease, hook: Box<dyn Fn() + Send + Sync>) {

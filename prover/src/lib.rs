@@ -38,6 +38,7 @@ pub mod progress;
 pub mod prove;
 pub mod synthesis;
 pub mod vram;
+pub mod warm;
 
 pub use circuits::{CircuitKind, CircuitSpec};
 pub use engine::{CpuEngine, Engine};

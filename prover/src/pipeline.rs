@@ -46,6 +46,7 @@ use crate::lease::{LeaseRequest, Leaser};
 use crate::params::ProvingKey;
 use crate::prove::{self, GpuPhaseOutput, Synthesized};
 use crate::synthesis::SynthesisOptions;
+use crate::warm::{Warm, WarmOptions, WarmReport};
 
 /// What to prove.
 #[derive(Debug, Clone)]
@@ -69,6 +70,8 @@ pub struct PipelineConfig {
     /// run of the CPU engine on simulated devices uses it to lease as a larger partition on a
     /// GPU would.
     pub min_phase_vram: u64,
+    /// How resident bases (an engine that keeps them) are kept: warm state gpud may reclaim.
+    pub warm: WarmOptions,
 }
 
 /// One yield of a partition's lease: gpud asked for the compute slot back, the phase gave the
@@ -205,6 +208,9 @@ pub struct PipelineReport {
     pub vram_bytes: u64,
     /// VRAM of the long-lived lease holding the resident bases (0: none).
     pub resident_vram_bytes: u64,
+    /// What the resident bases went through (loads, evictions, cold phases); `None` for an
+    /// engine that keeps nothing resident.
+    pub resident: Option<WarmReport>,
     /// Wall-clock seconds of the run.
     pub wall: f64,
     /// Synthesis per partition.
@@ -390,13 +396,16 @@ impl Run<'_> {
 }
 
 /// Runs the pipeline; `progress` is called as each partition's proof is verified.
-pub fn run<E: Engine, L: Leaser>(
+pub fn run<E: Engine, L: Leaser + Sync>(
     engine: &E,
     leaser: &L,
     key: &ProvingKey,
     cfg: &PipelineConfig,
     progress: &(dyn Fn(&PartitionRecord) + Sync),
-) -> Result<PipelineReport> {
+) -> Result<PipelineReport>
+where
+    L::Lease: Send,
+{
     let jobs = cfg.proofs * cfg.partitions;
     let workers = cfg.synthesis_workers.max(1);
     let run = Run {
@@ -409,7 +418,7 @@ pub fn run<E: Engine, L: Leaser>(
         first_error: Mutex::new(None),
     };
     let mut records = Vec::with_capacity(jobs);
-    let mut vram = (0u64, 0u64);
+    let mut vram = (0u64, None);
 
     std::thread::scope(|scope| {
         // Bounded queues: at most `workers` synthesized partitions wait for the GPU, and one
@@ -476,149 +485,200 @@ fn synthesis_worker(run: &Run<'_>, tx: &SyncSender<SynthDone>) {
     }
 }
 
-/// The GPU-phase thread. Returns the VRAM of the partition leases and of the resident lease.
-fn gpu_worker<E: Engine, L: Leaser>(
+/// The GPU-phase thread. Returns the VRAM of the partition leases and what the resident bases
+/// went through.
+fn gpu_worker<E: Engine, L: Leaser + Sync>(
     run: &Run<'_>,
     engine: &E,
     leaser: &L,
     rx: Receiver<SynthDone>,
     tx: SyncSender<GpuDone>,
-) -> (u64, u64) {
+) -> (u64, Option<WarmReport>)
+where
+    L::Lease: Send,
+{
     let (key, cfg) = (run.key, run.cfg);
-    // Resident bases: one VRAM-only lease for the whole run, on the device that every partition
-    // lease then asks for.
     let resident_bytes = engine.resident_bytes(key);
-    let resident = if resident_bytes > 0 {
-        let request = LeaseRequest {
-            vram_bytes: resident_bytes,
-            compute: false,
-            device: None,
-            class: cfg.class.clone(),
-            label: format!("{} {} resident bases", cfg.label, cfg.spec),
-        };
-        let loaded = leaser.acquire(&request).and_then(|lease| {
-            engine.load_resident(key, &lease)?;
-            Ok(lease)
-        });
-        match loaded {
-            Ok(lease) => Some(lease),
-            Err(e) => {
+    if resident_bytes == 0 {
+        return (phases(run, engine, leaser, None, rx, tx), None);
+    }
+    // Resident bases: warm state in a VRAM-only lease, on the device every partition lease then
+    // asks for while they are there.
+    let request = LeaseRequest::new(
+        resident_bytes,
+        false,
+        &cfg.class,
+        format!("{} {} resident bases", cfg.label, cfg.spec),
+    );
+    let warm = Warm::new(engine, leaser, key, request, cfg.warm);
+    if let Err(e) = warm.load_first() {
+        run.fail(e);
+        return (0, Some(warm.finish().1));
+    }
+    let vram = std::thread::scope(|scope| {
+        let reclaimer = scope.spawn(|| warm.reclaimer());
+        let vram = phases(run, engine, leaser, Some(&warm), rx, tx);
+        let (lease, _) = warm.finish();
+        match reclaimer.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => run.fail(e),
+            Err(_) => run.fail(ProverError::Engine {
+                engine: "pipeline",
+                message: "the resident bases' reclaimer thread panicked".into(),
+            }),
+        }
+        if let Some(lease) = lease {
+            // The resident arena is trimmed and checked under a compute lease of its device,
+            // then its lease is released.
+            let mut request = LeaseRequest::new(
+                0,
+                true,
+                &cfg.class,
+                format!("{} {} releasing resident bases", cfg.label, cfg.spec),
+            );
+            request.device = Some(lease.device_uuid().to_owned());
+            let unloaded = match leaser.acquire(&request) {
+                Ok(closer) => engine.unload_resident(key, Some(&closer)),
+                Err(e) => engine.unload_resident(key, None).and(Err(e)),
+            };
+            drop(lease);
+            if let Err(e) = unloaded {
                 run.fail(e);
-                return (0, 0);
             }
         }
-    } else {
-        None
-    };
-    let vram = phases(run, engine, leaser, resident.as_ref(), rx, tx);
-    if let Some(lease) = resident {
-        // The resident arena is trimmed and checked under a compute lease of its device, then
-        // its lease is released.
-        let request = LeaseRequest {
-            vram_bytes: 0,
-            compute: true,
-            device: Some(lease.device_uuid().to_owned()),
-            class: cfg.class.clone(),
-            label: format!("{} {} releasing resident bases", cfg.label, cfg.spec),
-        };
-        let unloaded = match leaser.acquire(&request) {
-            Ok(closer) => engine.unload_resident(key, Some(&closer)),
-            Err(e) => engine.unload_resident(key, None).and(Err(e)),
-        };
-        drop(lease);
-        if let Err(e) = unloaded {
-            run.fail(e);
-        }
-    }
-    (vram, resident_bytes)
+        vram
+    });
+    (vram, Some(warm.finish().1))
 }
 
 /// The partitions' GPU phases, each under its own {VRAM + compute} lease.
-fn phases<E: Engine, L: Leaser>(
+fn phases<E: Engine, L: Leaser + Sync>(
     run: &Run<'_>,
     engine: &E,
     leaser: &L,
-    resident: Option<&L::Lease>,
+    warm: Option<&Warm<'_, E, L>>,
     rx: Receiver<SynthDone>,
     tx: SyncSender<GpuDone>,
-) -> u64 {
-    let (key, cfg, clock) = (run.key, run.cfg, &run.clock);
+) -> u64
+where
+    L::Lease: Send,
+{
     let mut vram = 0;
     for item in rx {
         if run.stopped() {
             break;
         }
-        let constraints = item.syn.num_constraints();
-        let request = LeaseRequest {
-            vram_bytes: engine
-                .vram_bytes(key, item.syn.log_domain())
-                .max(cfg.min_phase_vram),
-            compute: true,
-            device: resident.map(|l| l.device_uuid().to_owned()),
-            class: cfg.class.clone(),
-            label: format!(
-                "{} {} proof {} partition {}",
-                cfg.label,
-                cfg.spec,
-                item.job / cfg.partitions,
-                item.job % cfg.partitions
-            ),
-        };
-        vram = request.vram_bytes;
-        let requested = clock.now();
-        let lease = match leaser.acquire(&request) {
-            Ok(l) => l,
+        let done = match phase(run, engine, leaser, warm, item, &mut vram) {
+            Ok(done) => done,
             Err(e) => {
                 run.fail(e);
                 break;
             }
-        };
-        let granted = clock.now();
-        let (lease_id, device_uuid) = (lease.lease_id(), lease.device_uuid().to_owned());
-        let mut held = YieldingLease::new(leaser, request, lease, *clock);
-        let out = prove::gpu_phase_with_safe_points(engine, &mut held, key, item.syn);
-        let out = out.and_then(|out| {
-            // A revoked lease protected nothing: a GPU engine's results are suspect.
-            if held.current().is_none_or(|l| leaser.lost(l)) {
-                Err(ProverError::Lease(format!(
-                    "lease {lease_id} was revoked during the GPU phase"
-                )))
-            } else if resident.is_some_and(|r| leaser.lost(r)) {
-                Err(ProverError::Lease(
-                    "the resident bases' lease was revoked".into(),
-                ))
-            } else {
-                Ok(out)
-            }
-        });
-        // Recorded before the release is sent, so [granted, released] lies inside the time
-        // the daemon saw the lease held. Released before the CPU tail: that is what lets the
-        // next GPU phase overlap it.
-        let released = clock.now();
-        let yields = std::mem::take(&mut held.yields);
-        drop(held);
-        let out = match out {
-            Ok(o) => o,
-            Err(e) => {
-                run.fail(e);
-                break;
-            }
-        };
-        let done = GpuDone {
-            job: item.job,
-            out,
-            constraints,
-            synth: (item.start, item.end),
-            lease: (requested, granted, released),
-            lease_id,
-            device_uuid,
-            yields,
         };
         if tx.send(done).is_err() {
             break;
         }
     }
     vram
+}
+
+/// One partition's GPU phase: warm when the resident bases are (or can be put back) on the
+/// device, cold otherwise.
+fn phase<E: Engine, L: Leaser + Sync>(
+    run: &Run<'_>,
+    engine: &E,
+    leaser: &L,
+    warm: Option<&Warm<'_, E, L>>,
+    item: SynthDone,
+    vram: &mut u64,
+) -> Result<GpuDone>
+where
+    L::Lease: Send,
+{
+    let (key, cfg, clock) = (run.key, run.cfg, &run.clock);
+    let constraints = item.syn.num_constraints();
+    let requested = clock.now();
+    let label = format!(
+        "{} {} proof {} partition {}",
+        cfg.label,
+        cfg.spec,
+        item.job / cfg.partitions,
+        item.job % cfg.partitions
+    );
+    let (lease, mut state, request) = loop {
+        // Evicted bases come back first when they fit; else this phase runs cold.
+        let warm_device = match warm {
+            Some(w) if w.rewarm()? => w.lock().device(),
+            _ => None,
+        };
+        // Sized by the engine: with the bases when they are not resident right now.
+        let mut request = LeaseRequest::new(
+            engine
+                .vram_bytes(key, item.syn.log_domain())
+                .max(cfg.min_phase_vram),
+            true,
+            &cfg.class,
+            label.clone(),
+        );
+        request.device = warm_device.clone();
+        *vram = request.vram_bytes;
+        let lease = leaser.acquire(&request)?;
+        let state = warm.map(|w| w.lock());
+        // Evicted while this lease was awaited: it has no room for the bases.
+        let evicted = warm_device.is_some() && state.as_ref().is_some_and(|st| !st.is_warm());
+        if !evicted {
+            break (lease, state, request);
+        }
+        if let (Some(w), Some(mut st)) = (warm, state) {
+            w.retried(&mut st);
+        }
+        drop(lease);
+    };
+    let granted = clock.now();
+    if let (Some(w), Some(st)) = (warm, state.as_mut()) {
+        if !st.is_warm() {
+            w.ran_cold(st);
+        }
+    }
+    let (lease_id, device_uuid) = (lease.lease_id(), lease.device_uuid().to_owned());
+    let mut held = YieldingLease::new(leaser, request, lease, *clock);
+    let out = prove::gpu_phase_with_safe_points(engine, &mut held, key, item.syn);
+    let out = out.and_then(|out| {
+        // A revoked lease protected nothing: a GPU engine's results are suspect.
+        if held.current().is_none_or(|l| leaser.lost(l)) {
+            Err(ProverError::Lease(format!(
+                "lease {lease_id} was revoked during the GPU phase"
+            )))
+        } else if matches!((warm, state.as_ref()), (Some(w), Some(st)) if w.lost(st)) {
+            Err(ProverError::Lease(
+                "the resident bases' lease was revoked".into(),
+            ))
+        } else {
+            Ok(out)
+        }
+    });
+    // A reclaim that came during the phase: the bases go now, under the phase's compute lease.
+    let out = match (warm, state.as_mut(), held.current()) {
+        (Some(w), Some(st), Some(l)) => out.and_then(|o| w.after_phase(st, l).map(|()| o)),
+        _ => out,
+    };
+    drop(state);
+    // Recorded before the release is sent, so [granted, released] lies inside the time the
+    // daemon saw the lease held. Released before the CPU tail: that is what lets the next GPU
+    // phase overlap it.
+    let released = clock.now();
+    let yields = std::mem::take(&mut held.yields);
+    drop(held);
+    Ok(GpuDone {
+        job: item.job,
+        out: out?,
+        constraints,
+        synth: (item.start, item.end),
+        lease: (requested, granted, released),
+        lease_id,
+        device_uuid,
+        yields,
+    })
 }
 
 fn tail_worker(
@@ -679,7 +739,7 @@ fn report<E: Engine>(
     engine: &E,
     cfg: &PipelineConfig,
     vram: u64,
-    resident_vram: u64,
+    resident: Option<WarmReport>,
     wall: f64,
     records: Vec<PartitionRecord>,
 ) -> PipelineReport {
@@ -691,7 +751,8 @@ fn report<E: Engine>(
         partitions: cfg.partitions,
         engine: engine.name().to_owned(),
         vram_bytes: vram,
-        resident_vram_bytes: resident_vram,
+        resident_vram_bytes: resident.as_ref().map_or(0, |r| r.vram_bytes),
+        resident,
         wall,
         synthesis: StageStats::of(records.iter().map(PartitionRecord::synthesis)),
         lease_wait: StageStats::of(records.iter().map(PartitionRecord::lease_wait)),

@@ -19,6 +19,7 @@ fn config(circuit: &str, k: u32, proofs: usize, partitions: usize, label: &str) 
         seed: 11,
         label: label.into(),
         min_phase_vram: 0,
+        warm: Default::default(),
     }
 }
 

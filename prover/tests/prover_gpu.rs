@@ -158,6 +158,7 @@ fn a_phase_lease_smaller_than_the_formula_fails_typed_and_leaks_nothing() {
             device: None,
             class: "normal".into(),
             label: "test".into(),
+            evictable: false,
         },
     )
     .unwrap();
@@ -190,6 +191,7 @@ fn the_pipeline_on_the_cuda_engine_verifies_every_partition_with_and_without_res
             seed: 5,
             label: "gpu test".into(),
             min_phase_vram: 0,
+            warm: Default::default(),
         };
         let leaser = LocalLeaser::on_device(info.uuid.clone(), info.ordinal as u32);
         let report = pipeline::run(&cuda, &leaser, &key, &cfg, &|_| {}).unwrap();

@@ -276,3 +276,110 @@ fn the_demo_says_its_engine_fills_the_device_and_shows_the_critical_request() {
         assert!(!text.contains(unwanted), "{unwanted:?} in:\n{text}");
     }
 }
+
+/// A prover keeps its (simulated) resident bases warm in an evictable lease; a critical
+/// request that needs the memory gets it through a reclaim notice the prover answers between
+/// phases, and the prover puts its bases back up once they fit again. Every proof verifies.
+#[test]
+fn a_prover_gives_its_warm_bases_back_on_reclaim_and_puts_them_back_up() {
+    const GIB: u64 = 1 << 30;
+    let daemon = Daemon::start("16GiB");
+    let observer = Client::connect(&daemon.socket).unwrap();
+    let params_dir = params(12);
+    let mut holder = Command::new(bin("gpud-prover"))
+        .args([
+            "prove",
+            "--circuit",
+            "synthetic",
+            "--json",
+            "--log-size",
+            "12",
+        ])
+        .args(["--proofs", "1", "--partitions", "24", "--seed", "700"])
+        .args(["--engine", "cpu", "--resident-vram", "8GiB"])
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .arg("--params-dir")
+        .arg(params_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = holder.id();
+    let warm_leases = |c: &Client| -> Vec<u64> {
+        c.status()
+            .unwrap()
+            .leases
+            .iter()
+            .filter(|l| l.pid == pid && l.evictable)
+            .map(|l| l.id)
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let first = loop {
+        if let Some(&id) = warm_leases(&observer).first() {
+            break id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the prover never held warm bases"
+        );
+        assert!(
+            holder.try_wait().unwrap().is_none(),
+            "the prover ended early"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // 10 GiB fit only once the 8 GiB of warm bases are given back.
+    let asked = Instant::now();
+    let critical = Client::connect(&daemon.socket)
+        .unwrap()
+        .acquire(
+            &LeaseRequest::new()
+                .vram(10 * GIB)
+                .class(Class::Critical)
+                .timeout(Duration::from_secs(30)),
+        )
+        .unwrap();
+    let waited = asked.elapsed();
+    assert!(
+        warm_leases(&observer).is_empty(),
+        "warm bases still leased beside the critical request"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    critical.release().unwrap();
+    // Back up: a new warm lease once the memory is free again.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !warm_leases(&observer).iter().any(|&id| id != first) {
+        assert!(
+            Instant::now() < deadline,
+            "the prover never put its bases back up"
+        );
+        assert!(
+            holder.try_wait().unwrap().is_none(),
+            "the prover ended before its bases went back up"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let report = report(holder.wait_with_output().unwrap());
+    let warm = &report["resident"];
+    assert_eq!(warm["vram_bytes"], 8 * GIB, "{warm}");
+    assert_eq!(warm["evictable"], true, "{warm}");
+    assert_eq!(warm["evictions"], 1, "{warm}");
+    assert!(warm["loads"].as_u64().unwrap() >= 2, "{warm}");
+    for answer in warm["reclaim_answer_seconds"].as_array().unwrap() {
+        // Well inside the default reclaim grace (10 s): answered, not revoked.
+        assert!(answer.as_f64().unwrap() < 5.0, "{warm}");
+    }
+    assert!(
+        waited < Duration::from_secs(8),
+        "critical waited {waited:?}"
+    );
+    let metrics = String::from_utf8(daemon.gpudctl(&["metrics"]).stdout).unwrap();
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("gpud_lease_revocations_total{") && l.contains("reclaimed")),
+        "the warm lease was revoked instead of given back: {metrics}"
+    );
+}

@@ -568,6 +568,7 @@ impl<E: Engine, L: Leaser> Ctx<E, L> {
                 device: self.opts.device.clone(),
                 class: self.opts.class.clone(),
                 label: format!("{} lane {lane} #{iteration}", self.opts.label),
+                evictable: false,
             };
             let requested = clock.now();
             self.set(lane, LaneState::Waiting { requested }, None);

@@ -20,8 +20,10 @@
 
 mod cpu;
 mod cuda;
+mod simulated;
 
 pub use cpu::CpuEngine;
+pub use simulated::SimulatedResident;
 
 /// Which engine a command runs the GPU phase on (the `--engine` of the prover and the
 /// benchmarks).

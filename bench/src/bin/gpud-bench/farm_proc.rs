@@ -312,6 +312,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
                 device: Some(d.uuid.clone()),
                 class: a.class.clone(),
                 label: format!("farm[{}] CUDA context", std::process::id()),
+                evictable: false,
             };
             context_leases.push(g.acquire(&request)?);
         }

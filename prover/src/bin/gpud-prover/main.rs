@@ -8,9 +8,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
+use gpud_prover::engine::SimulatedResident;
 use gpud_prover::engine::{CudaEngine, CudaOptions};
 use gpud_prover::lease::{GpudLeaser, LocalLeaser};
 use gpud_prover::pipeline::{self, PipelineConfig, PipelineReport};
+use gpud_prover::warm::WarmOptions;
 use gpud_prover::{CircuitSpec, CpuEngine, ParamsCache, ProverError};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -123,6 +125,24 @@ struct ProveArgs {
     /// partition would on a GPU [default: what the engine needs].
     #[arg(long, value_parser = parse_size)]
     phase_vram: Option<u64>,
+    /// CPU engine on simulated devices: lease this much VRAM for resident bases (e.g. 2GiB),
+    /// as the CUDA engine does for the bases it keeps on the GPU; phases while they are not
+    /// loaded lease it on top of their own memory.
+    #[arg(long, value_parser = parse_size)]
+    resident_vram: Option<u64>,
+    /// Keep resident bases in an evictable lease: gpud may reclaim the memory for a request
+    /// that needs it; the bases go back up when they fit again. `false`: a plain lease held
+    /// for the whole run.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    evictable_bases: bool,
+    /// After an eviction, how long a phase waits for its bases to fit again before it runs
+    /// with its own upload (e.g. 500ms, 2s).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    rewarm_wait: std::time::Duration,
+}
+
+fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
+    gpud_client::proto::parse_duration(s)
 }
 
 fn parse_size(s: &str) -> std::result::Result<u64, String> {
@@ -243,6 +263,10 @@ fn prove(a: ProveArgs) -> Result<()> {
         seed: a.seed,
         label: format!("gpud-prover[{}]", std::process::id()),
         min_phase_vram: a.phase_vram.unwrap_or(0),
+        warm: WarmOptions {
+            evictable: a.evictable_bases,
+            rewarm_wait: a.rewarm_wait,
+        },
     };
     let jobs = (a.partitions * a.proofs) as u64;
     let pb = if json {
@@ -260,10 +284,13 @@ fn prove(a: ProveArgs) -> Result<()> {
             Some(l) => pipeline::run(cuda, &l, &key, &cfg, &progress)?,
             None => pipeline::run(cuda, &local_cuda_leaser()?, &key, &cfg, &progress)?,
         },
-        None => match leaser {
-            Some(l) => pipeline::run(&CpuEngine, &l, &key, &cfg, &progress)?,
-            None => pipeline::run(&CpuEngine, &LocalLeaser::default(), &key, &cfg, &progress)?,
-        },
+        None => {
+            let cpu = SimulatedResident::new(CpuEngine, a.resident_vram.unwrap_or(0));
+            match leaser {
+                Some(l) => pipeline::run(&cpu, &l, &key, &cfg, &progress)?,
+                None => pipeline::run(&cpu, &LocalLeaser::default(), &key, &cfg, &progress)?,
+            }
+        }
     };
     pb.finish_and_clear();
     print_report(&report, json)?;
@@ -310,6 +337,17 @@ fn print_report(r: &PipelineReport, json: bool) -> Result<()> {
         );
     }
     println!("  GPU-phase occupancy {:.0} %", 100.0 * r.gpu_occupancy);
+    if let Some(w) = &r.resident {
+        println!(
+            "  resident bases {:.1} MiB ({}): {} upload(s) in {:.3} s, {} eviction(s), {} cold phase(s)",
+            w.vram_bytes as f64 / (1 << 20) as f64,
+            if w.evictable { "evictable" } else { "held" },
+            w.loads,
+            w.load_seconds,
+            w.evictions,
+            w.cold_phases
+        );
+    }
     let n = r.partitions_detail.len();
     if r.all_verified {
         println!("all {n} partition proofs verified");
