@@ -24,7 +24,10 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
             .args(["farm", "--simulate", "--sim-gpus", "2"])
             .args(["--log-size", "10", "--critical-log-size", "8"])
             .args(["--ns", "1,2", "--duration", "1.5", "--calibrate-secs", "1"])
-            .args(["--modes", "gpud,gpud2,ideal,flock,none"])
+            .args(["--modes", "gpud,gpud2,gpud-warm,ideal,flock,none"])
+            // Warm bases of 3 GiB each; the critical partition's 5 GiB fit beside a phase but,
+            // under gpud-warm, only once warm bases are given back.
+            .args(["--warm-vram", "3GiB", "--critical-phase-vram", "5GiB"])
             // Two 10 GiB phases do not fit on the 16 GiB device: uncoordinated provers collide.
             .args(["--phase-vram", "10GiB", "--card", "16GiB"])
             .args(["--priority-n", "2", "--priority-duration", "2.5"])
@@ -48,8 +51,8 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
     assert!((r.config.tail_secs - 0.28 * cal.phase.mean).abs() < 1e-6);
     assert!(r.config.pad_bytes > 0 && r.config.formula_bytes + r.config.pad_bytes == 10 << 30);
 
-    assert_eq!(r.cells.len(), 10);
-    for mode in ["gpud", "gpud2", "ideal", "flock", "none"] {
+    assert_eq!(r.cells.len(), 12);
+    for mode in ["gpud", "gpud2", "gpud-warm", "ideal", "flock", "none"] {
         for n in [1, 2] {
             let c = cell(&r.cells, &format!("{mode}-n{n}"));
             assert_eq!((c.mode.as_str(), c.n), (mode, n));
@@ -89,8 +92,18 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
         assert_eq!(c.phase_overlap, 0.0, "{name}: {c:?}");
     }
 
-    assert_eq!(r.priority.len(), 3);
-    for lock in ["gpud", "gpudc", "flock"] {
+    // Warm provers: the bases went up once per process before the window, and the phases ran
+    // warm (nothing asked for the memory); the other modes keep no warm state.
+    for n in [1, 2] {
+        let c = cell(&r.cells, &format!("gpud-warm-n{n}"));
+        let w = c.warm.as_ref().expect("warm metrics");
+        assert_eq!(w.vram_bytes, 3 << 30, "{w:?}");
+        assert!(w.loads as usize >= n && w.warm_phases > 0, "{w:?}");
+        assert_eq!((w.evictions, w.cold_phases), (0, 0), "{w:?}");
+        assert!(cell(&r.cells, &format!("gpud-n{n}")).warm.is_none());
+    }
+    assert_eq!(r.priority.len(), 4);
+    for lock in ["gpud", "gpudc", "gpudc-warm", "flock"] {
         let p = cell(&r.priority, &format!("priority-{lock}"));
         let c = p.critical.as_ref().expect("critical prover");
         assert!(c.proofs > 0 && c.wait.n > 0, "{p:?}");
@@ -106,6 +119,13 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
     assert_eq!(cell(&r.priority, "priority-gpud").phase_overlap, 0.0);
     let gpudc = cell(&r.priority, "priority-gpudc");
     assert!(gpudc.phase_overlap > 0.0, "{gpudc:?}");
+    // Beside a phase, the critical partition needs memory the warm bases hold: they are
+    // reclaimed with notice and given back, never revoked, and put back up later.
+    let warm = cell(&r.priority, "priority-gpudc-warm");
+    let w = warm.warm.as_ref().expect("warm metrics");
+    assert!(w.evictions > 0, "{w:?}");
+    assert_eq!(w.reclaim_answer.n, w.evictions as usize, "{w:?}");
+    assert!(w.loads > 2, "never put back up: {w:?}");
 
     assert_eq!(r.multi_gpu.len(), 2);
     let one = cell(&r.multi_gpu, "multi-one-n2");
@@ -125,6 +145,7 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
     assert!(md.contains("| mode | N | partitions/min |"), "{md}");
     assert!(md.contains("| lock | critical proofs |"), "{md}");
     assert!(md.contains("| placement | GPUs | N |"), "{md}");
+    assert!(md.contains("| cell | warm lease MiB | loads |"), "{md}");
     // Where the phase's time goes, from the engine's own split (the CPU engine reports H and
     // the MSMs too): the parts fit inside the phase held.
     assert!(md.contains("| mode | N | phase held | engine |"), "{md}");

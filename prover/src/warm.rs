@@ -24,7 +24,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use gpud_client::Reservation;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
 use crate::error::Result;
@@ -51,7 +51,7 @@ impl Default for WarmOptions {
 }
 
 /// What the resident bases went through in a run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WarmReport {
     /// Bytes of the resident lease.
     pub vram_bytes: u64,
@@ -74,7 +74,7 @@ pub struct WarmReport {
 
 /// The resident lease and what happened to it, behind one lock: the GPU thread holds it for a
 /// whole phase, so the reclaimer never frees bases a phase is using.
-pub(crate) struct WarmState<Z> {
+pub struct WarmState<Z> {
     lease: Option<Z>,
     report: WarmReport,
 }
@@ -92,7 +92,7 @@ impl<Z: Reservation> WarmState<Z> {
 }
 
 /// The resident bases of one run: the engine's, under a lease from the leaser.
-pub(crate) struct Warm<'a, E: Engine, L: Leaser> {
+pub struct Warm<'a, E: Engine, L: Leaser> {
     engine: &'a E,
     leaser: &'a L,
     key: &'a ProvingKey,
@@ -297,6 +297,11 @@ where
         }
         let mut state = self.lock();
         (state.lease.take(), state.report.clone())
+    }
+
+    /// The record so far (the run goes on).
+    pub fn report(&self) -> WarmReport {
+        self.lock().report.clone()
     }
 
     /// Whether the resident lease was revoked (it ignored a reclaim, or an admin took it).

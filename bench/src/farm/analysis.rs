@@ -174,7 +174,8 @@ pub struct DeviceBusy {
 pub struct CellMetrics {
     /// Unique name (`gpud-n4`, `priority-flock`, `x2-any-n8`).
     pub name: String,
-    /// Mode: `gpud`, `gpud2` (two compute slots per GPU), `ideal`, `none`, `flock`.
+    /// Mode: `gpud`, `gpud2` (two compute slots per GPU), `gpudc` (a critical slot), `gpud-warm`
+    /// and `gpudc-warm` (warm bases), `ideal`, `none`, `flock`.
     pub mode: String,
     /// Normal provers (processes, or lanes of the ideal's one process).
     pub n: usize,
@@ -198,6 +199,74 @@ pub struct CellMetrics {
     pub devices: Vec<DeviceBusy>,
     /// Processes that did not become ready, with their last words.
     pub startup_errors: Vec<String>,
+    /// The normal provers' warm state, in a mode that keeps one (`gpud-warm`).
+    #[serde(default)]
+    pub warm: Option<WarmMetrics>,
+}
+
+/// What the warm state (resident bases in evictable leases) of a cell's normal provers went
+/// through, summed over them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WarmMetrics {
+    /// Bytes of one prover's warm lease.
+    pub vram_bytes: u64,
+    /// Uploads of the bases, the first ones (before the window) included.
+    pub loads: u32,
+    /// Seconds per upload, mean.
+    pub load_mean: f64,
+    /// Reclaim notices answered by freeing the bases.
+    pub evictions: u32,
+    /// From a reclaim notice to the release, seconds.
+    pub reclaim_answer: Dist,
+    /// Phases in the window that ran with the bases resident, and without (after an eviction,
+    /// while they did not fit).
+    pub warm_phases: usize,
+    /// See `warm_phases`.
+    pub cold_phases: usize,
+    /// Phase leases sized for resident bases that came after they were evicted (given back
+    /// and asked for again).
+    pub phase_retries: u32,
+}
+
+fn warm_metrics(reports: &[&WorkerReport], end: f64) -> Option<WarmMetrics> {
+    let warm: Vec<(&WorkerReport, &gpud_prover::warm::WarmReport)> = reports
+        .iter()
+        .filter_map(|r| Some((*r, r.warm.as_ref()?)))
+        .collect();
+    if warm.is_empty() {
+        return None;
+    }
+    let mut m = WarmMetrics {
+        vram_bytes: warm[0].1.vram_bytes,
+        ..WarmMetrics::default()
+    };
+    let mut answers = Vec::new();
+    let mut load_secs = 0.0;
+    for (r, w) in &warm {
+        m.loads += w.loads;
+        load_secs += w.load_seconds;
+        m.evictions += w.evictions;
+        m.phase_retries += w.phase_retries;
+        answers.extend(w.reclaim_answer_seconds.iter().copied());
+        for rec in r
+            .records
+            .iter()
+            .filter(|x| x.granted.is_some_and(|g| g <= end))
+        {
+            match rec.warm {
+                Some(true) => m.warm_phases += 1,
+                Some(false) => m.cold_phases += 1,
+                None => {}
+            }
+        }
+    }
+    m.load_mean = if m.loads > 0 {
+        load_secs / f64::from(m.loads)
+    } else {
+        0.0
+    };
+    m.reclaim_answer = Dist::of(answers, 0);
+    Some(m)
 }
 
 /// A process of a cell as the driver saw it.
@@ -401,6 +470,7 @@ pub fn cell_metrics(
         .iter()
         .filter_map(|p| p.report.as_ref().err().cloned())
         .collect();
+    let warm = warm_metrics(&ok(false), end);
     CellMetrics {
         name: spec.name.clone(),
         mode: spec.mode.clone(),
@@ -414,6 +484,7 @@ pub fn cell_metrics(
         critical,
         devices,
         startup_errors,
+        warm,
     }
 }
 
@@ -771,6 +842,43 @@ impl FarmResults {
             }
             s += "\n";
         }
+        let warm: Vec<(&CellMetrics, &WarmMetrics)> = self
+            .cells
+            .iter()
+            .chain(&self.priority)
+            .filter_map(|c| Some((c, c.warm.as_ref()?)))
+            .collect();
+        if !warm.is_empty() {
+            s += "Warm state (each prover's bases resident in an evictable lease; loads count \
+                  the first upload before the window; a reclaim answer is from the notice to \
+                  the release):\n\n";
+            s += "| cell | warm lease MiB | loads | upload ms | evictions | answer p50 ms | answer max ms | warm phases | cold phases | retried leases |\n";
+            s += "|---|---|---|---|---|---|---|---|---|---|\n";
+            for (cell, w) in warm {
+                s += &format!(
+                    "| {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    cell.name,
+                    w.vram_bytes as f64 / (1 << 20) as f64,
+                    w.loads,
+                    ms(w.load_mean),
+                    w.evictions,
+                    if w.reclaim_answer.n > 0 {
+                        ms(w.reclaim_answer.p50)
+                    } else {
+                        "–".into()
+                    },
+                    if w.reclaim_answer.n > 0 {
+                        ms(w.reclaim_answer.max)
+                    } else {
+                        "–".into()
+                    },
+                    w.warm_phases,
+                    w.cold_phases,
+                    w.phase_retries,
+                );
+            }
+            s += "\n";
+        }
         if !self.multi_gpu.is_empty() {
             s += "| placement | GPUs | N | partitions/min | × one GPU | GPU busy per GPU (phases) | OOM | failed |\n";
             s += "|---|---|---|---|---|---|---|---|\n";
@@ -834,10 +942,11 @@ impl FarmResults {
 
 /// How the priority runs' modes are named in the tables.
 fn priority_label(mode: &str) -> &str {
-    if mode == "gpudc" {
-        "gpud, critical slot"
-    } else {
-        mode
+    match mode {
+        "gpudc" => "gpud, critical slot",
+        "gpud-warm" => "gpud, warm bases",
+        "gpudc-warm" => "gpud, critical slot, warm bases",
+        other => other,
     }
 }
 
@@ -924,6 +1033,7 @@ mod tests {
             device: Some("GPU-a".into()),
             lease_id: Some(1),
             phase: None,
+            warm: None,
         }
     }
 
@@ -946,6 +1056,7 @@ mod tests {
             window_secs: 10.0,
             records,
             open,
+            warm: None,
         }
     }
 

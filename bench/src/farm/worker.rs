@@ -15,6 +15,13 @@
 //! of the window [`run`] returns what is recorded plus each lane's unfinished state (a wait or
 //! a GPU phase still in progress), and the process exits: lanes blocked in a lock are not
 //! waited for.
+//!
+//! With warm state ([`warm_up`], the `gpud-warm` mode) the process keeps the proving key's
+//! bases resident in an evictable gpud lease ([`gpud_prover::warm`]): its phase leases are the
+//! footprint less the bases, a reclaim notice frees the bases (at once between phases, at the
+//! phase's end during one), and later phases put them back up when they fit, running cold (the
+//! bases uploaded inside a lease that includes them) meanwhile. Each record says whether its
+//! phase ran warm.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,6 +42,7 @@ use gpud_prover::engine::{Engine, PhaseInput, PhaseOutput};
 use gpud_prover::error::ProverError;
 use gpud_prover::lease::{LeaseRequest, Leaser};
 use gpud_prover::params::ProvingKey;
+use gpud_prover::warm::{Warm, WarmOptions, WarmReport};
 
 /// Now as Unix nanoseconds.
 pub fn now_unix_ns() -> u128 {
@@ -272,6 +280,9 @@ pub struct Record {
     pub lease_id: Option<LeaseId>,
     /// The GPU phase's parts, when it succeeded.
     pub phase: Option<PhaseSecs>,
+    /// With warm state: whether the phase ran with the bases resident (none without).
+    #[serde(default)]
+    pub warm: Option<bool>,
 }
 
 /// A lane's unfinished attempt at the end of the window.
@@ -328,6 +339,9 @@ pub struct WorkerReport {
     pub records: Vec<Record>,
     /// Unfinished attempts at the end of the window.
     pub open: Vec<OpenAttempt>,
+    /// What the warm state went through (loads, evictions, cold phases), with warm state.
+    #[serde(default)]
+    pub warm: Option<WarmReport>,
 }
 
 /// Where the GPU phase's extra memory comes from.
@@ -498,7 +512,7 @@ enum LaneState {
     },
 }
 
-struct Ctx<E, L> {
+struct Ctx<E: Engine + 'static, L: Leaser + 'static> {
     engine: Arc<E>,
     leaser: Arc<L>,
     work: Arc<Workload>,
@@ -507,18 +521,32 @@ struct Ctx<E, L> {
     clock: Clock,
     end: f64,
     lease_bytes: u64,
+    /// The process's warm state, when it keeps its bases resident.
+    warm: Option<&'static Warm<'static, E, L>>,
     stop: AtomicBool,
     /// Records and lane states under one lock, so a snapshot sees each attempt exactly once
     /// (open, or finished).
     shared: Mutex<Shared>,
 }
 
+/// The warm state, locked for the length of a phase.
+type WarmGuard<Z> = std::sync::MutexGuard<'static, gpud_prover::warm::WarmState<Z>>;
+
+/// A phase's lease, with the warm state locked for the phase when there is one.
+type HeldPhase<L> = (
+    <L as Leaser>::Lease,
+    Option<WarmGuard<<L as Leaser>::Lease>>,
+);
+
 struct Shared {
     records: Vec<Record>,
     states: Vec<(LaneState, Option<String>)>,
 }
 
-impl<E: Engine, L: Leaser> Ctx<E, L> {
+impl<E: Engine + 'static, L: Leaser + Sync + 'static> Ctx<E, L>
+where
+    L::Lease: Send + 'static,
+{
     fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -562,14 +590,6 @@ impl<E: Engine, L: Leaser> Ctx<E, L> {
             let w = &witnesses[(self.opts.first_witness + lane + iteration) % witnesses.len()];
             // Copied outside the lock: the engine consumes its a, b, c.
             let (a, b, c) = (w.a.clone(), w.b.clone(), w.c.clone());
-            let request = LeaseRequest {
-                vram_bytes: self.lease_bytes,
-                compute: true,
-                device: self.opts.device.clone(),
-                class: self.opts.class.clone(),
-                label: format!("{} lane {lane} #{iteration}", self.opts.label),
-                evictable: false,
-            };
             let requested = clock.now();
             self.set(lane, LaneState::Waiting { requested }, None);
             let mut rec = Record {
@@ -585,18 +605,28 @@ impl<E: Engine, L: Leaser> Ctx<E, L> {
                 device: None,
                 lease_id: None,
                 phase: None,
+                warm: None,
             };
-            let lease = match self.leaser.acquire(&request) {
-                Ok(l) => l,
+            let label = format!("{} lane {lane} #{iteration}", self.opts.label);
+            let (lease, mut warm_state) = match self.acquire(label) {
+                Ok(held) => held,
                 Err(e) => {
-                    rec.outcome = Outcome::Lease;
-                    rec.error = Some(e.to_string());
+                    (rec.outcome, rec.error) = match failure(e) {
+                        (Outcome::Failed, message) => (Outcome::Lease, Some(message)),
+                        (outcome, message) => (outcome, Some(message)),
+                    };
                     self.push(lane, rec);
                     clock.sleep_until(clock.now() + tail.max(0.05));
                     iteration += 1;
                     continue;
                 }
             };
+            rec.warm = warm_state.as_ref().map(|st| st.is_warm());
+            if let (Some(w), Some(st)) = (self.warm, warm_state.as_mut()) {
+                if !st.is_warm() {
+                    w.ran_cold(st);
+                }
+            }
             let granted = clock.now();
             rec.granted = Some(granted);
             rec.device = Some(lease.device_uuid().to_owned());
@@ -619,7 +649,16 @@ impl<E: Engine, L: Leaser> Ctx<E, L> {
                     },
                 )
             });
-            let lost = self.leaser.lost(&lease);
+            let mut lost = self.leaser.lost(&lease);
+            if let (Some(w), Some(st)) = (self.warm, warm_state.as_mut()) {
+                lost |= w.lost(st);
+                // A reclaim that came during the phase: the bases go now, under its lease.
+                let answered = w.after_phase(st, &lease);
+                if let (Err(e), true) = (answered, result.is_ok()) {
+                    rec.error = Some(format!("freeing the warm bases: {e}"));
+                }
+            }
+            drop(warm_state);
             // Taken before the release is sent: [granted, released] lies inside the hold.
             let released = clock.now();
             drop(lease);
@@ -675,6 +714,45 @@ impl<E: Engine, L: Leaser> Ctx<E, L> {
         }
     }
 
+    /// The phase's lease, with the warm state locked for the phase when there is one: the
+    /// bases are put back up first when they fit, and a lease sized for resident bases that
+    /// were evicted while it was awaited is given back and asked for again, larger.
+    fn acquire(&self, label: String) -> gpud_prover::Result<HeldPhase<L>> {
+        let (key, log) = (&self.work.key, self.work.log_domain());
+        loop {
+            let warm_device = match self.warm {
+                Some(w) if w.rewarm()? => w.lock().device(),
+                _ => None,
+            };
+            let request = LeaseRequest {
+                // Without warm state the engine's size never changes: the one reported.
+                vram_bytes: match self.warm {
+                    Some(_) => self
+                        .engine
+                        .vram_bytes(key, log)
+                        .saturating_add(self.opts.vram_pad),
+                    None => self.lease_bytes,
+                },
+                compute: true,
+                device: warm_device.clone().or_else(|| self.opts.device.clone()),
+                class: self.opts.class.clone(),
+                label: label.clone(),
+                evictable: false,
+            };
+            let lease = self.leaser.acquire(&request)?;
+            let Some(w) = self.warm else {
+                return Ok((lease, None));
+            };
+            let mut state = w.lock();
+            if warm_device.is_none() || state.is_warm() {
+                return Ok((lease, Some(state)));
+            }
+            w.retried(&mut state);
+            drop(state);
+            drop(lease);
+        }
+    }
+
     fn snapshot(&self) -> (Vec<Record>, Vec<OpenAttempt>) {
         let s = self.lock();
         let open = s
@@ -717,6 +795,51 @@ fn phase_secs(out: &PhaseOutput, pad: f64) -> PhaseSecs {
     }
 }
 
+/// Puts the proving key's bases on the device as warm state, for the process's life: an
+/// evictable lease (a plain one when `opts.evictable` is off) and the upload, plus the thread
+/// that answers reclaim notices between phases. Done before the window, like the rest of the
+/// setup; the process exits at the end without giving anything back (the kernel does).
+pub fn warm_up<E, L>(
+    engine: &Arc<E>,
+    leaser: &Arc<L>,
+    work: &Arc<Workload>,
+    opts: WarmOptions,
+    class: &str,
+    label: &str,
+) -> FarmResult<&'static Warm<'static, E, L>>
+where
+    E: Engine + 'static,
+    L: Leaser + Send + Sync + 'static,
+    L::Lease: Send + 'static,
+{
+    // Leaked: the warm state and what it borrows live as long as the process.
+    let engine: &'static E = Box::leak(Box::new(engine.clone()));
+    let leaser: &'static L = Box::leak(Box::new(leaser.clone()));
+    let work: &'static Workload = Box::leak(Box::new(work.clone()));
+    let request = LeaseRequest::new(
+        engine.resident_bytes(&work.key),
+        false,
+        class,
+        format!("{label} warm bases"),
+    );
+    let warm: &'static Warm<'static, E, L> = Box::leak(Box::new(Warm::new(
+        engine, leaser, &work.key, request, opts,
+    )));
+    warm.load_first()?;
+    std::thread::Builder::new()
+        .name("farm-reclaimer".into())
+        .spawn(move || {
+            if let Err(e) = warm.reclaimer() {
+                eprintln!("farm-worker: answering a reclaim: {e}");
+            }
+        })
+        .map_err(|e| super::FarmError::Io {
+            path: "thread".into(),
+            source: e,
+        })?;
+    Ok(warm)
+}
+
 /// What [`run`] returns at the end of the window.
 #[derive(Debug, Clone)]
 pub struct LaneResults {
@@ -724,15 +847,18 @@ pub struct LaneResults {
     pub records: Vec<Record>,
     /// Unfinished attempts.
     pub open: Vec<OpenAttempt>,
-    /// What each phase lease asked for.
+    /// What each phase lease asked for (with warm state: while the bases are resident).
     pub lease_bytes: u64,
-    /// The VRAM formula of one phase.
+    /// The VRAM formula of one phase (with warm state: while the bases are resident).
     pub formula_bytes: u64,
+    /// What the warm state went through, with warm state.
+    pub warm: Option<WarmReport>,
 }
 
 /// Runs `opts.lanes` lanes from the window's start to its end and returns what they recorded.
 /// Lanes are detached threads: the ones blocked in a lock at the end are not waited for (they
-/// stop at their next step); the caller is expected to report and exit.
+/// stop at their next step); the caller is expected to report and exit. `warm`: the warm
+/// state from [`warm_up`], or none (bases uploaded in every phase).
 pub fn run<E, L>(
     engine: Arc<E>,
     leaser: Arc<L>,
@@ -740,10 +866,12 @@ pub fn run<E, L>(
     memory: Arc<PhaseMemory>,
     opts: WorkerOptions,
     window: Window,
+    warm: Option<&'static Warm<'static, E, L>>,
 ) -> FarmResult<LaneResults>
 where
     E: Engine + 'static,
     L: Leaser + Send + Sync + 'static,
+    L::Lease: Send + 'static,
 {
     let formula_bytes = engine.vram_bytes(&work.key, work.log_domain());
     let lease_bytes = formula_bytes.saturating_add(opts.vram_pad);
@@ -756,6 +884,7 @@ where
         clock: Clock::new(&window),
         end: window.duration(),
         lease_bytes,
+        warm,
         stop: AtomicBool::new(false),
         shared: Mutex::new(Shared {
             records: Vec::new(),
@@ -781,6 +910,7 @@ where
         open,
         lease_bytes,
         formula_bytes,
+        warm: warm.map(|w| w.report()),
     })
 }
 
@@ -842,6 +972,7 @@ mod tests {
             Arc::new(sim),
             opts,
             window,
+            None,
         )
         .unwrap();
         let ok: Vec<&Record> = out
@@ -902,6 +1033,7 @@ mod tests {
             Arc::new(sim),
             opts,
             window,
+            None,
         )
         .unwrap();
         let count = |o| out.records.iter().filter(|r| r.outcome == o).count();

@@ -3,7 +3,9 @@
 //! An evictable lease (memory only: a prover's resident parameters and context) counts against
 //! its device's capacity like any lease. When a request that is *not* evictable cannot fit on
 //! any device it may use, and reclaiming evictable memory on one of them would make it fit,
-//! the holders of just enough of that memory are asked to give it back: a
+//! the holders of just enough of that memory are asked to give it back (only where memory is
+//! all it lacks: a request that also waits for a compute slot there reclaims nothing until the
+//! slot is free): a
 //! [`Decision::ReclaimRequested`] with a deadline, lowest class first, then oldest. A holder
 //! shrinks or releases (keeping what is cheap to keep), or is revoked at the deadline. Nothing
 //! is granted until the memory is actually free, so capacity is never exceeded; evictable
@@ -68,6 +70,12 @@ impl Ledger {
             }
             if waiter.need.vram_bytes <= dev.free() {
                 return Target::Fits;
+            }
+            // It waits for a compute slot here too: memory freed now would only sit unused
+            // (or go to someone else) until the slot frees, and the slot's release may free
+            // enough memory by itself. Asked again then, if still short.
+            if waiter.need.compute && dev.free_slots(waiter.class) == 0 {
+                continue;
             }
             let reclaiming = self.reclaiming_bytes(c);
             let have = dev.free().saturating_add(reclaiming);

@@ -217,6 +217,46 @@ fn evictable_requests_and_hopeless_ones_reclaim_nothing() {
     );
 }
 
+/// Two provers with warm bases share one compute slot: the second one's phase waits for the
+/// slot, and short of memory as well, but reclaims nothing while the slot is taken (the first
+/// phase's release frees what it needs); a request that lacks only memory does reclaim.
+#[test]
+fn a_request_that_waits_for_the_compute_slot_reclaims_nothing() {
+    let mut l = ledger(1);
+    let now = Instant::now();
+    let a_warm = l
+        .acquire(now, ticket(1, 1), warm(3, Class::Normal))
+        .unwrap()
+        .unwrap();
+    l.acquire(now, ticket(2, 1), warm(3, Class::Normal))
+        .unwrap()
+        .unwrap();
+    let phase = spec(Placement::Index(0), 7, true, Class::Normal, false);
+    let a_phase = l
+        .acquire(now, ticket(1, 2), phase.clone())
+        .unwrap()
+        .unwrap();
+    // 16 − 3 − 3 − 7 = 3 GiB free: short of memory, and of the slot.
+    assert_eq!(l.acquire(now, ticket(2, 2), phase).unwrap(), None);
+    assert!(reclaimed(&decisions(&mut l)).is_empty());
+    // The first phase ends: the slot and 7 GiB come back, and the second phase fits.
+    l.release(now, 1, a_phase).unwrap();
+    let ds = decisions(&mut l);
+    assert!(
+        matches!(ds.as_slice(), [Decision::Granted { ticket: t, .. }] if *t == ticket(2, 2)),
+        "{ds:?}"
+    );
+    // Memory is all a critical request lacks (it asks no compute): it reclaims the oldest
+    // warm lease, 3 GiB, which with the 3 GiB free is what it needs.
+    assert_eq!(
+        l.acquire(now, ticket(3, 1), plain(6, Class::Critical))
+            .unwrap(),
+        None
+    );
+    assert_eq!(reclaimed(&decisions(&mut l)), vec![a_warm]);
+    l.check_invariants().unwrap();
+}
+
 #[test]
 fn an_any_request_reclaims_on_one_device_only() {
     let mut l = ledger(2);
@@ -310,13 +350,20 @@ fn check_reclaims(l: &Ledger, asked: &[LeaseId]) {
         assert!(lease.evictable, "only evictable leases are reclaimed");
         let d = lease.device;
         let dev = l.device(d).unwrap();
-        let needy = l
-            .waiters()
-            .into_iter()
-            .any(|w| !w.evictable && w.candidates.contains(&d) && w.need.vram_bytes > dev.free());
+        // Memory is all the waiter lacks there: a compute slot is free for it.
+        let slot_free = |w: &gpud::ledger::Waiter| {
+            !w.need.compute
+                || dev.compute_holders().count() < dev.spec().slots_for(w.class) as usize
+        };
+        let needy = l.waiters().into_iter().any(|w| {
+            !w.evictable
+                && w.candidates.contains(&d)
+                && w.need.vram_bytes > dev.free()
+                && slot_free(w)
+        });
         assert!(
             needy,
-            "lease {id} reclaimed with no request that cannot fit on device {d}"
+            "lease {id} reclaimed with no request that lacks only memory on device {d}"
         );
         // Nothing unasked on the device came before it in the reclaim order.
         let key = order(l, id);

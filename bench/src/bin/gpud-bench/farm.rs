@@ -67,8 +67,10 @@ pub struct FarmArgs {
     /// Numbers of provers.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8])]
     ns: Vec<usize>,
-    /// Modes: gpud, ideal (one process, N threads, one in-process lock), flock, none; and
-    /// gpud2 (gpud with two compute slots per GPU: two phases overlap where their VRAM fits).
+    /// Modes: gpud, ideal (one process, N threads, one in-process lock), flock, none; gpud2
+    /// (gpud with two compute slots per GPU: two phases overlap where their VRAM fits); and
+    /// gpud-warm (gpud, each process keeping its bases resident in an evictable lease: its
+    /// phase leases are the footprint less the bases).
     #[arg(long, value_delimiter = ',', default_value = "gpud,ideal,flock,none")]
     modes: Vec<String>,
     /// Seconds each cell proves.
@@ -101,6 +103,24 @@ pub struct FarmArgs {
     /// The critical prover starts a proof every this many seconds.
     #[arg(long, default_value_t = 1.0)]
     critical_every: f64,
+    /// The critical proof's footprint (its phase padded up to this), e.g. 6GiB: a critical
+    /// partition as large as the normal ones, which under gpud-warm must reclaim warm bases
+    /// [default: no pad].
+    #[arg(long)]
+    critical_phase_vram: Option<String>,
+    /// With --simulate: the size of each gpud-warm prover's simulated warm bases, e.g. 3GiB
+    /// [default: the formula's resident bases, which are small at small sizes].
+    #[arg(long)]
+    warm_vram: Option<String>,
+    /// The priority runs' modes: gpud (one exclusive slot), gpudc (a critical slot beside it),
+    /// gpudc-warm (gpudc with the normal provers' bases warm in evictable leases: a critical
+    /// partition beside a phase must reclaim them where memory is short), flock.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "gpud,gpudc,gpudc-warm,flock"
+    )]
+    priority_modes: Vec<String>,
     /// Also run gpud with placement "any" over every GPU against the first GPU alone.
     #[arg(long)]
     multi_gpu: bool,
@@ -340,22 +360,24 @@ struct WorkerSpec {
     /// The gpud its leases come from ([`Farm::socket`]): "gpud", "gpud2" (two compute slots
     /// per GPU) or "gpudc" (one compute slot and one critical slot per GPU).
     gpud: &'static str,
+    /// Keeps its bases warm in an evictable lease (mode gpud-warm).
+    warm: bool,
 }
-
-/// The priority runs: gpud with one exclusive compute slot, gpud with a critical slot beside
-/// it (`devices.critical_slots = 1`), and flock.
-const PRIORITY_LOCKS: [&str; 3] = ["gpud", "gpudc", "flock"];
 
 /// How the processes of a mode (one process per prover) take the GPU: the worker's lock, and
 /// the gpud its leases come from ([`Farm::socket`]).
 fn mode_lock(mode: &str) -> Result<(&'static str, &'static str)> {
     Ok(match mode {
-        "gpud" => ("gpud", "gpud"),
+        "gpud" | "gpud-warm" => ("gpud", "gpud"),
         "gpud2" => ("gpud", "gpud2"),
-        "gpudc" => ("gpud", "gpudc"),
+        "gpudc" | "gpudc-warm" => ("gpud", "gpudc"),
         "flock" => ("flock", "gpud"),
         "none" => ("none", "gpud"),
-        other => bail!("unknown mode {other:?} (gpud, gpud2, gpudc, ideal, flock, none)"),
+        other => {
+            bail!(
+                "unknown mode {other:?} (gpud, gpud2, gpudc, gpud-warm, gpudc-warm, ideal, flock, none)"
+            )
+        }
     })
 }
 
@@ -547,6 +569,13 @@ impl Farm {
         if let Some(p) = w.phase_vram {
             v.push("--phase-vram".into());
             v.push(p.to_string());
+        }
+        if w.warm {
+            v.push("--warm".into());
+            if let (true, Some(bytes)) = (self.a.simulate, &self.a.warm_vram) {
+                v.push("--warm-vram".into());
+                v.push(bytes.clone());
+            }
         }
         if let Some(i) = w.interval {
             v.push("--interval".into());
@@ -780,6 +809,7 @@ impl Farm {
             interval: None,
             device,
             gpud: "gpud",
+            warm: false,
         }
     }
 
@@ -798,6 +828,7 @@ impl Farm {
             .map(|i| {
                 let mut w = self.normal(format!("p{i}"), lock, 1, i, device.clone());
                 w.gpud = gpud;
+                w.warm = mode.ends_with("-warm");
                 w
             })
             .collect())
@@ -1016,10 +1047,22 @@ pub fn run(a: FarmArgs) -> Result<()> {
     } else {
         a.modes.clone()
     };
+    // Every mode named is known, before anything starts.
+    for m in modes.iter().filter(|m| *m != "ideal") {
+        mode_lock(m).context("--modes")?;
+    }
+    for m in &a.priority_modes {
+        if m == "ideal" {
+            bail!(
+                "--priority-modes: the ideal has no critical prover process; name gpud, gpudc, gpud-warm, gpudc-warm or flock"
+            );
+        }
+        mode_lock(m).context("--priority-modes")?;
+    }
     let matrix_cells = modes.len() * a.ns.len();
     let estimate = matrix_cells as f64 * (a.duration + 3.0)
         + if a.priority_n > 0 {
-            PRIORITY_LOCKS.len() as f64 * (a.priority_duration + 4.0)
+            a.priority_modes.len() as f64 * (a.priority_duration + 4.0)
         } else {
             0.0
         }
@@ -1036,7 +1079,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
         matrix_cells,
         a.duration,
         if a.priority_n > 0 {
-            format!(", {} priority runs", PRIORITY_LOCKS.len())
+            format!(", {} priority runs", a.priority_modes.len())
         } else {
             String::new()
         },
@@ -1264,7 +1307,14 @@ pub fn run(a: FarmArgs) -> Result<()> {
             "priority: {} normal provers and a critical 2^{} prover every {} s",
             farm.a.priority_n, farm.a.critical_log_size, farm.a.critical_every
         );
-        for mode in PRIORITY_LOCKS {
+        let critical_phase_vram = farm
+            .a
+            .critical_phase_vram
+            .as_deref()
+            .map(size)
+            .transpose()?;
+        for mode in &farm.a.priority_modes.clone() {
+            let mode = mode.as_str();
             let (lock, gpud) = mode_lock(mode)?;
             let spec = CellSpec {
                 name: format!("priority-{mode}"),
@@ -1283,11 +1333,12 @@ pub fn run(a: FarmArgs) -> Result<()> {
                 class: "critical",
                 log_size: farm.a.critical_log_size,
                 witnesses: 1,
-                phase_vram: None,
+                phase_vram: critical_phase_vram,
                 tail_ms: 0.0,
                 interval: Some(farm.a.critical_every),
                 device: one_gpu.clone(),
                 gpud,
+                warm: false,
             });
             let m = farm.cell(spec, &workers, farm.a.priority_duration)?;
             results.priority.push(m);

@@ -19,9 +19,11 @@ use gpud_bench::farm::bundle::{self, FarmWitness};
 use gpud_bench::farm::worker::{self, PhaseMemory, Window, WorkerOptions, WorkerReport, Workload};
 use gpud_bench::farm::{FarmError, LockKind};
 use gpud_client::{ExclusiveDevice, Reservation};
+use gpud_prover::engine::SimulatedResident;
 use gpud_prover::engine::{CudaEngine, CudaOptions, Engine, process_device};
 use gpud_prover::lease::{GpudLeaser, LeaseRequest, Leaser, LocalLeaser};
 use gpud_prover::paramgen::{self, G1Backend, Toxic};
+use gpud_prover::warm::WarmOptions;
 use gpud_prover::{CircuitSpec, CpuEngine};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -109,6 +111,15 @@ pub struct WorkerArgs {
     /// process's life, for its CUDA context.
     #[arg(long, default_value = "0")]
     context_vram: String,
+    /// gpud mode: keep the proving key's bases on the device as warm state, in an evictable
+    /// lease for the process's life (the phase leases are then the footprint less the bases);
+    /// a reclaim notice frees them, and they go back up when they fit.
+    #[arg(long)]
+    warm: bool,
+    /// With --warm and the CPU engine: the simulated bases' size [default: the formula's
+    /// resident bases].
+    #[arg(long, requires = "warm")]
+    warm_vram: Option<String>,
     /// Engine of the GPU phase.
     #[arg(long, value_enum, default_value = "auto")]
     engine: EngineArg,
@@ -198,11 +209,30 @@ fn serve<E, L>(
 where
     E: Engine + 'static,
     L: Leaser + Send + Sync + 'static,
+    L::Lease: Send + 'static,
 {
+    // The footprint's pad from the phase without resident bases: warm phases lease the same
+    // footprint less the bases they keep.
     let formula = engine.vram_bytes(&work.key, work.log_domain());
     let vram_pad = match &a.phase_vram {
         Some(p) => size(p)?.saturating_sub(formula),
         None => size(&a.vram_pad)?,
+    };
+    let label = format!("farm[{}]", std::process::id());
+    let warm = match (a.warm, a.lock) {
+        (false, _) => None,
+        (true, LockArg::Gpud) => Some(
+            worker::warm_up(
+                &engine,
+                &leaser,
+                &work,
+                WarmOptions::default(),
+                &a.class,
+                &label,
+            )
+            .context("putting the warm bases on the device")?,
+        ),
+        (true, _) => bail!("--warm needs --lock gpud (warm state is an evictable gpud lease)"),
     };
     let setup_secs = started.elapsed().as_secs_f64();
     let window = if a.sync {
@@ -223,11 +253,19 @@ where
         device: a.device.clone(),
         seed: a.seed.wrapping_mul(1_000_003).wrapping_add(a.index as u64),
         first_witness: a.index,
-        label: format!("farm[{}]", std::process::id()),
+        label,
     };
     let engine_name = engine.name().to_owned();
     let (circuit, log_size) = (work.spec.kind().name().to_owned(), work.log_domain());
-    let out = worker::run(engine, leaser, work, Arc::new(memory), opts.clone(), window)?;
+    let out = worker::run(
+        engine,
+        leaser,
+        work,
+        Arc::new(memory),
+        opts.clone(),
+        window,
+        warm,
+    )?;
     Ok(WorkerReport {
         pid: std::process::id(),
         lock: a.lock.into(),
@@ -246,6 +284,7 @@ where
         window_secs: window.duration(),
         records: out.records,
         open: out.open,
+        warm: out.warm,
     })
 }
 
@@ -333,7 +372,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
     );
     let mut report = if cuda {
         let engine = CudaEngine::new(CudaOptions {
-            resident_bases: false,
+            resident_bases: a.warm,
             pin_bases: true,
         })
         .context("starting the CUDA engine")?;
@@ -363,10 +402,18 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
             context_total,
         )?
     } else {
+        // Warm state on the CPU engine: bases that exist only as their lease.
+        let warm_vram = match (&a.warm_vram, a.warm) {
+            (Some(s), _) => size(s)?,
+            (None, true) => {
+                gpud_prover::vram::estimate(&work.key.shape(), work.log_domain()).resident
+            }
+            (None, false) => 0,
+        };
         with_leaser(
             &a,
             started,
-            Arc::new(CpuEngine),
+            Arc::new(SimulatedResident::new(CpuEngine, warm_vram)),
             false,
             work,
             memory,
