@@ -77,7 +77,10 @@ impl Gpud {
             simulate: simulate.to_string(),
             config: config.to_string(),
             args: args.iter().map(|a| a.to_string()).collect(),
-            env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
         };
         let dir = tempdir("gpud-ops");
         let child = Self::spawn(dir.path(), &launch);

@@ -371,10 +371,7 @@ fn a_bus_acquire_gives_up_at_its_timeout_and_its_label_shows_in_status() {
                 .await,
         );
         assert_eq!(name, "org.freedesktop.DBus.Error.InvalidArgs");
-        assert_eq!(
-            message,
-            "label must be at most 256 bytes of printable text"
-        );
+        assert_eq!(message, "label must be at most 256 bytes of printable text");
     });
 }
 
@@ -492,10 +489,7 @@ fn a_bus_compute_holder_hears_a_yield_notice_addressed_to_it() {
         let (noticed, reason, revoke_in_ms): (u64, String, u64) =
             notice.body().deserialize().unwrap();
         assert_eq!((noticed, reason.as_str()), (lease, "critical_waiting"));
-        assert!(
-            revoke_in_ms > 0 && revoke_in_ms <= 30_000,
-            "{revoke_in_ms}"
-        );
+        assert!(revoke_in_ms > 0 && revoke_in_ms <= 30_000, "{revoke_in_ms}");
         // Honoured: the critical request gets the slot.
         holder.manager.release(lease).await.unwrap();
         let granted = tokio::time::timeout(Duration::from_secs(5), critical)

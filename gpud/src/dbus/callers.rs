@@ -122,7 +122,9 @@ impl Callers {
         let id = c.next_request.fetch_add(1, Ordering::Relaxed);
         {
             let Ok(mut named) = c.named.lock() else {
-                return Err(BusError::failed("a bus caller's request names are unreadable"));
+                return Err(BusError::failed(
+                    "a bus caller's request names are unreadable",
+                ));
             };
             if named.contains_key(name) {
                 return Err(ErrorBody::new(

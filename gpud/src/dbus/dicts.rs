@@ -198,7 +198,9 @@ fn string<'o>(options: &'o Options, key: &str) -> Result<Option<&'o str>, BusErr
 fn request_name(options: &Options) -> Result<Option<String>, BusError> {
     match string(options, "request")? {
         None => Ok(None),
-        Some(r) if r.is_empty() || r.len() > MAX_REQUEST_NAME || r.chars().any(char::is_control) => {
+        Some(r)
+            if r.is_empty() || r.len() > MAX_REQUEST_NAME || r.chars().any(char::is_control) =>
+        {
             Err(BusError::invalid_args(format!(
                 "option \"request\" must be 1 to {MAX_REQUEST_NAME} bytes of printable text"
             )))
@@ -236,7 +238,10 @@ mod tests {
         assert_eq!(asked.request.as_deref(), Some("job-1"));
         let a = asked.args;
         assert_eq!(a.device, Placement::Index(1));
-        assert_eq!((a.vram_bytes, a.compute, a.class), (4 << 30, true, Class::High));
+        assert_eq!(
+            (a.vram_bytes, a.compute, a.class),
+            (4 << 30, true, Class::High)
+        );
         assert_eq!(a.timeout_ms, Some(500));
         assert_eq!(a.label.as_deref(), Some("proof 17"));
         assert_eq!(a.budget.as_deref(), Some("12:ab"));
@@ -260,7 +265,10 @@ mod tests {
         let e = refusal(&[("compute", 1u32.into())]);
         assert!(e.contains("\"compute\"") && e.contains("boolean"), "{e}");
         let e = refusal(&[("timeout_ms", (-5i32).into())]);
-        assert!(e.contains("\"timeout_ms\"") && e.contains("negative"), "{e}");
+        assert!(
+            e.contains("\"timeout_ms\"") && e.contains("negative"),
+            "{e}"
+        );
         let e = refusal(&[("class", "urgent".into())]);
         assert!(e.contains("\"class\""), "{e}");
         let e = refusal(&[("request", "a\nb".into())]);

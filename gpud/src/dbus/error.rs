@@ -129,7 +129,10 @@ mod tests {
             name(ErrorCode::DuplicateRequest),
             "org.gpud.Error.DuplicateRequest"
         );
-        assert_eq!(name(ErrorCode::ResizePending), "org.gpud.Error.ResizePending");
+        assert_eq!(
+            name(ErrorCode::ResizePending),
+            "org.gpud.Error.ResizePending"
+        );
         // The socket's message travels unchanged.
         let e = BusError::from(ErrorBody::new(ErrorCode::TimedOut, "gave up waiting"));
         assert_eq!(e.to_string(), "org.gpud.Error.TimedOut: gave up waiting");

@@ -70,10 +70,7 @@ impl Manager {
         args: AcquireArgs,
         name: Option<&str>,
     ) -> Result<LeaseInfo, BusError> {
-        match self
-            .call_named(conn, hdr, Op::Acquire(args), name)
-            .await?
-        {
+        match self.call_named(conn, hdr, Op::Acquire(args), name).await? {
             Reply::Granted(info) => Ok(info),
             _ => Err(BusError::failed("unexpected answer to acquire")),
         }
@@ -179,11 +176,7 @@ impl Manager {
 
     /// Withdraws the caller's waiting `AcquireWith` or `Resize` named `request`: that call
     /// fails with `org.gpud.Error.Cancelled`.
-    async fn cancel(
-        &self,
-        #[zbus(header)] hdr: Header<'_>,
-        request: &str,
-    ) -> Result<(), BusError> {
+    async fn cancel(&self, #[zbus(header)] hdr: Header<'_>, request: &str) -> Result<(), BusError> {
         self.callers.cancel(sender(&hdr)?, request).await
     }
 
