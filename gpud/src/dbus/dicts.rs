@@ -73,6 +73,8 @@ pub fn acquire(options: &Options) -> Result<AcquireOptions, BusError> {
             "option \"queued_events\" needs option \"request\": the Queued signal names the request by it",
         ));
     }
+    // A field the protocol gains keeps its default here until an option names it.
+    #[allow(clippy::needless_update)]
     let args = AcquireArgs {
         device,
         vram_bytes: unsigned(options, "vram")?.unwrap_or(0),
