@@ -3,7 +3,10 @@
 //! The object is an adapter: it turns calls into hub [`Command`]s, so bus clients and socket
 //! clients share the one ledger and compete fairly. Each bus caller that asks for a lease (or
 //! an admin operation) becomes a hub session tied to its unique name; when `NameOwnerChanged`
-//! says the name left, the session ends and its leases are freed. Reading status is open to
+//! says the name left, the session ends and its leases are freed. What the hub tells a session
+//! (yield, reclaim, revocation, queue place) goes to that name alone, as signals addressed to
+//! it. Leases outlive the name only in the journal: after a restart, `Adopt` with the uid and
+//! the lease's token hands one to whatever name its owner has now. Reading status is open to
 //! every caller; the bus policy (systemd/org.gpud.Manager1.conf) and the hub's own access
 //! checks guard the rest.
 
