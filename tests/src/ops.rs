@@ -20,6 +20,16 @@ pub struct Gpud {
     pub socket: PathBuf,
     /// Its directory.
     pub dir: tempfile::TempDir,
+    /// How it was started, to start it again.
+    launch: Launch,
+}
+
+/// What [`Gpud::start`] was given.
+struct Launch {
+    simulate: String,
+    config: String,
+    args: Vec<String>,
+    env: Vec<(String, OsString)>,
 }
 
 /// A fresh temporary directory that other users may traverse.
@@ -39,7 +49,12 @@ impl Gpud {
         let config_path = dir.join("gpud.toml");
         let text = format!("state_dir = {:?}\n{config}", dir.join("state"));
         std::fs::write(&config_path, text).unwrap();
-        let log = std::fs::File::create(dir.join("gpud.log")).unwrap();
+        // Appended to: a restarted daemon logs after the one before it.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("gpud.log"))
+            .unwrap();
         let mut c = Command::new(bin("gpud"));
         c.arg("--simulate")
             .arg(simulate)
@@ -58,25 +73,52 @@ impl Gpud {
 
     /// Starts gpud with `args` (e.g. `--dbus ADDRESS`) and `env`, and waits for its socket.
     pub fn start(simulate: &str, config: &str, args: &[&str], env: &[(&str, OsString)]) -> Self {
+        let launch = Launch {
+            simulate: simulate.to_string(),
+            config: config.to_string(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        };
         let dir = tempdir("gpud-ops");
-        let mut c = Self::command(dir.path(), simulate, config);
-        c.args(args);
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let child = c.spawn().expect("spawn gpud");
+        let child = Self::spawn(dir.path(), &launch);
         let g = Self {
             child,
             socket: dir.path().join("gpud.sock"),
             dir,
+            launch,
         };
-        let socket = g.socket.clone();
+        g.wait_for_socket();
+        g
+    }
+
+    /// Kills gpud with SIGKILL and starts it again as before, on the same directory (its
+    /// socket, config and journal).
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::spawn(self.dir.path(), &self.launch);
+        self.wait_for_socket();
+    }
+
+    fn spawn(dir: &Path, launch: &Launch) -> Child {
+        let mut c = Self::command(dir, &launch.simulate, &launch.config);
+        c.args(&launch.args);
+        for (k, v) in &launch.env {
+            c.env(k, v);
+        }
+        c.spawn().expect("spawn gpud")
+    }
+
+    fn wait_for_socket(&self) {
+        let socket = self.socket.clone();
         if !crate::wait_until(Duration::from_secs(10), || {
             std::os::unix::net::UnixStream::connect(&socket).is_ok()
         }) {
-            panic!("gpud did not come up; log:\n{}", g.log());
+            panic!("gpud did not come up; log:\n{}", self.log());
         }
-        g
     }
 
     /// A blocking client session.

@@ -86,6 +86,10 @@ fn introspection_shows_the_interface() {
         "org.gpud.Manager1",
         ".Status",
         ".Acquire",
+        ".AcquireWith",
+        ".Resize",
+        ".Cancel",
+        ".Adopt",
         ".Release",
         ".Drain",
         ".Undrain",
@@ -95,8 +99,46 @@ fn introspection_shows_the_interface() {
         ".LeaseGranted",
         ".LeaseReleased",
         ".DeviceChanged",
+        ".YieldRequested",
+        ".ReclaimRequested",
+        ".LeaseRevoked",
+        ".Queued",
     ] {
         assert!(text.contains(member), "{member} missing:\n{text}");
+    }
+    // The bus policy lets group gpud call every method that is not an admin's (or open to all).
+    let policy = std::fs::read_to_string(
+        gpud_tests::ops::repo_root_dir().join("systemd/org.gpud.Manager1.conf"),
+    )
+    .unwrap();
+    let users = policy
+        .split("<policy group=\"gpud\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</policy>").next())
+        .expect("a policy for group gpud");
+    // busctl lists each interface, then its members.
+    let mut interface = "";
+    let mut methods: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        let mut cols = line.split_whitespace();
+        let (Some(name), Some(kind)) = (cols.next(), cols.next()) else {
+            continue;
+        };
+        match (kind, name.strip_prefix('.')) {
+            ("interface", _) => interface = name,
+            ("method", Some(method)) if interface == "org.gpud.Manager1" => methods.push(method),
+            _ => {}
+        }
+    }
+    assert!(methods.contains(&"AcquireWith"), "{methods:?}");
+    for method in methods {
+        if ["Status", "Drain", "Undrain", "Revoke"].contains(&method) {
+            continue;
+        }
+        assert!(
+            users.contains(&format!("send_member=\"{method}\"")),
+            "group gpud may not call {method}"
+        );
     }
     // Status and the structured Devices property are open to any user.
     let status = bus.call_as(Some(65534), "Status", &[]);

@@ -6,6 +6,7 @@ mod chaos;
 mod conformance;
 mod dashboard;
 mod dbus;
+mod dbus_parity;
 mod descriptors;
 mod evictable;
 mod gpudctl;

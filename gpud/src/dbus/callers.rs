@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex};
 
-use gpud_proto::{Event, Op, Outcome, RequestId, ServerFrame};
+use gpud_proto::{ErrorBody, ErrorCode, Op, Outcome, RequestId, ServerFrame};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tracing::debug;
 use zbus::Connection;
@@ -16,10 +16,8 @@ use crate::hub::outbox::Inbox;
 use crate::hub::{self, Command, Credentials, QueueRoom, Refused, SessionIds};
 use crate::ledger::SessionId;
 
+use super::addressed::{Addressed, CallerSignal};
 use super::error::BusError;
-
-/// A lease event for one bus caller, for the service to turn into a signal to it.
-pub type CallerEvent = (OwnedUniqueName, Event);
 
 /// One bus caller's hub session.
 #[derive(Debug)]
@@ -28,6 +26,34 @@ struct Caller {
     next_request: AtomicU64,
     /// Method calls waiting for the hub's reply, by request id.
     pending: SyncMutex<HashMap<RequestId, oneshot::Sender<Outcome>>>,
+    /// The caller's names for its unanswered requests (the `request` option), for `Cancel`
+    /// and the `Queued` signal.
+    named: SyncMutex<HashMap<String, RequestId>>,
+}
+
+impl Caller {
+    /// The caller's name of request `id`.
+    fn name_of(&self, id: RequestId) -> Option<String> {
+        let named = self.named.lock().ok()?;
+        named
+            .iter()
+            .find(|&(_, &r)| r == id)
+            .map(|(name, _)| name.clone())
+    }
+}
+
+/// Forgets a request's name once its call is answered (or abandoned).
+struct Naming<'c> {
+    caller: &'c Caller,
+    name: String,
+}
+
+impl Drop for Naming<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut named) = self.caller.named.lock() {
+            named.remove(&self.name);
+        }
+    }
 }
 
 /// Every bus caller that has a session.
@@ -40,18 +66,18 @@ pub struct Callers {
     by_name: Mutex<HashMap<OwnedUniqueName, Arc<Caller>>>,
     /// Session → unique name, for signals and the `Leases` property.
     names: SyncMutex<HashMap<SessionId, String>>,
-    /// Where the callers' lease events go (the service signals them).
-    events: mpsc::UnboundedSender<CallerEvent>,
+    /// Where the signals for one caller go (the service sends them).
+    signals: mpsc::UnboundedSender<CallerSignal>,
 }
 
 impl Callers {
     /// Callers whose sessions talk to `hub`, numbered from `ids`, with `queue` room for frames.
-    /// Their lease events go to `events`.
+    /// The signals addressed to them go to `signals`.
     pub fn new(
         hub: mpsc::Sender<Command>,
         ids: SessionIds,
         queue: QueueRoom,
-        events: mpsc::UnboundedSender<CallerEvent>,
+        signals: mpsc::UnboundedSender<CallerSignal>,
     ) -> Self {
         Self {
             hub,
@@ -59,7 +85,7 @@ impl Callers {
             queue,
             by_name: Mutex::new(HashMap::new()),
             names: SyncMutex::new(HashMap::new()),
-            events,
+            signals,
         }
     }
 
@@ -76,7 +102,84 @@ impl Callers {
         op: Op,
     ) -> Result<Outcome, BusError> {
         let c = self.session(conn, caller).await?;
+        self.send(&c, op).await
+    }
+
+    /// Like [`Callers::call`], with the caller's `name` for the request while it waits: the
+    /// caller may `Cancel` it by that name, and `Queued` signals name it. A name is the
+    /// caller's own (another caller may use the same), and one waiting request's at a time.
+    pub async fn call_named(
+        self: &Arc<Self>,
+        conn: &Connection,
+        caller: &UniqueName<'_>,
+        op: Op,
+        name: Option<&str>,
+    ) -> Result<Outcome, BusError> {
+        let Some(name) = name else {
+            return self.call(conn, caller, op).await;
+        };
+        let c = self.session(conn, caller).await?;
         let id = c.next_request.fetch_add(1, Ordering::Relaxed);
+        {
+            let Ok(mut named) = c.named.lock() else {
+                return Err(BusError::failed(
+                    "a bus caller's request names are unreadable",
+                ));
+            };
+            if named.contains_key(name) {
+                return Err(ErrorBody::new(
+                    ErrorCode::DuplicateRequest,
+                    format!("request {name:?} is already in use by a waiting request"),
+                )
+                .into());
+            }
+            named.insert(name.to_string(), id);
+        }
+        let _naming = Naming {
+            caller: &c,
+            name: name.to_string(),
+        };
+        self.send_as(&c, id, op).await
+    }
+
+    /// Withdraws the caller's waiting request `name`: it is answered `Cancelled`, and this
+    /// call returns once it has been. Only the caller that named it may.
+    pub async fn cancel(&self, caller: &UniqueName<'_>, name: &str) -> Result<(), BusError> {
+        let unknown = || {
+            BusError::from(ErrorBody::new(
+                ErrorCode::UnknownRequest,
+                format!("no waiting request {name:?} in this session"),
+            ))
+        };
+        let c = self
+            .by_name
+            .lock()
+            .await
+            .get(caller.as_str())
+            .cloned()
+            .ok_or_else(unknown)?;
+        let id = c
+            .named
+            .lock()
+            .ok()
+            .and_then(|n| n.get(name).copied())
+            .ok_or_else(unknown)?;
+        match self.send(&c, Op::Cancel { request: id }).await? {
+            Outcome::Ok(_) => Ok(()),
+            // Answered meanwhile: the hub names the request by its number, the caller by name.
+            Outcome::Error(e) if e.code == ErrorCode::UnknownRequest => Err(unknown()),
+            Outcome::Error(e) => Err(e.into()),
+        }
+    }
+
+    /// Sends `op` on the caller's session with a fresh request id, and waits for the answer.
+    async fn send(&self, c: &Caller, op: Op) -> Result<Outcome, BusError> {
+        let id = c.next_request.fetch_add(1, Ordering::Relaxed);
+        self.send_as(c, id, op).await
+    }
+
+    /// Sends `op` as request `id` of the caller's session, and waits for the answer.
+    async fn send_as(&self, c: &Caller, id: RequestId, op: Op) -> Result<Outcome, BusError> {
         let (tx, rx) = oneshot::channel();
         if let Ok(mut p) = c.pending.lock() {
             p.insert(id, tx);
@@ -127,6 +230,7 @@ impl Callers {
             session,
             next_request: AtomicU64::new(1),
             pending: SyncMutex::new(HashMap::new()),
+            named: SyncMutex::new(HashMap::new()),
         });
         let owned = OwnedUniqueName::from(name.to_owned());
         by_name.insert(owned.clone(), caller.clone());
@@ -149,8 +253,8 @@ impl Callers {
     }
 }
 
-/// Delivers what the hub sends a bus session: replies to waiting calls, and lease events as
-/// signals addressed to the caller only.
+/// Delivers what the hub sends a bus session: replies to waiting calls, and events as signals
+/// addressed to the caller only.
 async fn pump(callers: Arc<Callers>, caller: Arc<Caller>, mut queue: Inbox, name: OwnedUniqueName) {
     while let Some(frame) = queue.recv().await {
         match frame {
@@ -161,8 +265,10 @@ async fn pump(callers: Arc<Callers>, caller: Arc<Caller>, mut queue: Inbox, name
                 }
             }
             ServerFrame::Event { event } => {
-                // The service is gone only when gpud stops.
-                let _ = callers.events.send((name.clone(), event));
+                if let Some(signal) = Addressed::from_event(event, |id| caller.name_of(id)) {
+                    // The service is gone only when gpud stops.
+                    let _ = callers.signals.send((name.clone(), signal));
+                }
             }
             ServerFrame::Welcome { .. } | ServerFrame::Error { .. } => {}
         }

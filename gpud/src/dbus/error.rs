@@ -119,6 +119,23 @@ mod tests {
         );
         assert_eq!(name(ErrorCode::NeverFits), "org.gpud.Error.NeverFits");
         assert_eq!(name(ErrorCode::UnknownLease), "org.gpud.Error.UnknownLease");
+        assert_eq!(name(ErrorCode::Cancelled), "org.gpud.Error.Cancelled");
+        assert_eq!(name(ErrorCode::TimedOut), "org.gpud.Error.TimedOut");
+        assert_eq!(
+            name(ErrorCode::UnknownRequest),
+            "org.gpud.Error.UnknownRequest"
+        );
+        assert_eq!(
+            name(ErrorCode::DuplicateRequest),
+            "org.gpud.Error.DuplicateRequest"
+        );
+        assert_eq!(
+            name(ErrorCode::ResizePending),
+            "org.gpud.Error.ResizePending"
+        );
+        // The socket's message travels unchanged.
+        let e = BusError::from(ErrorBody::new(ErrorCode::TimedOut, "gave up waiting"));
+        assert_eq!(e.to_string(), "org.gpud.Error.TimedOut: gave up waiting");
         for code in [
             ErrorCode::TimedOut,
             ErrorCode::ShuttingDown,

@@ -5,18 +5,19 @@
 // a trait method for it outside the impl block.
 #![allow(clippy::too_many_arguments)]
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use gpud_proto::LeaseId;
-use gpud_proto::{AcquireArgs, Class, Op, Outcome, Placement, Reply};
+use gpud_proto::{AcquireArgs, Class, LeaseId, LeaseInfo, Op, Outcome, Placement, Reply};
 use tokio::sync::mpsc;
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
-use zbus::{Connection, fdo, interface};
+use zbus::{Connection, OwnedVariant, fdo, interface};
 
 use crate::hub::{Command, Inspect, inspect};
 
 use super::callers::Callers;
+use super::dicts::{self, Options};
 use super::error::BusError;
 use super::rows::{self, DeviceRow, LeaseRow};
 
@@ -40,14 +41,46 @@ impl Manager {
 
     /// Sends `op` on behalf of the caller and returns the successful reply.
     async fn call(&self, conn: &Connection, hdr: &Header<'_>, op: Op) -> Result<Reply, BusError> {
-        let caller = hdr
-            .sender()
-            .ok_or_else(|| BusError::access_denied("a call without a sender cannot hold leases"))?;
-        match self.callers.call(conn, caller, op).await? {
+        self.call_named(conn, hdr, op, None).await
+    }
+
+    /// Like [`Manager::call`], with the caller's name for the request while it waits.
+    async fn call_named(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+        op: Op,
+        name: Option<&str>,
+    ) -> Result<Reply, BusError> {
+        match self
+            .callers
+            .call_named(conn, sender(hdr)?, op, name)
+            .await?
+        {
             Outcome::Ok(reply) => Ok(reply),
             Outcome::Error(e) => Err(e.into()),
         }
     }
+
+    /// Asks for a lease and returns what its holder is told.
+    async fn granted(
+        &self,
+        conn: &Connection,
+        hdr: &Header<'_>,
+        args: AcquireArgs,
+        name: Option<&str>,
+    ) -> Result<LeaseInfo, BusError> {
+        match self.call_named(conn, hdr, Op::Acquire(args), name).await? {
+            Reply::Granted(info) => Ok(info),
+            _ => Err(BusError::failed("unexpected answer to acquire")),
+        }
+    }
+}
+
+/// The caller's unique name.
+fn sender<'h>(hdr: &'h Header<'_>) -> Result<&'h zbus::names::UniqueName<'h>, BusError> {
+    hdr.sender()
+        .ok_or_else(|| BusError::access_denied("a call without a sender cannot hold leases"))
 }
 
 #[interface(name = "org.gpud.Manager1")]
@@ -86,21 +119,84 @@ impl Manager {
             vram_bytes: vram,
             compute,
             class,
-            timeout_ms: None,
-            label: None,
-            budget: None,
-            evictable: false,
-            // A bus caller waits in one method call; there is nothing to tell it meanwhile.
-            queued_events: false,
+            ..AcquireArgs::default()
         };
-        match self.call(conn, &hdr, Op::Acquire(args)).await? {
-            Reply::Granted(info) => Ok((
-                info.lease,
-                info.device_uuid,
-                info.device_index,
-                info.cuda_visible_devices,
-            )),
-            _ => Err(BusError::failed("unexpected answer to acquire")),
+        let info = self.granted(conn, &hdr, args, None).await?;
+        Ok((
+            info.lease,
+            info.device_uuid,
+            info.device_index,
+            info.cuda_visible_devices,
+        ))
+    }
+
+    /// Asks for a lease with options (docs/DBUS.md lists them: device, vram, compute, class,
+    /// timeout_ms, label, evictable, budget, request, queued_events) and returns when it is
+    /// granted: the lease's description, with the `token` that re-adopts it after a daemon
+    /// restart. With `request`, the caller may `Cancel` it by that name while it waits.
+    #[zbus(out_args("lease"))]
+    async fn acquire_with(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] hdr: Header<'_>,
+        options: Options,
+    ) -> Result<HashMap<String, OwnedVariant>, BusError> {
+        let asked = dicts::acquire(&options)?;
+        let info = self
+            .granted(conn, &hdr, asked.args, asked.request.as_deref())
+            .await?;
+        Ok(dicts::lease(info))
+    }
+
+    /// Changes a lease's bytes: shrinking is immediate, growing waits like an acquire of the
+    /// lease's class (options: timeout_ms, request). Returns the bytes it reserves now.
+    #[zbus(out_args("vram"))]
+    async fn resize(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] hdr: Header<'_>,
+        lease: LeaseId,
+        vram: u64,
+        options: Options,
+    ) -> Result<u64, BusError> {
+        let asked = dicts::resize(&options)?;
+        let op = Op::Resize {
+            lease,
+            vram_bytes: vram,
+            timeout_ms: asked.timeout_ms,
+        };
+        match self
+            .call_named(conn, &hdr, op, asked.request.as_deref())
+            .await?
+        {
+            Reply::Resized { vram_bytes, .. } => Ok(vram_bytes),
+            _ => Err(BusError::failed("unexpected answer to resize")),
+        }
+    }
+
+    /// Withdraws the caller's waiting `AcquireWith` or `Resize` named `request`: that call
+    /// fails with `org.gpud.Error.Cancelled`.
+    async fn cancel(&self, #[zbus(header)] hdr: Header<'_>, request: &str) -> Result<(), BusError> {
+        self.callers.cancel(sender(&hdr)?, request).await
+    }
+
+    /// After a daemon restart, takes back a lease restored from the journal, with the token
+    /// `AcquireWith` returned: the same uid may, from any unique name, within readopt_grace.
+    #[zbus(out_args("lease"))]
+    async fn adopt(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] hdr: Header<'_>,
+        lease: LeaseId,
+        token: &str,
+    ) -> Result<HashMap<String, OwnedVariant>, BusError> {
+        let op = Op::Adopt {
+            lease,
+            token: token.to_string(),
+        };
+        match self.call(conn, &hdr, op).await? {
+            Reply::Adopted(info) => Ok(dicts::lease(info)),
+            _ => Err(BusError::failed("unexpected answer to adopt")),
         }
     }
 
@@ -200,12 +296,31 @@ impl Manager {
         revoke_in_ms: u64,
     ) -> zbus::Result<()>;
 
-    /// Sent to the holder only: the lease was taken away (`admin` or `yield_ignored`).
+    /// Sent to the holder only: the lease was taken away (`admin`, `yield_ignored`,
+    /// `reclaimed`, `over_use`, `budget_ended`, …).
     #[zbus(signal)]
     pub async fn lease_revoked(
         emitter: &SignalEmitter<'_>,
         lease: LeaseId,
         reason: &str,
+    ) -> zbus::Result<()>;
+
+    /// Sent to the holder only: give an evictable lease's memory back (`Resize` it smaller or
+    /// `Release` it); it is revoked (`reclaimed`) after `revoke_in_ms` (0: never).
+    #[zbus(signal)]
+    pub async fn reclaim_requested(
+        emitter: &SignalEmitter<'_>,
+        lease: LeaseId,
+        revoke_in_ms: u64,
+    ) -> zbus::Result<()>;
+
+    /// Sent to the caller only: the place of its waiting `AcquireWith` named `request` (asked
+    /// with `queued_events`); 1 is the next to be served.
+    #[zbus(signal)]
+    pub async fn queued(
+        emitter: &SignalEmitter<'_>,
+        request: &str,
+        position: u32,
     ) -> zbus::Result<()>;
 }
 

@@ -3,11 +3,16 @@
 //! The object is an adapter: it turns calls into hub [`Command`]s, so bus clients and socket
 //! clients share the one ledger and compete fairly. Each bus caller that asks for a lease (or
 //! an admin operation) becomes a hub session tied to its unique name; when `NameOwnerChanged`
-//! says the name left, the session ends and its leases are freed. Reading status is open to
+//! says the name left, the session ends and its leases are freed. What the hub tells a session
+//! (yield, reclaim, revocation, queue place) goes to that name alone, as signals addressed to
+//! it. Leases outlive the name only in the journal: after a restart, `Adopt` with the uid and
+//! the lease's token hands one to whatever name its owner has now. Reading status is open to
 //! every caller; the bus policy (systemd/org.gpud.Manager1.conf) and the hub's own access
 //! checks guard the rest.
 
+mod addressed;
 mod callers;
+mod dicts;
 mod error;
 mod manager;
 mod rows;
@@ -15,17 +20,16 @@ mod rows;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use gpud_proto::Event;
 use thiserror::Error;
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 use zbus::Connection;
 use zbus::fdo::DBusProxy;
-use zbus::names::{BusName, UniqueName};
-use zbus::object_server::{InterfaceRef, SignalEmitter};
+use zbus::names::UniqueName;
+use zbus::object_server::InterfaceRef;
 
-use crate::hub::{Command, Notice, QueueRoom, SessionIds, wire_name};
+use crate::hub::{Command, Notice, QueueRoom, SessionIds};
 
 use callers::Callers;
 
@@ -87,8 +91,8 @@ pub async fn start(
         bus: bus.to_string(),
         source,
     };
-    let (events, caller_events) = mpsc::unbounded_channel();
-    let callers = Arc::new(Callers::new(hub.clone(), ids, queue, events));
+    let (signals, caller_signals) = mpsc::unbounded_channel();
+    let callers = Arc::new(Callers::new(hub.clone(), ids, queue, signals));
     let conn = builder
         .serve_at(PATH, Manager::new(hub, callers.clone()))
         .name(NAME)
@@ -101,47 +105,10 @@ pub async fn start(
     let tasks = vec![
         tokio::spawn(watch_departures(departures, callers.clone())),
         tokio::spawn(relay_notices(notices, iface, callers)),
-        tokio::spawn(signal_callers(caller_events, conn.clone())),
+        tokio::spawn(addressed::signal_callers(caller_signals, conn.clone())),
     ];
     info!(bus = %bus, name = NAME, "serving D-Bus");
     Ok(Some(Service { conn, tasks }))
-}
-
-/// Signals each bus caller the events of its own leases (a yield notice, a revocation).
-async fn signal_callers(
-    mut events: mpsc::UnboundedReceiver<callers::CallerEvent>,
-    conn: Connection,
-) {
-    while let Some((name, event)) = events.recv().await {
-        let Ok(emitter) = SignalEmitter::new(&conn, PATH) else {
-            continue;
-        };
-        let emitter = emitter.set_destination(BusName::from(name.as_ref()));
-        let sent = match event {
-            Event::YieldRequested {
-                lease,
-                reason,
-                revoke_in_ms,
-            } => {
-                emitter
-                    .yield_requested(lease, &wire_name(&reason), revoke_in_ms.unwrap_or(0))
-                    .await
-            }
-            Event::Revoked { lease, reason } => {
-                emitter.lease_revoked(lease, &wire_name(&reason)).await
-            }
-            // Bus callers see over-use in Status and the metrics; no signal for it. They cannot
-            // ask for evictable leases or their place in the queue, so no reclaim notice and no
-            // place comes to them.
-            Event::ShuttingDown
-            | Event::OverUse { .. }
-            | Event::Queued { .. }
-            | Event::ReclaimRequested { .. } => Ok(()),
-        };
-        if let Err(e) = sent {
-            debug!(error = %e, "cannot signal a bus caller");
-        }
-    }
 }
 
 /// Ends the session of every unique name that leaves the bus.
