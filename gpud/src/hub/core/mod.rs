@@ -18,6 +18,7 @@ mod audit;
 mod bench;
 mod budgets;
 mod journaling;
+mod liveness;
 mod observer;
 mod ops;
 mod queued;
@@ -49,6 +50,7 @@ use timers::{Timer, TimerTable};
 
 pub use budgets::{BUDGETS, BudgetOwner};
 pub use journaling::{LeaseRecord, Restorable};
+pub use liveness::{ProcessState, Watched};
 pub use observer::{EndReason, Notice, wire_name};
 pub use sessions::{ADMIN_SESSIONS, Access, Peer};
 pub use usage::ProcessSample;
