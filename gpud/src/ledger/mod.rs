@@ -375,7 +375,10 @@ impl Ledger {
             evictable: spec.evictable,
         };
         if let Some(d) = self.best_grantable(&waiter) {
-            return Ok(Some(self.grant(now, waiter, d, false)));
+            let id = self.grant(now, waiter, d, false);
+            // What it took may be what a waiter now lacks, held elsewhere by a stopped holder.
+            self.refresh_stopped(now);
+            return Ok(Some(id));
         }
         let candidates = waiter.candidates.clone();
         self.enqueue(waiter);
@@ -484,6 +487,7 @@ impl Ledger {
         };
         if self.can_grant(&waiter, d) {
             self.grant(now, waiter, d, false);
+            self.refresh_stopped(now);
             return Ok(ResizeOutcome::Done { vram_bytes });
         }
         if let Some(lease) = self.leases.get_mut(&lease_id) {
@@ -606,6 +610,8 @@ impl Ledger {
         dev.spec.unmanaged_bytes = bytes;
         if grew {
             self.schedule(now, device);
+        } else {
+            self.refresh_stopped(now);
         }
     }
 
