@@ -34,6 +34,8 @@ mod budget_tests;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
+mod liveness_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::{HashMap, VecDeque};
