@@ -180,7 +180,11 @@ mod tests {
         assert!(read_until(false), "a sleeping process is not stopped");
         kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).unwrap();
         assert!(read_until(true), "SIGSTOP stops it");
-        assert_eq!(stopped(pid, start + 1), None, "another start is another process");
+        assert_eq!(
+            stopped(pid, start + 1),
+            None,
+            "another start is another process"
+        );
         kill(Pid::from_raw(pid as i32), Signal::SIGCONT).unwrap();
         assert!(read_until(false), "SIGCONT runs it again");
         child.kill().unwrap();

@@ -705,6 +705,9 @@ pub struct LeaseStatus {
     /// A reclaim notice is outstanding.
     #[serde(default)]
     pub reclaim_requested: bool,
+    /// How long the holder's process has been seen stopped (absent while it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_stopped_ms: Option<u64>,
 }
 
 /// One waiting request.

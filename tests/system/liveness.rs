@@ -1,7 +1,8 @@
 //! Liveness end to end: a holder whose process is SIGSTOPped (as `scontrol suspend` does to a
 //! job) loses a VRAM-only or a compute lease at its maximum hold, at once, since it cannot
 //! answer a notice; and a stopped compute holder loses its slot to a waiting critical request
-//! after the stopped grace, and the critical request is granted.
+//! once it has been stopped for the stopped grace (at once when it has been longer), and the
+//! critical request is granted; `gpudctl leases` shows the stopped holder.
 
 use std::os::unix::process::CommandExt;
 use std::process::Child;
@@ -76,7 +77,8 @@ fn revocations_for_stopped_holders(daemon: &Daemon) -> usize {
     metrics
         .lines()
         .filter(|l| {
-            l.starts_with("gpud_lease_revocations_total{") && l.contains("reason=\"holder_stopped\"")
+            l.starts_with("gpud_lease_revocations_total{")
+                && l.contains("reason=\"holder_stopped\"")
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as usize
@@ -107,9 +109,16 @@ fn a_sigstopped_holder_of_a_vram_only_lease_loses_it_at_its_max_hold() {
         held >= Duration::from_millis(1900),
         "revoked after {held:?}, before its max hold"
     );
-    assert_eq!(daemon.client().status().unwrap().devices[0].reserved_bytes, 0);
+    assert_eq!(
+        daemon.client().status().unwrap().devices[0].reserved_bytes,
+        0
+    );
     assert_eq!(revocations_for_stopped_holders(&daemon), 1);
-    assert!(daemon.log().contains("lease holder stopped"), "{}", daemon.log());
+    assert!(
+        daemon.log().contains("lease holder stopped"),
+        "{}",
+        daemon.log()
+    );
 }
 
 #[test]
@@ -127,6 +136,35 @@ fn a_sigstopped_holder_of_a_compute_lease_loses_it_at_its_max_hold() {
 }
 
 #[test]
+fn a_critical_request_waits_out_the_stopped_grace_of_a_holder_just_stopped() {
+    let uid = nix::unistd::getuid().as_raw();
+    let daemon = daemon(&format!(
+        "stopped_grace = \"2s\"\n[access]\ncritical_uids = [0, {uid}]\n"
+    ));
+    let holder = Holder::start(&daemon, &["--compute"]);
+    holder.stop();
+    let stopped = Instant::now();
+    let critical = daemon
+        .client()
+        .acquire(
+            &LeaseRequest::new()
+                .compute()
+                .class(Class::Critical)
+                .timeout(Duration::from_secs(10)),
+        )
+        .expect("the critical request is granted");
+    let waited = stopped.elapsed();
+    assert!(critical.info().compute);
+    assert!(
+        waited >= Duration::from_millis(1950),
+        "granted after {waited:?}, within the stopped grace"
+    );
+    assert!(waited < Duration::from_secs(5), "granted after {waited:?}");
+    assert!(!holder.holds_a_lease(&daemon));
+    assert_eq!(revocations_for_stopped_holders(&daemon), 1);
+}
+
+#[test]
 fn a_running_holder_past_its_max_hold_is_asked_to_yield_and_keeps_its_lease() {
     // The same limits as above with a holder that is not stopped: no revocation (yields are
     // never followed by one here), so the revocations above are the stopped rule's.
@@ -138,7 +176,7 @@ fn a_running_holder_past_its_max_hold_is_asked_to_yield_and_keeps_its_lease() {
 }
 
 #[test]
-fn a_sigstopped_compute_holder_is_revoked_after_the_stopped_grace_for_a_critical_request() {
+fn a_compute_holder_stopped_past_its_grace_keeps_its_slot_until_a_critical_request_takes_it() {
     let uid = nix::unistd::getuid().as_raw();
     let daemon = daemon(&format!(
         "stopped_grace = \"1s\"\n[access]\ncritical_uids = [0, {uid}]\n"
@@ -146,6 +184,20 @@ fn a_sigstopped_compute_holder_is_revoked_after_the_stopped_grace_for_a_critical
     let holder = Holder::start(&daemon, &["--compute", "--vram", "8GiB"]);
     holder.stop();
     let stopped = Instant::now();
+    // Nothing waits for it yet: it keeps its lease, and gpudctl shows it stopped.
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let text = String::from_utf8(daemon.gpudctl(&["leases"]).stdout).unwrap();
+            text.contains("gpudctl (stopped ")
+        }),
+        "gpudctl leases does not show the stopped holder"
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(
+        holder.holds_a_lease(&daemon),
+        "revoked with nothing waiting"
+    );
+    let asked = Instant::now();
     let critical = daemon
         .client()
         .acquire(
@@ -156,13 +208,11 @@ fn a_sigstopped_compute_holder_is_revoked_after_the_stopped_grace_for_a_critical
                 .timeout(Duration::from_secs(10)),
         )
         .expect("the critical request is granted");
-    let waited = stopped.elapsed();
+    // Stopped for longer than the grace already: the critical request takes the slot at once.
+    let waited = asked.elapsed();
     assert!(critical.info().compute);
-    assert!(
-        waited >= Duration::from_millis(950),
-        "granted after {waited:?}, within the stopped grace"
-    );
-    assert!(waited < Duration::from_secs(5), "granted after {waited:?}");
+    assert!(stopped.elapsed() >= Duration::from_secs(1));
+    assert!(waited < Duration::from_secs(2), "granted after {waited:?}");
     assert!(!holder.holds_a_lease(&daemon));
     assert_eq!(revocations_for_stopped_holders(&daemon), 1);
 }

@@ -63,11 +63,7 @@ impl Core {
                     );
                     self.ledger.set_stopped(now.at, session, Some(now.at));
                 } else if !state.stopped && known {
-                    info!(
-                        session,
-                        pid = state.process.pid,
-                        "lease holder runs again"
-                    );
+                    info!(session, pid = state.process.pid, "lease holder runs again");
                     self.ledger.set_stopped(now.at, session, None);
                 }
             }

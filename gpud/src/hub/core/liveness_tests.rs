@@ -78,7 +78,10 @@ fn the_shell_samples_each_holder_process_once_and_no_one_else() {
     let mut unknown = peer(300, 0);
     unknown.pid = 0;
     b.open(4, unknown).unwrap();
-    assert!(b.core.watched_processes().is_empty(), "nobody holds a lease");
+    assert!(
+        b.core.watched_processes().is_empty(),
+        "nobody holds a lease"
+    );
     b.acquire(1, 1, GIB, false);
     b.acquire(2, 1, GIB, true);
     b.acquire(4, 1, GIB, false);
@@ -127,10 +130,7 @@ fn a_stopped_compute_holder_loses_its_slot_to_a_critical_waiter_after_the_stoppe
         Some(Outcome::Ok(Reply::Granted(_)))
     ));
     let metrics = b.core.metrics(b.now());
-    assert!(
-        metrics.contains("reason=\"holder_stopped\""),
-        "{metrics}"
-    );
+    assert!(metrics.contains("reason=\"holder_stopped\""), "{metrics}");
 }
 
 #[test]
@@ -157,10 +157,7 @@ fn a_holder_that_runs_again_within_the_grace_keeps_its_lease() {
     b.core.process_states(
         now,
         &[ProcessState {
-            process: Watched {
-                pid: 100,
-                start: 1,
-            },
+            process: Watched { pid: 100, start: 1 },
             stopped: true,
         }],
     );
