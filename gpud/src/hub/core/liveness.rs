@@ -50,6 +50,7 @@ impl Core {
     /// A sample of watched processes. A process not in it (gone, or unreadable) keeps what the
     /// ledger knows: its session's end frees its leases anyway.
     pub fn process_states(&mut self, now: Now, states: &[ProcessState]) {
+        let mut changed = false;
         for state in states {
             for session in self.sessions_of_process(state.process) {
                 let known = self.ledger.stopped_since(session).is_some();
@@ -62,13 +63,18 @@ impl Core {
                         "lease holder stopped: it loses leases that are waited for or past their maximum hold"
                     );
                     self.ledger.set_stopped(now.at, session, Some(now.at));
+                    changed = true;
                 } else if !state.stopped && known {
                     info!(session, pid = state.process.pid, "lease holder runs again");
                     self.ledger.set_stopped(now.at, session, None);
+                    changed = true;
                 }
             }
         }
-        self.end_step(now);
+        // Most samples change nothing: no step to end.
+        if changed {
+            self.end_step(now);
+        }
     }
 
     /// The sessions whose peer is `process`, in id order.
