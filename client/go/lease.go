@@ -68,6 +68,12 @@ const (
 	RevokedOverUse RevokeReason = "over_use"
 	// RevokedBudgetEnded: the budget it was leased from ended (its job ended).
 	RevokedBudgetEnded RevokeReason = "budget_ended"
+	// RevokedReclaimed: an evictable lease kept memory it was asked to give back past the
+	// deadline.
+	RevokedReclaimed RevokeReason = "reclaimed"
+	// RevokedHolderStopped: the holder's process was stopped (SIGSTOP, a debugger, a suspended
+	// job) when a waiting request needed the lease, or when it reached its maximum hold.
+	RevokedHolderStopped RevokeReason = "holder_stopped"
 	// RevokedLost: the connection ended (the daemon stopped, or the client was closed), and
 	// with it the lease (client side only).
 	RevokedLost RevokeReason = "lost"

@@ -89,6 +89,17 @@ pub fn owner_alive(pid: u32, start: u64) -> bool {
         && process_stat(pid).is_some_and(|(state, s)| s == start && !matches!(state, 'Z' | 'X'))
 }
 
+/// Whether the process started at `start` under `pid` is stopped: state `T` (by a signal:
+/// SIGSTOP, SIGTSTP, a suspended job) or `t` (by a tracer). `None` when it is gone or the pid
+/// now names another process.
+pub fn stopped(pid: u32, start: u64) -> Option<bool> {
+    if pid == 0 {
+        return None;
+    }
+    let (state, s) = process_stat(pid)?;
+    (s == start).then_some(matches!(state, 'T' | 't'))
+}
+
 /// The effective gid of a process, from /proc.
 pub fn primary_gid(pid: u32) -> Option<u32> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -147,6 +158,38 @@ mod tests {
             assert!(!owner_alive(pid, start));
         }
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_stopped_process_reads_as_stopped_and_a_continued_one_as_running() {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let start = process_start(pid).expect("a start time");
+        let read_until = |want: bool| {
+            (0..200).any(|_| {
+                let got = stopped(pid, start);
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                got == Some(want)
+            })
+        };
+        assert!(read_until(false), "a sleeping process is not stopped");
+        kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).unwrap();
+        assert!(read_until(true), "SIGSTOP stops it");
+        assert_eq!(
+            stopped(pid, start + 1),
+            None,
+            "another start is another process"
+        );
+        kill(Pid::from_raw(pid as i32), Signal::SIGCONT).unwrap();
+        assert!(read_until(false), "SIGCONT runs it again");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(stopped(pid, start), None, "a reaped process is gone");
     }
 
     #[test]

@@ -337,13 +337,13 @@ pub struct LeaseInfo {
     pub within: Option<LeaseId>,
 }
 
-/// Why a holder is asked to yield its compute slot.
+/// Why a holder is asked to yield its lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum YieldReason {
     /// A critical request waits for the slot.
     CriticalWaiting,
-    /// The lease has held the slot longer than its class allows.
+    /// The lease has been held longer than its class and kind allow.
     MaxHold,
 }
 
@@ -363,13 +363,19 @@ pub enum RevokeReason {
     BudgetEnded,
     /// An evictable lease kept the memory it was asked to give back past the deadline.
     Reclaimed,
+    /// The holder's process was stopped (SIGSTOP, a debugger, a suspended job): a waiter
+    /// needed the lease, or the lease reached its maximum hold, and a stopped process cannot
+    /// answer a notice.
+    HolderStopped,
 }
 
 /// Notices the daemon pushes to a lease holder.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Event {
-    /// Release the compute slot at the next safe point.
+    /// Release the lease at the next safe point: a compute lease's slot (a critical request
+    /// waits, or its maximum hold passed), or a memory lease past its maximum hold (release it,
+    /// and acquire again if still needed).
     YieldRequested {
         /// The lease.
         lease: LeaseId,
@@ -699,6 +705,9 @@ pub struct LeaseStatus {
     /// A reclaim notice is outstanding.
     #[serde(default)]
     pub reclaim_requested: bool,
+    /// How long the holder's process has been seen stopped (absent while it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_stopped_ms: Option<u64>,
 }
 
 /// One waiting request.
@@ -756,6 +765,22 @@ mod tests {
         assert!(serde_json::from_str::<ClientFrame>(text).is_err());
         let text = r#"{"type":"request","id":1,"op":"status"}"#;
         assert!(serde_json::from_str::<ClientFrame>(text).is_ok());
+    }
+
+    #[test]
+    fn a_stopped_holder_s_revocation_reads_as_holder_stopped() {
+        let text = r#"{"type":"event","event":{"revoked":{"lease":4,"reason":"holder_stopped"}}}"#;
+        let frame: ServerFrame = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            frame,
+            ServerFrame::Event {
+                event: Event::Revoked {
+                    lease: 4,
+                    reason: RevokeReason::HolderStopped,
+                },
+            }
+        );
+        assert_eq!(serde_json::to_string(&frame).unwrap(), text);
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod gpudctl;
 mod hostile;
 mod journal;
 mod leases;
+mod liveness;
 mod metrics;
 mod notify;
 mod operator;

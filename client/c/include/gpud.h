@@ -387,8 +387,9 @@ gpud_code gpud_lease_class(const gpud_lease *lease, gpud_class *out);
 gpud_code gpud_lease_yield_requested(const gpud_lease *lease, bool *out);
 
 /**
- * Whether the lease is lost: revoked (by an admin, an ignored yield, over-use) or gone with
- * its connection. A lost lease protects nothing: stop using the device.
+ * Whether the lease is lost: revoked (by an admin, an ignored yield, over-use, a reclaim,
+ * the end of its budget, or because its process was stopped) or gone with its connection.
+ * A lost lease protects nothing: stop using the device.
  */
 gpud_code gpud_lease_is_lost(const gpud_lease *lease, bool *out);
 

@@ -123,7 +123,7 @@ def test_a_critical_request_makes_the_holder_yield(daemon: Daemon) -> None:
         holder.on_yield(lambda lease, notice: plain.append(notice))
         lease = await critical.acquire(compute=True, cls="critical", timeout=5)
         assert holder.yield_requested
-        assert seen == [gpud.YieldRequested(holder.id, "critical_waiting", None)] == plain
+        assert seen == [gpud.YieldRequested(holder.id, "critical_waiting", 30000)] == plain
         await asyncio.wait_for(released.wait(), 2)
         assert lease.cls == "critical"
         await holder_client.close()

@@ -31,7 +31,8 @@ def test_a_critical_request_makes_the_holder_see_the_yield_notice(daemon: Daemon
     assert called.wait(2)
     lease, notice, thread = seen[0]
     assert lease is holder
-    assert notice == gpud.YieldRequested(holder.id, "critical_waiting", None)
+    # By default an ignored notice to a compute lease is revoked 30 s later.
+    assert notice == gpud.YieldRequested(holder.id, "critical_waiting", 30000)
     assert thread == "gpud-callbacks"
     assert holder.next_event(1) == notice
     assert holder_client.status().leases[0].yield_requested

@@ -123,8 +123,23 @@ struct RawScheduler {
     revoke_after_yield: Option<String>,
     reclaim_grace: Option<String>,
     kill_ignored_yield: Option<bool>,
+    memory_revoke_after_yield: Option<String>,
+    stopped_grace: Option<String>,
+    stopped_poll_interval: Option<String>,
     #[serde(default)]
-    max_hold: RawPerClass,
+    max_hold: RawMaxHold,
+}
+
+/// `[scheduler.max_hold]`: compute leases per class, and memory leases in its `memory` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMaxHold {
+    critical: Option<String>,
+    high: Option<String>,
+    normal: Option<String>,
+    background: Option<String>,
+    #[serde(default)]
+    memory: RawPerClass,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -271,6 +286,8 @@ pub struct Config {
     pub simulate: Option<String>,
     /// How often NVML is read for unmanaged usage.
     pub poll_interval: Duration,
+    /// How often lease holders' processes are checked for being stopped.
+    pub stopped_poll_interval: Duration,
     /// Scheduling policy.
     pub scheduler: LedgerConfig,
     /// Access control.
@@ -300,6 +317,7 @@ impl Default for Config {
             critical_slots: 0,
             simulate: None,
             poll_interval: Duration::from_secs(1),
+            stopped_poll_interval: Duration::from_secs(1),
             scheduler: LedgerConfig::default(),
             access: AccessConfig::default(),
             limits: Limits::default(),
@@ -334,6 +352,10 @@ impl Config {
         check(
             self.poll_interval != new.poll_interval,
             "devices.poll_interval",
+        );
+        check(
+            self.stopped_poll_interval != new.stopped_poll_interval,
+            "scheduler.stopped_poll_interval",
         );
         check(self.dbus != new.dbus, "dbus.bus");
         check(self.metrics != new.metrics, "metrics.listen");
@@ -450,24 +472,76 @@ impl Config {
         if let Some(k) = s.kill_ignored_yield {
             c.kill_ignored_yield = k;
         }
-        if let Some(r) = s.revoke_after_yield {
-            c.scheduler.revoke_after_yield =
-                Some(parse_duration(&r).map_err(|e| value_err("scheduler.revoke_after_yield", e))?);
+        // A limit or grace that may be "none"; unset keeps the default.
+        let limit = |key: &str, v: Option<String>, default: Option<Duration>| match v {
+            None => Ok(default),
+            Some(t) if t.trim() == "none" => Ok(None),
+            Some(t) => parse_duration(&t)
+                .map(Some)
+                .map_err(|e| value_err(key, format!("{e}, or \"none\""))),
+        };
+        c.scheduler.revoke_after_yield = limit(
+            "scheduler.revoke_after_yield",
+            s.revoke_after_yield,
+            c.scheduler.revoke_after_yield,
+        )?;
+        let live = &mut c.scheduler.liveness;
+        live.memory_revoke_after_yield = limit(
+            "scheduler.memory_revoke_after_yield",
+            s.memory_revoke_after_yield,
+            live.memory_revoke_after_yield,
+        )?;
+        if let Some(g) = s.stopped_grace {
+            live.stopped_grace =
+                parse_duration(&g).map_err(|e| value_err("scheduler.stopped_grace", e))?;
+        }
+        if let Some(p) = s.stopped_poll_interval {
+            let d =
+                parse_duration(&p).map_err(|e| value_err("scheduler.stopped_poll_interval", e))?;
+            if d < Duration::from_millis(50) {
+                return Err(value_err(
+                    "scheduler.stopped_poll_interval",
+                    "must be at least 50ms".into(),
+                ));
+            }
+            c.stopped_poll_interval = d;
         }
         if let Some(r) = s.reclaim_grace {
             c.scheduler.reclaim_grace =
                 parse_duration(&r).map_err(|e| value_err("scheduler.reclaim_grace", e))?;
         }
-        let hold = |key: &str, v: Option<String>| -> Result<Option<Duration>, ConfigError> {
-            v.map(|s| parse_duration(&s).map_err(|e| value_err(key, e)))
-                .transpose()
+        let per_class = |prefix: &str,
+                         raw: RawPerClass,
+                         default: PerClass<Option<Duration>>|
+         -> Result<PerClass<Option<Duration>>, ConfigError> {
+            Ok(PerClass {
+                critical: limit(
+                    &format!("{prefix}.critical"),
+                    raw.critical,
+                    default.critical,
+                )?,
+                high: limit(&format!("{prefix}.high"), raw.high, default.high)?,
+                normal: limit(&format!("{prefix}.normal"), raw.normal, default.normal)?,
+                background: limit(
+                    &format!("{prefix}.background"),
+                    raw.background,
+                    default.background,
+                )?,
+            })
         };
-        c.scheduler.max_hold = PerClass {
-            critical: hold("scheduler.max_hold.critical", s.max_hold.critical)?,
-            high: hold("scheduler.max_hold.high", s.max_hold.high)?,
-            normal: hold("scheduler.max_hold.normal", s.max_hold.normal)?,
-            background: hold("scheduler.max_hold.background", s.max_hold.background)?,
+        let m = s.max_hold;
+        let compute = RawPerClass {
+            critical: m.critical,
+            high: m.high,
+            normal: m.normal,
+            background: m.background,
         };
+        c.scheduler.max_hold = per_class("scheduler.max_hold", compute, c.scheduler.max_hold)?;
+        c.scheduler.liveness.memory_max_hold = per_class(
+            "scheduler.max_hold.memory",
+            m.memory,
+            c.scheduler.liveness.memory_max_hold,
+        )?;
         let a = raw.access;
         if let Some(v) = a.allowed_uids {
             c.access.allowed_uids = v;
@@ -706,6 +780,75 @@ max_sessions = 10
         );
         assert_eq!(c.limits.max_sessions, 10);
         assert_eq!(c.poll_interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn every_lease_kind_has_a_maximum_hold_by_default_and_none_turns_one_off() {
+        let c = parse("").unwrap().scheduler;
+        for class in crate::ledger::Class::ALL {
+            assert!(c.max_hold.get(class).is_some(), "compute {class:?}");
+            assert!(
+                c.liveness.memory_max_hold.get(class).is_some(),
+                "memory {class:?}"
+            );
+        }
+        assert!(c.revoke_after_yield.is_some() && c.liveness.memory_revoke_after_yield.is_some());
+        let c = parse(
+            r#"
+[scheduler]
+revoke_after_yield = "none"
+memory_revoke_after_yield = "2m"
+stopped_grace = "1500ms"
+stopped_poll_interval = "200ms"
+[scheduler.max_hold]
+normal = "none"
+high = "5m"
+[scheduler.max_hold.memory]
+background = "none"
+critical = "90s"
+"#,
+        )
+        .unwrap();
+        let s = &c.scheduler;
+        assert_eq!(s.revoke_after_yield, None);
+        assert_eq!(s.max_hold.normal, None);
+        assert_eq!(s.max_hold.high, Some(Duration::from_secs(300)));
+        assert_eq!(
+            s.max_hold.critical,
+            LedgerConfig::default().max_hold.critical
+        );
+        assert_eq!(s.liveness.memory_max_hold.background, None);
+        assert_eq!(
+            s.liveness.memory_max_hold.critical,
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(
+            s.liveness.memory_revoke_after_yield,
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(s.liveness.stopped_grace, Duration::from_millis(1500));
+        assert_eq!(c.stopped_poll_interval, Duration::from_millis(200));
+        for (text, key) in [
+            (
+                "[scheduler.max_hold.memory]\nnormal = \"never\"\n",
+                "scheduler.max_hold.memory.normal",
+            ),
+            (
+                "[scheduler]\nstopped_grace = \"none\"\n",
+                "scheduler.stopped_grace",
+            ),
+            (
+                "[scheduler]\nstopped_poll_interval = \"1ms\"\n",
+                "scheduler.stopped_poll_interval",
+            ),
+            (
+                "[scheduler]\nmemory_revoke_after_yield = \"soon\"\n",
+                "scheduler.memory_revoke_after_yield",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(key), "{e}");
+        }
     }
 
     /// Regression: `limits.event_queue = 2^61` passed validation, start and SIGHUP, and then

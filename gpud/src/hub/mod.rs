@@ -27,6 +27,7 @@ use crate::procfs;
 
 pub use self::core::{ADMIN_SESSIONS, Core, EndReason, Notice, ORPHANS, Peer, wire_name};
 use self::core::{Action, Facts, JournalEntry, KillReason, Now, ProcessSample, Restorable};
+use self::core::{ProcessState, Watched};
 use self::core::{Settings, Signal};
 use self::outbox::{Outbox, Undelivered};
 pub use command::{Command, Credentials, Inspect, QueueRoom, Refused, SessionIds, inspect, open};
@@ -41,6 +42,8 @@ pub struct Hub {
     outbound: HashMap<SessionId, Outbox>,
     journal: Option<Journal>,
     notices: broadcast::Sender<Notice>,
+    /// How often holders' processes are checked for being stopped.
+    stopped_poll: Duration,
 }
 
 impl Hub {
@@ -58,6 +61,7 @@ impl Hub {
             outbound: HashMap::new(),
             journal: None,
             notices: broadcast::channel(NOTICE_QUEUE).0,
+            stopped_poll: config.stopped_poll_interval,
         }
     }
 
@@ -93,6 +97,8 @@ impl Hub {
         let sleep = tokio::time::sleep(Duration::from_secs(3600));
         tokio::pin!(sleep);
         let mut armed: Option<Instant> = None;
+        let mut liveness = tokio::time::interval(self.stopped_poll);
+        liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next = self.core.next_timeout();
             if next != armed {
@@ -116,6 +122,7 @@ impl Hub {
                     armed = None;
                     self.core.handle_timeout(now());
                 }
+                _ = liveness.tick() => self.sample_holders(),
             }
             self.carry_out();
         }
@@ -149,6 +156,22 @@ impl Hub {
             }
             Command::Shutdown => {}
         }
+    }
+
+    /// Reads from /proc whether the processes the core watches are stopped, and tells it.
+    fn sample_holders(&mut self) {
+        let watched = self.core.watched_processes();
+        if watched.is_empty() {
+            return;
+        }
+        let states: Vec<ProcessState> = watched
+            .into_iter()
+            .filter_map(|process: Watched| {
+                procfs::stopped(process.pid, process.start)
+                    .map(|stopped| ProcessState { process, stopped })
+            })
+            .collect();
+        self.core.process_states(now(), &states);
     }
 
     /// Ends a session in the core and drops its queue, which ends its task.

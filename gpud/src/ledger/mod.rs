@@ -48,6 +48,7 @@
 
 mod budget;
 mod device;
+mod liveness;
 mod reclaim;
 mod timers;
 mod types;
@@ -61,7 +62,7 @@ use device::Device;
 use timers::{Timer, Timers};
 pub use types::{
     AcquireSpec, Decision, DeviceIdx, DeviceSpec, Lease, LeaseChange, LedgerConfig, LedgerError,
-    Need, PerClass, ResizeOutcome, RestoredLease, SessionId, Ticket, Waiter,
+    Liveness, Need, PerClass, ResizeOutcome, RestoredLease, SessionId, Ticket, Waiter,
 };
 // The vocabulary the ledger's inputs and outputs are written in.
 pub use vocab::{Class, LeaseId, Placement, QueueCounts, RequestId, RevokeReason, YieldReason};
@@ -101,6 +102,8 @@ pub struct Ledger {
     next_seq: u64,
     /// Critical waiters examined by yield passes (see [`Ledger::yield_scans`]).
     yield_scans: u64,
+    /// Maximum holds, revocation graces and stopped holders.
+    watch: liveness::Watch,
 }
 
 impl Ledger {
@@ -120,6 +123,7 @@ impl Ledger {
             next_lease: 1,
             next_seq: 0,
             yield_scans: 0,
+            watch: liveness::Watch::default(),
         }
     }
 
@@ -131,6 +135,7 @@ impl Ledger {
     /// Replaces the scheduling policy. Leases and waiters stay; new limits apply from now on.
     pub fn set_config(&mut self, now: Instant, config: LedgerConfig) {
         self.config = config;
+        self.rearm_liveness();
         for d in 0..self.devices.len() {
             self.schedule(now, d);
         }
@@ -145,8 +150,8 @@ impl Ledger {
     /// Puts back a lease that existed before a restart, held by `session` (the daemon's
     /// placeholder for owners that have not reconnected yet). It is taken as it was, even when
     /// the device's capacity or slots have shrunk since: the memory is in use either way. A
-    /// lease that would make the device's leases exceed its total memory is refused. A compute
-    /// lease gets its class's maximum hold again, counted from its original grant.
+    /// lease that would make the device's leases exceed its total memory is refused. A lease
+    /// gets its maximum hold again, counted from its original grant.
     pub fn restore(&mut self, session: SessionId, lease: RestoredLease) -> Result<(), LedgerError> {
         if lease.device >= self.devices.len() {
             return Err(LedgerError::UnknownDevice(Placement::Index(
@@ -209,12 +214,6 @@ impl Ledger {
         }
         if lease.compute {
             dev.holders.push(lease.id);
-            // The hold limit counts from the original grant, across the restart.
-            if let Some(hold) = self.config.max_hold.get(lease.class) {
-                if let Some(at) = lease.granted_at.checked_add(hold) {
-                    self.timers.arm(at, Timer::MaxHold(lease.id));
-                }
-            }
         }
         self.next_lease = self.next_lease.max(next);
         self.sessions
@@ -241,6 +240,8 @@ impl Ledger {
                 reclaim_by: None,
             },
         );
+        // The hold limit counts from the original grant, across the restart.
+        self.hold_started(lease.id);
         Ok(())
     }
 
@@ -374,7 +375,10 @@ impl Ledger {
             evictable: spec.evictable,
         };
         if let Some(d) = self.best_grantable(&waiter) {
-            return Ok(Some(self.grant(now, waiter, d, false)));
+            let id = self.grant(now, waiter, d, false);
+            // What it took may be what a waiter now lacks, held elsewhere by a stopped holder.
+            self.refresh_stopped(now);
+            return Ok(Some(id));
         }
         let candidates = waiter.candidates.clone();
         self.enqueue(waiter);
@@ -382,6 +386,7 @@ impl Ledger {
         for d in candidates {
             self.refresh_reclaims(now, d);
         }
+        self.refresh_stopped(now);
         Ok(None)
     }
 
@@ -482,12 +487,14 @@ impl Ledger {
         };
         if self.can_grant(&waiter, d) {
             self.grant(now, waiter, d, false);
+            self.refresh_stopped(now);
             return Ok(ResizeOutcome::Done { vram_bytes });
         }
         if let Some(lease) = self.leases.get_mut(&lease_id) {
             lease.pending_grow = Some(ticket);
         }
         self.enqueue(waiter);
+        self.refresh_stopped(now);
         Ok(ResizeOutcome::Waiting)
     }
 
@@ -519,6 +526,7 @@ impl Ledger {
     /// Ends a session: every lease it holds is released and every request it waits for is
     /// withdrawn, in one step. No decisions are produced for the session itself.
     pub fn disconnect(&mut self, now: Instant, session: SessionId) -> Disconnected {
+        self.unwatch(session);
         let Some(holdings) = self.sessions.remove(&session) else {
             return Disconnected::default();
         };
@@ -602,6 +610,8 @@ impl Ledger {
         dev.spec.unmanaged_bytes = bytes;
         if grew {
             self.schedule(now, device);
+        } else {
+            self.refresh_stopped(now);
         }
     }
 
@@ -618,21 +628,10 @@ impl Ledger {
                         self.schedule_all(now, &waiter.candidates);
                     }
                 }
-                Timer::MaxHold(id) => {
-                    if self
-                        .leases
-                        .get(&id)
-                        .is_some_and(|l| l.yield_requested.is_none())
-                    {
-                        self.request_yield(now, id, YieldReason::MaxHold);
-                    }
-                }
-                Timer::RevokeGrace(id) => {
-                    if self.leases.contains_key(&id) {
-                        self.revoke_lease(now, id, RevokeReason::YieldIgnored);
-                    }
-                }
+                Timer::MaxHold(id) => self.max_hold_reached(now, id),
+                Timer::RevokeGrace(id) => self.yield_grace_over(now, id),
                 Timer::ReclaimDeadline(id) => self.reclaim_deadline(now, id),
+                Timer::Stopped(session) => self.stopped_grace_over(now, session),
             }
         }
     }
@@ -1144,11 +1143,6 @@ impl Ledger {
         self.next_lease += 1;
         if waiter.need.compute {
             dev.holders.push(id);
-            if let Some(hold) = self.config.max_hold.get(waiter.class) {
-                if let Some(at) = now.checked_add(hold) {
-                    self.timers.arm(at, Timer::MaxHold(id));
-                }
-            }
         }
         let session = waiter.budget.map_or(waiter.ticket.session, |b| b.holder);
         self.leases.insert(
@@ -1171,6 +1165,7 @@ impl Ledger {
             },
         );
         self.sessions.entry(session).or_default().leases.insert(id);
+        self.hold_started(id);
         if deferred {
             self.decisions.push_back(Decision::Granted {
                 ticket: waiter.ticket,
@@ -1212,20 +1207,7 @@ impl Ledger {
             dev.evictable_bytes -= lease.vram_bytes;
         }
         dev.holders.retain(|&h| h != id);
-        if lease.compute {
-            if let Some(hold) = self.config.max_hold.get(lease.class) {
-                if let Some(at) = lease.granted_at.checked_add(hold) {
-                    self.timers.disarm(at, Timer::MaxHold(id));
-                }
-            }
-        }
-        if let (Some((_, asked)), Some(grace)) =
-            (lease.yield_requested, self.config.revoke_after_yield)
-        {
-            if let Some(at) = asked.checked_add(grace) {
-                self.timers.disarm(at, Timer::RevokeGrace(id));
-            }
-        }
+        self.hold_ended(id);
         if let Some(h) = self.sessions.get_mut(&lease.session) {
             h.leases.remove(&id);
         }
@@ -1308,6 +1290,7 @@ impl Ledger {
         }
         self.refresh_yields(now);
         self.refresh_reclaims(now, d);
+        self.refresh_stopped(now);
     }
 
     /// Asks compute holders to yield for critical waiters: one holder per critical waiter, on
@@ -1414,15 +1397,17 @@ impl Ledger {
     }
 
     fn request_yield(&mut self, now: Instant, id: LeaseId, reason: YieldReason) {
-        let grace = self.config.revoke_after_yield;
+        let Some(grace) = self.leases.get(&id).map(|l| self.yield_grace(l)) else {
+            return;
+        };
+        let revoke_at = grace.and_then(|g| now.checked_add(g));
+        if let Some(at) = revoke_at {
+            self.revoke_armed(id, at);
+        }
         let Some(lease) = self.leases.get_mut(&id) else {
             return;
         };
         lease.yield_requested = Some((reason, now));
-        let revoke_at = grace.and_then(|g| now.checked_add(g));
-        if let Some(at) = revoke_at {
-            self.timers.arm(at, Timer::RevokeGrace(id));
-        }
         self.decisions.push_back(Decision::YieldRequested {
             session: lease.session,
             lease: id,

@@ -3,19 +3,21 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use super::vocab::LeaseId;
+use super::vocab::{LeaseId, SessionId};
 
 /// Something that happens at a deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Timer {
     /// A waiter (by sequence number) gives up.
     WaitDeadline(u64),
-    /// A compute lease has held its slot for its class's maximum.
+    /// A lease has been held for its kind's and class's maximum.
     MaxHold(LeaseId),
     /// A yield notice went unanswered for the grace period.
     RevokeGrace(LeaseId),
     /// A reclaim notice went unanswered until its deadline.
     ReclaimDeadline(LeaseId),
+    /// A session's process has been stopped for the stopped grace.
+    Stopped(SessionId),
 }
 
 /// Pending deadlines, earliest first.

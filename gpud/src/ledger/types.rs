@@ -92,12 +92,21 @@ pub struct LedgerConfig {
     pub max_overtakes: u32,
     /// How many waiters one scheduling pass over a device examines at most.
     pub max_scan: usize,
-    /// Longest a compute lease of each class may hold before it is asked to yield.
+    /// Longest a compute lease of each class may hold before it is asked to yield; no limit
+    /// when `None`.
     pub max_hold: PerClass<Option<Duration>>,
-    /// After a yield notice, how long before the lease is revoked; never when `None`.
+    /// After a yield notice to a compute lease (a critical request waits, or its maximum hold
+    /// passed), how long before the lease is revoked; never when `None`.
     pub revoke_after_yield: Option<Duration>,
     /// After a reclaim notice, how long an evictable holder has to give its memory back.
     pub reclaim_grace: Duration,
+    /// Bounds on memory leases and on stopped holders.
+    pub liveness: Liveness,
+}
+
+/// 60 s × `minutes`.
+const fn minutes(minutes: u64) -> Duration {
+    Duration::from_secs(60 * minutes)
 }
 
 impl Default for LedgerConfig {
@@ -105,9 +114,52 @@ impl Default for LedgerConfig {
         Self {
             max_overtakes: 4,
             max_scan: 1024,
-            max_hold: PerClass::default(),
-            revoke_after_yield: None,
+            // A whole Groth16 proof (a PoRep C2 is minutes on a current GPU, under an hour on
+            // an old one) stays well inside these; critical work (PoSt) has deadlines of
+            // seconds to 30 minutes, so an hour of it is a wedged holder.
+            max_hold: PerClass {
+                critical: Some(minutes(60)),
+                high: Some(minutes(240)),
+                normal: Some(minutes(240)),
+                background: Some(minutes(240)),
+            },
+            revoke_after_yield: Some(Duration::from_secs(30)),
             reclaim_grace: Duration::from_secs(10),
+            liveness: Liveness::default(),
+        }
+    }
+}
+
+/// What keeps a lease from being held forever besides the compute bounds of [`LedgerConfig`]:
+/// a maximum hold for memory leases (memory only; budgets have none: they end with their
+/// job), and how long a stopped holder keeps a lease that a waiter needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// Longest a memory lease of each class may be held before it is asked to yield (to
+    /// release it, and acquire again if still needed); no limit when `None`.
+    pub memory_max_hold: PerClass<Option<Duration>>,
+    /// After a yield notice to a memory lease, how long before it is revoked; never when
+    /// `None`.
+    pub memory_revoke_after_yield: Option<Duration>,
+    /// How long a holder whose process is stopped keeps a lease that a waiter needs.
+    pub stopped_grace: Duration,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        // A day: warm state (resident parameters, a CUDA context) is uploaded again in
+        // seconds, so a prover that keeps it for days pays that once a day at most. The hour
+        // after the notice lets a proof in flight finish before its memory is taken.
+        let day = Some(minutes(24 * 60));
+        Self {
+            memory_max_hold: PerClass {
+                critical: day,
+                high: day,
+                normal: day,
+                background: day,
+            },
+            memory_revoke_after_yield: Some(minutes(60)),
+            stopped_grace: Duration::from_secs(5),
         }
     }
 }
@@ -263,7 +315,7 @@ pub enum Decision {
         /// The lease that went away.
         lease: LeaseId,
     },
-    /// Ask a compute holder to release at its next safe point.
+    /// Ask a holder to release at its next safe point.
     YieldRequested {
         /// The holder.
         session: SessionId,

@@ -69,12 +69,12 @@ impl fmt::Display for Placement {
     }
 }
 
-/// Why a holder is asked to yield its compute slot.
+/// Why a holder is asked to yield its lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum YieldReason {
     /// A critical request waits for the slot.
     CriticalWaiting,
-    /// The lease has held the slot longer than its class allows.
+    /// The lease has been held longer than its class and kind allow.
     MaxHold,
 }
 
@@ -94,6 +94,9 @@ pub enum RevokeReason {
     BudgetEnded,
     /// An evictable lease kept memory it was asked to give back past the deadline.
     Reclaimed,
+    /// The holder's process was stopped when a waiter needed the lease, or when the lease
+    /// reached its maximum hold.
+    HolderStopped,
 }
 
 /// Waiting requests of a device, per class.

@@ -127,7 +127,7 @@ impl Metrics {
         self.hold[class.rank()].observe(held);
     }
 
-    /// A lease was taken away (`reason`: `admin`, `yield_ignored`) after `held`.
+    /// A lease was taken away (`reason`: the protocol's revoke reason) after `held`.
     pub fn revoked(&mut self, class: Class, reason: String, held: Duration) {
         *self.revocations.entry((class, reason)).or_default() += 1;
         self.hold[class.rank()].observe(held);

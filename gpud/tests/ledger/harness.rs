@@ -82,6 +82,11 @@ impl Harness {
                 ..PerClass::default()
             },
             revoke_after_yield: Some(Duration::from_millis(200)),
+            // The model knows compute holds; memory holds and stopped holders are liveness.rs's.
+            liveness: gpud::ledger::Liveness {
+                memory_max_hold: PerClass::default(),
+                ..gpud::ledger::Liveness::default()
+            },
             ..LedgerConfig::default()
         };
         let reference = Reference::new(&config, &devices, start);

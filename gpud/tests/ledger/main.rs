@@ -9,6 +9,7 @@
 mod budgets;
 mod evictable;
 mod harness;
+mod liveness;
 mod reference;
 mod restore;
 mod scenarios;

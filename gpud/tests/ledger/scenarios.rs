@@ -202,7 +202,8 @@ fn critical_overtakes_normal_and_asks_the_holder_to_yield() {
             session: 1,
             lease: holder,
             reason: YieldReason::CriticalWaiting,
-            revoke_at: None
+            // On by default: an ignored notice is revoked after revoke_after_yield.
+            revoke_at: Some(now + Duration::from_secs(30))
         }]
     );
     // A second critical waiter does not re-send the notice to the same holder.

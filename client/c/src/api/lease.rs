@@ -252,8 +252,9 @@ pub extern "C" fn gpud_lease_yield_requested(lease: *const GpudLease, out: *mut 
     })
 }
 
-/// Whether the lease is lost: revoked (by an admin, an ignored yield, over-use) or gone with
-/// its connection. A lost lease protects nothing: stop using the device.
+/// Whether the lease is lost: revoked (by an admin, an ignored yield, over-use, a reclaim,
+/// the end of its budget, or because its process was stopped) or gone with its connection.
+/// A lost lease protects nothing: stop using the device.
 // SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpud_lease_is_lost(lease: *const GpudLease, out: *mut bool) -> GpudCode {

@@ -310,7 +310,8 @@ class LeaseView:
 
     @property
     def revoke_reason(self) -> Optional[str]:
-        """Why the lease is gone (``admin``, ``yield_ignored``, ``over_use``, ``budget_ended``, ``lost``)."""
+        """Why the lease is gone (``admin``, ``yield_ignored``, ``over_use``, ``budget_ended``,
+        ``reclaimed``, ``holder_stopped``, ``lost``)."""
         return self._state.revoke_reason
 
     @property

@@ -293,8 +293,10 @@ class YieldRequested:
 
 @dataclass(frozen=True)
 class Revoked:
-    """The lease is gone (``admin``, ``yield_ignored``, ``over_use``, or the client's own
-    ``lost`` when the connection ended): stop using the device."""
+    """The lease is gone (``admin``, ``yield_ignored``, ``over_use``, ``budget_ended``,
+    ``reclaimed``, ``holder_stopped`` (its process was stopped when the lease was needed or
+    reached its maximum hold), or the client's own ``lost`` when the connection ended): stop
+    using the device."""
 
     lease: int
     reason: str

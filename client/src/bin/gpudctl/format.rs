@@ -195,7 +195,10 @@ pub fn leases(s: &StatusReport) -> String {
                 },
                 l.class.to_string(),
                 l.pid.to_string(),
-                l.process.clone(),
+                match l.holder_stopped_ms {
+                    Some(ms) => format!("{} (stopped {})", l.process, duration_ms(ms)),
+                    None => l.process.clone(),
+                },
                 duration_ms(l.held_ms),
                 match (l.within, &l.label) {
                     (Some(b), Some(label)) => format!("{label} (budget {b})"),

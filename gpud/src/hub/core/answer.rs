@@ -28,6 +28,11 @@ impl Core {
 
     /// Turns one decision into its frame.
     fn deliver(&mut self, now: Now, decision: Decision) {
+        // Known before the observer forgets an ending lease.
+        let memory_only = match &decision {
+            Decision::Revoked { lease, .. } => self.observer.memory_only(*lease),
+            _ => false,
+        };
         self.observer.decision(now.at, &self.ledger, &decision);
         match decision {
             Decision::Granted { ticket, lease } => {
@@ -132,7 +137,24 @@ impl Core {
                         "lease revoked: its holder ignored the yield notice"
                     );
                 }
-                if reason == RevokeReason::YieldIgnored && self.settings.kill_ignored_yield {
+                if reason == RevokeReason::HolderStopped {
+                    let (pid, process) = self
+                        .peer(session)
+                        .map_or((0, String::new()), |p| (p.pid, p.process.clone()));
+                    tracing::warn!(
+                        lease,
+                        session,
+                        pid,
+                        process = %process,
+                        "lease revoked: its holder's process is stopped"
+                    );
+                }
+                // A kernel of a compute holder may still run; a memory lease's holder is only
+                // told (its memory is the audit's business).
+                if reason == RevokeReason::YieldIgnored
+                    && self.settings.kill_ignored_yield
+                    && !memory_only
+                {
                     if let Some(peer) = self.peer(session) {
                         let (pid, start) = (peer.pid, peer.start);
                         self.signal(pid, start, KillReason::YieldIgnored { lease });

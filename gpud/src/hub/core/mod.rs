@@ -18,6 +18,7 @@ mod audit;
 mod bench;
 mod budgets;
 mod journaling;
+mod liveness;
 mod observer;
 mod ops;
 mod queued;
@@ -32,6 +33,8 @@ mod withheld;
 mod budget_tests;
 #[cfg(test)]
 mod fuzz;
+#[cfg(test)]
+mod liveness_tests;
 #[cfg(test)]
 mod tests;
 
@@ -49,6 +52,7 @@ use timers::{Timer, TimerTable};
 
 pub use budgets::{BUDGETS, BudgetOwner};
 pub use journaling::{LeaseRecord, Restorable};
+pub use liveness::{ProcessState, Watched};
 pub use observer::{EndReason, Notice, wire_name};
 pub use sessions::{ADMIN_SESSIONS, Access, Peer};
 pub use usage::ProcessSample;

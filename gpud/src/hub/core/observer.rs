@@ -80,6 +80,7 @@ impl EndReason {
 struct Booked {
     session: SessionId,
     class: Class,
+    compute: bool,
     device: DeviceIdx,
     granted_at: Instant,
 }
@@ -113,6 +114,11 @@ impl Observer {
             prints: vec![Print::default(); devices],
             notices: Vec::new(),
         }
+    }
+
+    /// Whether `lease` (live, or ending in this step) is known to hold memory only.
+    pub fn memory_only(&self, lease: LeaseId) -> bool {
+        self.book.get(&lease).is_some_and(|b| !b.compute)
     }
 
     /// The notices since the last call.
@@ -264,6 +270,7 @@ impl Observer {
             Booked {
                 session: lease.session,
                 class: lease.class.into(),
+                compute: lease.compute,
                 device: lease.device,
                 granted_at: lease.granted_at,
             },

@@ -98,6 +98,7 @@ impl Core {
                     within: l.within,
                     evictable: l.evictable,
                     reclaim_requested: l.reclaim_by.is_some(),
+                    holder_stopped_ms: self.ledger.stopped_since(l.session).map(since),
                 }
             })
             .collect();

@@ -242,8 +242,8 @@ fn a_restored_lease_is_readopted_by_its_owner_with_its_token() {
     assert!(actions.iter().any(
         |a| matches!(a, Action::Journal(JournalEntry::Grant(r)) if r.id == record.id && r.pid == 78)
     ));
-    // Adopted: the grace period ends with nothing to drop.
-    assert_eq!(after.core.next_timeout(), None);
+    // Adopted: the grace period ends with nothing to drop (the lease's maximum hold is far).
+    assert!(only_max_holds_left(&after));
     after.advance(Duration::from_secs(11));
     assert_eq!(after.core.ledger().leases().count(), 1);
 }
@@ -628,7 +628,15 @@ fn a_grant_the_journal_cannot_record_is_held_back_until_it_can() {
         "{after:?}"
     );
     assert!(!b.core.journal_stalled());
-    assert_eq!(b.core.next_timeout(), None, "no retry once written");
+    assert!(only_max_holds_left(&b), "no retry once written");
+}
+
+/// Whether the only deadlines left are leases' maximum holds (an hour away at least).
+fn only_max_holds_left(b: &Bench) -> bool {
+    let now = b.now().at;
+    b.core
+        .next_timeout()
+        .is_none_or(|at| at >= now + Duration::from_secs(3600))
 }
 
 /// Regression: anyone allowed could ask for the critical class, and so have another user's

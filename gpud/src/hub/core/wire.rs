@@ -62,6 +62,7 @@ impl From<ledger::RevokeReason> for gpud_proto::RevokeReason {
             ledger::RevokeReason::OverUse => Self::OverUse,
             ledger::RevokeReason::BudgetEnded => Self::BudgetEnded,
             ledger::RevokeReason::Reclaimed => Self::Reclaimed,
+            ledger::RevokeReason::HolderStopped => Self::HolderStopped,
         }
     }
 }
