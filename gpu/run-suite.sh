@@ -98,7 +98,7 @@ section msm-bench 200 "$G/bin/gpud-msm-bench" --bench --json "$OUT/msm-bench.jso
 # prover-tests: GPU proofs equal bellperson's create_proof bit for bit (synthetic 2^9..2^14,
 # poseidon 2^12, sha256 2^15; resident bases and per-phase uploads), the pipeline on the CUDA
 # engine, typed errors for a lease below the formula, GPU-generated parameters equal the CPU
-# path. prover-bench: full proofs of 2^20 and 2^22 on the CPU and CUDA engines, by stage, with
+# path, evicted resident bases freeing their memory and proving again once reloaded. prover-bench: full proofs of 2^20 and 2^22 on the CPU and CUDA engines, by stage, with
 # parameters from the fast generator (G1 on the GPU), JSON in $OUT/prover-bench.json.
 export GPUD_PROVER_TEST_PARAMS=${GPUD_PROVER_TEST_PARAMS:-/tmp/gpud-prover-test-params}
 section prover-tests 300 "$G/tests/prover_gpu" --ignored --test-threads=1
@@ -114,6 +114,8 @@ section prover-bench 420 "$G/bin/gpud-bench" engines --sizes 20,22 --json "$OUT/
 #   bash gpu/run-suite.sh farm-x2    (the 2-GPU machine, placement only: N = 4 and 8; ~3 minutes)
 #   bash gpu/run-suite.sh farm-priority (the priority runs alone; ~2 minutes)
 #   bash gpu/run-suite.sh farm-ratio    (gpud against the ideal alone, 25 s windows; ~4 minutes)
+#   bash gpu/run-suite.sh farm-warm     (warm bases in evictable leases vs per-phase uploads,
+#                                        and a critical partition reclaiming them; ~4 minutes)
 # A ballast process holds all but 16 GiB of each GPU (gpud sees it through NVML); each
 # partition's footprint is padded to 6 GiB. Results: $OUT/farm*/farm.json (metrics, written
 # after every cell), farm.md (the tables, also printed last), cells/ (every process's report),
@@ -140,6 +142,14 @@ farm_section farm-priority 300 --no-matrix --priority-n 8 --priority-duration 16
 # farm-ratio: gpud against the in-process ideal only, N = 2, 4, 8, windows of 25 s (the matrix's
 # 12 s windows leave a ±7 % spread of the phase length between cells), about 4 minutes.
 farm_section farm-ratio 330 --modes gpud,ideal --ns 2,4,8 --duration 25 --priority-n 0
+# farm-warm: warm state against per-phase uploads, about 4 minutes: gpud (bases uploaded in
+# every phase) and gpud-warm (each prover's bases resident in an evictable lease, its phase
+# leases the footprint less the bases) at N = 4 and 8, 20 s windows; then 8 normal provers and a
+# critical 2^16 partition padded to 6 GiB every second under gpud with a critical slot, cold and
+# warm: warm, the critical partition beside a phase must reclaim warm bases (the time from its
+# request to its grant is the critical wait).
+farm_section farm-warm 420 --modes gpud,gpud-warm --ns 4,8 --duration 20 --priority-n 8 \
+    --priority-modes gpudc,gpudc-warm --priority-duration 16 --critical-phase-vram 6GiB
 farm_section farm-x2 570 --multi-gpu --no-matrix --priority-n 0 --multi-ns 4,8 --duration 12
 
 echo

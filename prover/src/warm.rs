@@ -271,10 +271,13 @@ where
                 return Ok(());
             }
             let mut state = self.lock();
-            let asked = state
-                .lease
-                .as_ref()
-                .is_some_and(|l| self.leaser.reclaim_requested(l) || self.leaser.lost(l));
+            let asked = state.lease.as_ref().is_some_and(|l| {
+                // A yield notice on warm state is gpud's maximum hold for memory leases:
+                // given back like a reclaim, and the next phase takes a fresh lease.
+                self.leaser.reclaim_requested(l)
+                    || self.leaser.yield_requested(l)
+                    || self.leaser.lost(l)
+            });
             if asked {
                 // No phase runs (this thread has the lock), so nothing of this process is in
                 // flight on the device: the arena can go without a compute lease.

@@ -256,3 +256,50 @@ fn parameters_with_g1_on_the_gpu_equal_the_cpu_path_and_prove() {
         assert!(key.verify(&proof, &inputs).unwrap());
     }
 }
+
+/// Warm state given back and put back up, as a reclaim does it: the bases freed without a
+/// compute lease (no phase runs) return their memory to the device, and loaded again they
+/// prove as before, with no upload inside the phase.
+#[test]
+#[ignore = "needs a GPU"]
+fn evicted_resident_bases_free_their_memory_and_prove_again_once_reloaded() {
+    let cuda = engine(true, true);
+    let (spec, key) = common::key("synthetic", 14);
+    let bytes = cuda.resident_bytes(&key);
+    assert!(bytes > 0);
+    let probe = claim(0);
+    let token = probe.compute_token().expect("a compute token");
+    let dev = gpud_prover::engine::process_device(probe.device_uuid()).unwrap();
+    let (free_before, _) = dev.mem_info(&token).unwrap();
+    for round in 0..2 {
+        let resident = claim(bytes);
+        cuda.load_resident(&key, &resident).unwrap();
+        assert!(cuda.is_resident(&key));
+        let (free_loaded, _) = dev.mem_info(&token).unwrap();
+        assert!(
+            free_loaded + bytes / 2 <= free_before,
+            "round {round}: the bases took {} of {bytes} bytes",
+            free_before.saturating_sub(free_loaded)
+        );
+        let lease = claim(cuda.vram_bytes(&key, 14));
+        let (proof, inputs) = prove::prove(
+            &cuda,
+            &lease,
+            &key,
+            spec.with_witness(round + 1),
+            Scalar::ONE,
+            Scalar::ONE,
+        )
+        .unwrap();
+        assert!(key.verify(&proof, &inputs).unwrap(), "round {round}");
+        // The reclaimer's path: no compute lease.
+        cuda.unload_resident(&key, None).unwrap();
+        assert!(!cuda.is_resident(&key));
+        let (free_after, _) = dev.mem_info(&token).unwrap();
+        assert!(
+            free_after + (64 << 20) >= free_before,
+            "round {round}: {} bytes not returned",
+            free_before.saturating_sub(free_after)
+        );
+    }
+}
