@@ -60,9 +60,16 @@ for t in "${TESTS[@]}" "${PROVER_TESTS[@]}"; do
 done
 
 # Line tables stay (backtraces, sanitizer reports) but compressed: a quarter of the size, so
-# .gpu/ stays small enough to copy quickly (at most GPU_BUILD_MAX_MIB, default 60 MiB).
+# .gpu/ stays small enough to copy quickly (at most GPU_BUILD_MAX_MIB, default 60 MiB). The two
+# largest, which embed gpud and the prover and are never run under compute-sanitizer, keep
+# their symbols only (backtraces name functions, without lines): half their size again.
+SYMBOLS_ONLY=(bin/gpud-bench tests/prover_gpu)
 for f in "$out"/bin/* "$out"/tests/*; do
-    objcopy --compress-debug-sections=zlib "$f"
+    if printf '%s\n' "${SYMBOLS_ONLY[@]}" | grep -qx "${f#"$out"/}"; then
+        objcopy --strip-debug "$f"
+    else
+        objcopy --compress-debug-sections=zlib "$f"
+    fi
 done
 
 {
