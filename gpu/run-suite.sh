@@ -145,11 +145,13 @@ farm_section farm-ratio 330 --modes gpud,ideal --ns 2,4,8 --duration 25 --priori
 # farm-warm: warm state against per-phase uploads, about 4 minutes: gpud (bases uploaded in
 # every phase) and gpud-warm (each prover's bases resident in an evictable lease, its phase
 # leases the footprint less the bases) at N = 4 and 8, 20 s windows; then 8 normal provers and a
-# critical 2^16 partition padded to 6 GiB every second under gpud with a critical slot, cold and
-# warm: warm, the critical partition beside a phase must reclaim warm bases (the time from its
-# request to its grant is the critical wait).
+# critical 2^16 partition padded to 4 GiB every second under gpud with a critical slot, cold and
+# warm. Warm, the card is full (8 context leases of 0.52 GiB, 8 × 0.64 GiB of warm bases and a
+# 5.8 GiB phase leave ~0.4 GiB of the 15.5): the critical partition beside the phase fits only
+# by reclaiming warm bases (a larger one could not fit even so, and waits for the phase). The
+# time from its request to its grant is the critical wait.
 farm_section farm-warm 420 --modes gpud,gpud-warm --ns 4,8 --duration 20 --priority-n 8 \
-    --priority-modes gpudc,gpudc-warm --priority-duration 16 --critical-phase-vram 6GiB
+    --priority-modes gpudc,gpudc-warm --priority-duration 16 --critical-phase-vram 4GiB
 farm_section farm-x2 570 --multi-gpu --no-matrix --priority-n 0 --multi-ns 4,8 --duration 12
 
 echo
