@@ -92,6 +92,8 @@ impl Manager {
             evictable: false,
             // A bus caller waits in one method call; there is nothing to tell it meanwhile.
             queued_events: false,
+            parts: Vec::new(),
+            placement: None,
         };
         match self.call(conn, &hdr, Op::Acquire(args)).await? {
             Reply::Granted(info) => Ok((
