@@ -469,6 +469,7 @@ mod tests {
             within: None,
             budget: None,
             evictable: false,
+            group: None,
         }
     }
 

@@ -312,6 +312,7 @@ fn journaled_leases_that_do_not_fit_are_refused_and_counted_in_status() {
         within: None,
         budget: None,
         evictable: false,
+        group: None,
     };
     let mut b = Bench::new(&Config::default());
     let now = b.now();
