@@ -1339,6 +1339,9 @@ impl Ledger {
     /// waiters; then re-evaluates yield notices.
     fn schedule(&mut self, now: Instant, d: DeviceIdx) {
         let dev = &self.devices[d];
+        // Devices a group granted in this pass was queued on: its pin there is gone, so what
+        // it held back may be granted now.
+        let mut unpinned = BTreeSet::new();
         if !dev.queue.is_empty() && !dev.exhausted() {
             for seq in self.serving_order(d) {
                 if self.devices[d].exhausted() {
@@ -1354,9 +1357,14 @@ impl Ledger {
                     }
                 } else if let Some(devices) = self.group_grantable(w) {
                     let waiter = self.remove_waiter(seq);
+                    unpinned.extend(waiter.candidates.iter().copied());
                     self.grant_group(now, waiter, &devices, true);
                 }
             }
+        }
+        // `d` too: what came before the group in this pass met its pin.
+        for e in unpinned {
+            self.schedule(now, e);
         }
         self.refresh_yields(now);
         self.refresh_reclaims(now, d);

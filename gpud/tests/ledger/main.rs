@@ -8,6 +8,7 @@
 
 mod budgets;
 mod evictable;
+mod groups;
 mod harness;
 mod reference;
 mod restore;
