@@ -110,7 +110,8 @@ impl Client {
     ) -> Result<Lease> {
         let id = self.handle.next_id();
         let mut args = request.wire()?;
-        if (!args.parts.is_empty() || args.placement.is_some()) && !self.handle.speaks_multi_device()
+        if (!args.parts.is_empty() || args.placement.is_some())
+            && !self.handle.speaks_multi_device()
         {
             return Err(ClientError::Invalid(
                 "this gpud grants no leases of several devices and no placement policies \

@@ -24,8 +24,7 @@ use crate::error::{ClientError, Result};
 use crate::proto::frame::{MAX_REQUEST_FRAME, MAX_SERVER_FRAME, codec, from_payload, to_payload};
 use crate::proto::{
     ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_MULTI_DEVICE, FEATURE_QUEUED, LeaseInfo, Op,
-    Outcome,
-    PROTOCOL_VERSION, Reply, RequestId, RevokeReason, ServerFrame,
+    Outcome, PROTOCOL_VERSION, Reply, RequestId, RevokeReason, ServerFrame,
 };
 use crate::reservation::LeaseId;
 

@@ -818,7 +818,10 @@ mod tests {
             ..AcquireArgs::default()
         };
         let text = serde_json::to_string(&args).unwrap();
-        assert!(!text.contains("parts") && !text.contains("placement"), "{text}");
+        assert!(
+            !text.contains("parts") && !text.contains("placement"),
+            "{text}"
+        );
         let info = LeaseInfo {
             lease: 1,
             device_uuid: "GPU-a".into(),

@@ -13,6 +13,7 @@ mod hostile;
 mod journal;
 mod leases;
 mod metrics;
+mod multidev;
 mod notify;
 mod operator;
 mod prover;

@@ -86,7 +86,9 @@ impl Ledger {
             ));
         }
         if spec.policy == PlacementPolicy::Near
-            && self.islands(&(0..self.devices.len()).collect::<Vec<_>>()).is_empty()
+            && self
+                .islands(&(0..self.devices.len()).collect::<Vec<_>>())
+                .is_empty()
         {
             return Err(LedgerError::Invalid(
                 "placement near needs the devices' NVLink islands or NUMA nodes, and none is known",
@@ -98,11 +100,13 @@ impl Ledger {
             parts.push(self.waiting_part(part, &mut named)?);
         }
         if !self.group_ever_fits(&parts, spec.policy) {
-            return Err(LedgerError::Invalid(if spec.policy == PlacementPolicy::Near {
-                "no NVLink island or NUMA node has a device for every part, even with all free"
-            } else {
-                "the parts cannot be placed on distinct devices, even with all free"
-            }));
+            return Err(LedgerError::Invalid(
+                if spec.policy == PlacementPolicy::Near {
+                    "no NVLink island or NUMA node has a device for every part, even with all free"
+                } else {
+                    "the parts cannot be placed on distinct devices, even with all free"
+                },
+            ));
         }
         Ok(parts)
     }
@@ -281,7 +285,9 @@ impl Ledger {
                     return Err(format!("group {g}: part {p} is gone"));
                 };
                 if l.group != Some(g) || !devices.insert(l.device) {
-                    return Err(format!("group {g}: part {p} misfiled or on a shared device"));
+                    return Err(format!(
+                        "group {g}: part {p} misfiled or on a shared device"
+                    ));
                 }
                 sessions.insert(l.session);
             }

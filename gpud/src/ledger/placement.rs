@@ -28,19 +28,11 @@ impl Ledger {
         let dev = &self.devices[d];
         let holders = dev.holders.len() as u64;
         match policy {
-            PlacementPolicy::BestFit | PlacementPolicy::Near => (
-                dev.free().saturating_sub(need.vram_bytes),
-                holders,
-                0,
-                d,
-            ),
+            PlacementPolicy::BestFit | PlacementPolicy::Near => {
+                (dev.free().saturating_sub(need.vram_bytes), holders, 0, d)
+            }
             PlacementPolicy::Spread => (u64::MAX - dev.free(), holders, 0, d),
-            PlacementPolicy::Pack => (
-                u64::MAX - dev.reserved,
-                u64::MAX - holders,
-                dev.free(),
-                d,
-            ),
+            PlacementPolicy::Pack => (u64::MAX - dev.reserved, u64::MAX - holders, dev.free(), d),
         }
     }
 
@@ -90,9 +82,8 @@ impl Ledger {
     /// Whether `parts` could ever be granted together under `policy`: on distinct devices
     /// large enough for each (and for `near`, on one island), were the devices empty.
     pub(super) fn group_ever_fits(&self, parts: &[WaitingPart], policy: PlacementPolicy) -> bool {
-        let fits = |part: &WaitingPart, d: DeviceIdx| {
-            self.devices[d].capacity() >= part.need.vram_bytes
-        };
+        let fits =
+            |part: &WaitingPart, d: DeviceIdx| self.devices[d].capacity() >= part.need.vram_bytes;
         if policy != PlacementPolicy::Near {
             return self.assign(parts, policy, |_| true, fits).is_some();
         }

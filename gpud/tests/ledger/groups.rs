@@ -103,7 +103,11 @@ fn a_group_waits_while_one_part_does_not_fit_and_is_granted_whole_when_it_does()
         ],
         PlacementPolicy::BestFit,
     );
-    assert_eq!(l.acquire(now, asked, spec), Ok(None), "device 1 has 6 GiB free");
+    assert_eq!(
+        l.acquire(now, asked, spec),
+        Ok(None),
+        "device 1 has 6 GiB free"
+    );
     // Nothing of it is held while it waits: device 0 is still whole.
     assert_eq!(l.device(0).unwrap().reserved(), 0);
     assert_eq!(l.device(0).unwrap().compute_holders().count(), 0);
@@ -153,7 +157,11 @@ fn releasing_or_revoking_one_part_ends_the_whole_group() {
             _ => None,
         })
         .collect();
-    assert_eq!(revoked, parts.iter().copied().collect(), "each part hears it");
+    assert_eq!(
+        revoked,
+        parts.iter().copied().collect(),
+        "each part hears it"
+    );
     assert_eq!(l.leases().count(), 0);
 
     l.acquire(now, ticket(1, 3), same(2, 4, PlacementPolicy::BestFit))
@@ -174,7 +182,10 @@ fn nonsense_groups_are_refused() {
     };
     let refused = |r: Result<Option<LeaseId>, LedgerError>| {
         assert!(
-            matches!(r, Err(LedgerError::Invalid(_) | LedgerError::NeverFits { .. })),
+            matches!(
+                r,
+                Err(LedgerError::Invalid(_) | LedgerError::NeverFits { .. })
+            ),
             "{r:?}"
         )
     };
@@ -224,7 +235,11 @@ fn single_device_policies_place_as_documented() {
     let place = |policy, gib| {
         let (mut l, now) = loaded();
         let id = l
-            .acquire(now, ticket(1, 1), single(Placement::Any, gib, false, policy))
+            .acquire(
+                now,
+                ticket(1, 1),
+                single(Placement::Any, gib, false, policy),
+            )
             .unwrap()
             .unwrap();
         l.lease(id).unwrap().device
@@ -238,7 +253,11 @@ fn single_device_policies_place_as_documented() {
         0,
         "least left over of those it fits"
     );
-    assert_eq!(place(PlacementPolicy::Pack, 8), 0, "most reserved it fits on");
+    assert_eq!(
+        place(PlacementPolicy::Pack, 8),
+        0,
+        "most reserved it fits on"
+    );
     assert_eq!(place(PlacementPolicy::Near, 5), 2, "one device: best fit");
 }
 
@@ -391,7 +410,10 @@ struct Books {
 
 impl Books {
     fn granted(&mut self, l: &Ledger, t: Ticket, id: LeaseId) {
-        assert!(self.waiting.remove(&t), "{t:?} answered twice or never waited");
+        assert!(
+            self.waiting.remove(&t),
+            "{t:?} answered twice or never waited"
+        );
         if let Some(asked) = self.asked.remove(&t) {
             self.check_grant(l, id, &asked.0, asked.1);
             self.granted.insert(id, asked);
@@ -403,10 +425,17 @@ impl Books {
         let leases = l.group_of(id);
         assert_eq!(leases.len(), parts.len(), "group {id} granted whole");
         let devices: BTreeSet<DeviceIdx> = devices_of(l, id).into_iter().collect();
-        assert_eq!(devices.len(), parts.len(), "group {id}: one device per part");
+        assert_eq!(
+            devices.len(),
+            parts.len(),
+            "group {id}: one device per part"
+        );
         for (lease, asked) in leases.iter().zip(parts) {
             let got = l.lease(*lease).unwrap();
-            assert_eq!((got.vram_bytes, got.compute), (asked.vram_bytes, asked.compute));
+            assert_eq!(
+                (got.vram_bytes, got.compute),
+                (asked.vram_bytes, asked.compute)
+            );
             if let Placement::Index(d) = asked.placement {
                 assert_eq!(got.device, d as usize, "a part on the device it named");
             }
@@ -416,7 +445,11 @@ impl Books {
                 .iter()
                 .map(|&d| l.device(d).unwrap().spec().topology.island())
                 .collect();
-            assert_eq!(islands.len(), 1, "group {id}: near puts every part on one island");
+            assert_eq!(
+                islands.len(),
+                1,
+                "group {id}: near puts every part on one island"
+            );
         }
     }
 
@@ -433,11 +466,19 @@ impl Books {
         });
         for lease in l.leases() {
             if let Some(g) = lease.group {
-                assert!(self.granted.contains_key(&g), "lease {} of an ungranted group", lease.id);
+                assert!(
+                    self.granted.contains_key(&g),
+                    "lease {} of an ungranted group",
+                    lease.id
+                );
             }
         }
         for d in l.devices() {
-            assert!(d.reserved() <= d.capacity(), "device {} over capacity", d.index());
+            assert!(
+                d.reserved() <= d.capacity(),
+                "device {} over capacity",
+                d.index()
+            );
             assert!(d.compute_holders().count() <= d.spec().compute_slots as usize);
         }
         l.check_invariants().unwrap();

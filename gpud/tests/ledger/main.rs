@@ -40,7 +40,7 @@ pub fn sim_devices(count: usize, compute_slots: u32) -> Vec<gpud::ledger::Device
             unmanaged_bytes: 0,
             compute_slots,
             critical_slots: 0,
-        topology: Default::default(),
+            topology: Default::default(),
         })
         .collect()
 }

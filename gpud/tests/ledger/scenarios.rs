@@ -20,7 +20,7 @@ fn device(uuid: &str, gib: u64) -> DeviceSpec {
         unmanaged_bytes: 0,
         compute_slots: 1,
         critical_slots: 0,
-    topology: Default::default(),
+        topology: Default::default(),
     }
 }
 

@@ -128,8 +128,7 @@ pub fn status(s: &StatusReport) -> String {
         ]);
     }
     // Where the devices sit, for `--placement near`, when gpud knows it.
-    if s
-        .devices
+    if s.devices
         .iter()
         .any(|d| d.numa_node.is_some() || d.nvlink_island.is_some())
     {
@@ -142,7 +141,11 @@ pub fn status(s: &StatusReport) -> String {
             if let Some(n) = dev.numa_node {
                 at.push(format!("numa {n}"));
             }
-            row.push(if at.is_empty() { "-".into() } else { at.join(", ") });
+            row.push(if at.is_empty() {
+                "-".into()
+            } else {
+                at.join(", ")
+            });
         }
     }
     out.push_str(&table(&rows));
@@ -251,8 +254,11 @@ pub fn leases(s: &StatusReport) -> String {
                 if w.parts.is_empty() {
                     Bytes(w.vram_bytes).to_string()
                 } else {
-                    let each: Vec<String> =
-                        w.parts.iter().map(|p| Bytes(p.vram_bytes).to_string()).collect();
+                    let each: Vec<String> = w
+                        .parts
+                        .iter()
+                        .map(|p| Bytes(p.vram_bytes).to_string())
+                        .collect();
                     each.join("+")
                 },
                 if w.compute { "yes".into() } else { "-".into() },

@@ -16,8 +16,8 @@ use tracing::{info, warn};
 use super::budgets::{BUDGETS, BudgetOwner};
 use super::timers::Timer;
 use super::{Action, Core, JournalEntry, Now, ORPHANS};
-use crate::journal::{BudgetRecord, GroupRecord};
 pub use crate::journal::LeaseRecord;
+use crate::journal::{BudgetRecord, GroupRecord};
 use crate::ledger::{LeaseChange, RestoredLease};
 
 /// A journaled lease, with what the shell found out about its owner.
@@ -153,7 +153,10 @@ impl Core {
         for (group, restored) in whole {
             let expected = self.journal.group_sizes.get(&group).copied().unwrap_or(0);
             if restored != expected {
-                warn!(group, restored, expected, "restored group is missing parts; dropped");
+                warn!(
+                    group,
+                    restored, expected, "restored group is missing parts; dropped"
+                );
                 let holder = self.ledger.lease(group).map(|l| l.session);
                 let any_part = self.ledger.group_of(group);
                 if let (Some(holder), Some(&part)) = (holder, any_part.first()) {
