@@ -160,3 +160,47 @@ impl LeaseRequest {
         Ok(args)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_expand_into_parts_and_one_part_is_one_device() {
+        let two = LeaseRequest::default()
+            .vram(8)
+            .compute()
+            .devices(2)
+            .wire()
+            .unwrap();
+        assert_eq!(two.parts.len(), 2);
+        assert!(two.parts.iter().all(|p| p.vram_bytes == 8 && p.compute));
+        assert_eq!((two.vram_bytes, two.compute), (0, false));
+        let one = LeaseRequest::default()
+            .part(Placement::Index(1), 4, false)
+            .wire()
+            .unwrap();
+        assert!(one.parts.is_empty());
+        assert_eq!((one.device, one.vram_bytes), (Placement::Index(1), 4));
+        let plain = LeaseRequest::default().vram(4).devices(1).wire().unwrap();
+        assert_eq!(plain, LeaseRequest::default().vram(4).wire().unwrap());
+    }
+
+    #[test]
+    fn nonsense_counts_are_refused_before_sending() {
+        let refused = |r: LeaseRequest| assert!(matches!(r.wire(), Err(ClientError::Invalid(_))));
+        refused(LeaseRequest::default().vram(1).devices(0));
+        refused(
+            LeaseRequest::default()
+                .devices(2)
+                .part(Placement::Any, 1, false)
+                .part(Placement::Any, 1, false),
+        );
+        refused(
+            LeaseRequest::default()
+                .vram(1)
+                .device(Placement::Index(0))
+                .devices(2),
+        );
+    }
+}

@@ -1337,37 +1337,53 @@ impl Ledger {
 
     /// Grants what can be granted on `d`, in serving order, examining at most `max_scan`
     /// waiters; then re-evaluates yield notices.
+    ///
+    /// A group granted in a pass was queued on other devices too: its pin there is gone, so
+    /// those devices (and `d`, where what came before the group met its pin) get a pass of
+    /// their own, until a round of passes grants no group.
     fn schedule(&mut self, now: Instant, d: DeviceIdx) {
-        let dev = &self.devices[d];
-        // Devices a group granted in this pass was queued on: its pin there is gone, so what
-        // it held back may be granted now.
-        let mut unpinned = BTreeSet::new();
-        if !dev.queue.is_empty() && !dev.exhausted() {
-            for seq in self.serving_order(d) {
-                if self.devices[d].exhausted() {
-                    break;
-                }
-                let Some(w) = self.waiters.get(&seq) else {
-                    continue;
-                };
-                if w.parts.is_empty() {
-                    if self.can_grant(w, d) {
-                        let waiter = self.remove_waiter(seq);
-                        self.grant(now, waiter, d, true);
-                    }
-                } else if let Some(devices) = self.group_grantable(w) {
-                    let waiter = self.remove_waiter(seq);
-                    unpinned.extend(waiter.candidates.iter().copied());
-                    self.grant_group(now, waiter, &devices, true);
+        let mut pending = vec![d];
+        let mut passed = BTreeSet::new();
+        while let Some(d) = pending.pop() {
+            passed.insert(d);
+            for e in self.grant_pass(now, d) {
+                if !pending.contains(&e) {
+                    pending.push(e);
                 }
             }
         }
-        // `d` too: what came before the group in this pass met its pin.
-        for e in unpinned {
-            self.schedule(now, e);
-        }
         self.refresh_yields(now);
-        self.refresh_reclaims(now, d);
+        for d in passed {
+            self.refresh_reclaims(now, d);
+        }
+    }
+
+    /// One pass over `d`'s waiters. Returns the devices the groups it granted were queued on.
+    fn grant_pass(&mut self, now: Instant, d: DeviceIdx) -> BTreeSet<DeviceIdx> {
+        let mut unpinned = BTreeSet::new();
+        let dev = &self.devices[d];
+        if dev.queue.is_empty() || dev.exhausted() {
+            return unpinned;
+        }
+        for seq in self.serving_order(d) {
+            if self.devices[d].exhausted() {
+                break;
+            }
+            let Some(w) = self.waiters.get(&seq) else {
+                continue;
+            };
+            if w.parts.is_empty() {
+                if self.can_grant(w, d) {
+                    let waiter = self.remove_waiter(seq);
+                    self.grant(now, waiter, d, true);
+                }
+            } else if let Some(devices) = self.group_grantable(w) {
+                let waiter = self.remove_waiter(seq);
+                unpinned.extend(waiter.candidates.iter().copied());
+                self.grant_group(now, waiter, &devices, true);
+            }
+        }
+        unpinned
     }
 
     /// Asks compute holders to yield for critical waiters: one holder per critical waiter, on
