@@ -24,10 +24,27 @@ type LeaseInfo struct {
 	// Class is the class the lease was granted in.
 	Class Class `json:"class"`
 	// CUDAVisibleDevices is the value to give CUDA_VISIBLE_DEVICES so that CUDA sees exactly
-	// the leased device.
+	// the leased device (for a lease of several devices, all of them in the parts' order).
 	CUDAVisibleDevices string `json:"cuda_visible_devices"`
 	// Token is the secret that re-adopts the lease after a daemon restart; keep it private.
 	Token string `json:"token"`
+	// Parts lists, for a lease of several devices, every part in the order asked (the first
+	// is this lease); it is empty for a lease of one device.
+	Parts []LeasePart `json:"parts,omitempty"`
+}
+
+// LeasePart is one granted part of a lease of several devices.
+type LeasePart struct {
+	// Lease is the part's own lease id (events about the part name it).
+	Lease uint64 `json:"lease"`
+	// DeviceIndex is the part's device's gpud index.
+	DeviceIndex uint32 `json:"device_index"`
+	// DeviceUUID is the part's device's UUID.
+	DeviceUUID string `json:"device_uuid"`
+	// VRAM is the number of bytes reserved there.
+	VRAM uint64 `json:"vram_bytes"`
+	// Compute is true when the part holds a compute slot there.
+	Compute bool `json:"compute"`
 }
 
 // YieldReason says why the daemon asks a holder to yield its compute slot.

@@ -214,9 +214,15 @@ impl Lease {
         self.inner.info()
     }
 
-    /// The value for `CUDA_VISIBLE_DEVICES`.
+    /// The value for `CUDA_VISIBLE_DEVICES` (for a lease of several devices, all of them in
+    /// the parts' order).
     pub fn cuda_visible_devices(&self) -> &str {
         self.inner.cuda_visible_devices()
+    }
+
+    /// For a lease of several devices, its parts in the order asked; empty otherwise.
+    pub fn parts(&self) -> &[crate::LeasePart] {
+        self.inner.parts()
     }
 
     /// Whether the daemon asked this lease to yield its compute slot.

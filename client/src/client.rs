@@ -109,7 +109,16 @@ impl Client {
         places: Option<tokio::sync::mpsc::UnboundedSender<u32>>,
     ) -> Result<Lease> {
         let id = self.handle.next_id();
-        let mut args = request.args().clone();
+        let mut args = request.wire()?;
+        if (!args.parts.is_empty() || args.placement.is_some())
+            && !self.handle.speaks_multi_device()
+        {
+            return Err(ClientError::Invalid(
+                "this gpud grants no leases of several devices and no placement policies \
+                 (it is older than this client)"
+                    .into(),
+            ));
+        }
         args.queued_events = places.is_some() && self.handle.speaks_queued();
         let rx = self
             .handle

@@ -23,8 +23,8 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use crate::error::{ClientError, Result};
 use crate::proto::frame::{MAX_REQUEST_FRAME, MAX_SERVER_FRAME, codec, from_payload, to_payload};
 use crate::proto::{
-    ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_QUEUED, LeaseInfo, Op, Outcome,
-    PROTOCOL_VERSION, Reply, RequestId, RevokeReason, ServerFrame,
+    ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_MULTI_DEVICE, FEATURE_QUEUED, LeaseInfo, Op,
+    Outcome, PROTOCOL_VERSION, Reply, RequestId, RevokeReason, ServerFrame,
 };
 use crate::reservation::LeaseId;
 
@@ -150,6 +150,8 @@ pub(crate) struct Handle {
     session: Arc<AtomicU64>,
     /// The daemon's welcome listed [`FEATURE_QUEUED`].
     queued: Arc<AtomicBool>,
+    /// The daemon's welcome listed [`FEATURE_MULTI_DEVICE`].
+    multi_device: Arc<AtomicBool>,
 }
 
 impl Handle {
@@ -191,6 +193,11 @@ impl Handle {
         self.queued.load(Ordering::Relaxed)
     }
 
+    /// Whether the daemon grants leases of several devices and placement policies.
+    pub fn speaks_multi_device(&self) -> bool {
+        self.multi_device.load(Ordering::Relaxed)
+    }
+
     /// Sends a request and forgets it.
     pub fn fire(&self, op: Op) {
         let id = self.next_id();
@@ -213,6 +220,8 @@ struct Welcomed {
     session: u64,
     /// The daemon tells waiters their place ([`FEATURE_QUEUED`]).
     queued: bool,
+    /// The daemon grants leases of several devices ([`FEATURE_MULTI_DEVICE`]).
+    multi_device: bool,
 }
 
 /// Connects and says hello: the stream halves and what the welcome said.
@@ -240,6 +249,7 @@ async fn open(path: &Path, name: Option<String>) -> Result<(Reader, Writer, Welc
             }) => Welcomed {
                 session,
                 queued: features.iter().any(|f| f == FEATURE_QUEUED),
+                multi_device: features.iter().any(|f| f == FEATURE_MULTI_DEVICE),
             },
             Ok(ServerFrame::Error { error }) => {
                 return Err(ClientError::Refused {
@@ -276,6 +286,7 @@ pub(crate) async fn connect(
         next_id: Arc::new(AtomicU64::new(1)),
         session: Arc::new(AtomicU64::new(welcomed.session)),
         queued: Arc::new(AtomicBool::new(welcomed.queued)),
+        multi_device: Arc::new(AtomicBool::new(welcomed.multi_device)),
     };
     let driver = Driver {
         path: path.to_path_buf(),
@@ -287,6 +298,8 @@ pub(crate) async fn connect(
         ids: handle.next_id.clone(),
         session: handle.session.clone(),
         queued: handle.queued.clone(),
+        multi_device: handle.multi_device.clone(),
+        part_of: HashMap::new(),
     };
     Ok((handle, driver.run(reader, writer, rx)))
 }
@@ -337,6 +350,10 @@ struct Driver {
     ids: Arc<AtomicU64>,
     session: Arc<AtomicU64>,
     queued: Arc<AtomicBool>,
+    multi_device: Arc<AtomicBool>,
+    /// The parts of leases of several devices, other than the first: the lease (group) each
+    /// belongs to, so that a notice about a part reaches its lease.
+    part_of: HashMap<LeaseId, LeaseId>,
 }
 
 /// Why one connection ended.
@@ -498,6 +515,8 @@ impl Driver {
             if let Ok((reader, mut writer, welcomed)) = open(&self.path, self.name.clone()).await {
                 self.session.store(welcomed.session, Ordering::Relaxed);
                 self.queued.store(welcomed.queued, Ordering::Relaxed);
+                self.multi_device
+                    .store(welcomed.multi_device, Ordering::Relaxed);
                 if self.resume(&mut writer).await.is_ok() {
                     return Some((reader, writer));
                 }
@@ -583,6 +602,9 @@ impl Driver {
                 };
                 let result = match (outcome, &p.op) {
                     (Outcome::Ok(Reply::Granted(info)), _) => {
+                        for part in info.parts.iter().filter(|p| p.lease != info.lease) {
+                            self.part_of.insert(part.lease, info.lease);
+                        }
                         let (events, rx) = mpsc::unbounded_channel();
                         let flags = Arc::new(LeaseFlags::default());
                         self.leases.insert(
@@ -598,6 +620,7 @@ impl Driver {
                     (Outcome::Ok(reply), _) => {
                         if let Reply::Released { lease } = &reply {
                             self.leases.remove(lease);
+                            self.part_of.retain(|_, group| group != lease);
                         }
                         Ok(Answer::Reply(reply))
                     }
@@ -647,6 +670,8 @@ impl Driver {
                     | Event::ReclaimRequested { lease, .. } => Some(*lease),
                     Event::ShuttingDown | Event::OverUse { .. } | Event::Queued { .. } => None,
                 };
+                // A notice about a part goes to its lease (the group's first part).
+                let lease = lease.map(|l| self.part_of.get(&l).copied().unwrap_or(l));
                 match lease {
                     Some(lease) => {
                         let revoked = matches!(event, Event::Revoked { .. });
@@ -664,7 +689,9 @@ impl Driver {
                             e.flags.run_hook();
                         }
                         if revoked {
+                            // The parts of a group end together.
                             self.leases.remove(&lease);
+                            self.part_of.retain(|_, group| *group != lease);
                         }
                     }
                     None => {

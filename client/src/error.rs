@@ -36,6 +36,9 @@ pub enum ClientError {
     /// The daemon sent something this client does not understand.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The request makes no sense, or asks what this daemon does not speak; nothing was sent.
+    #[error("invalid request: {0}")]
+    Invalid(String),
 }
 
 /// What to do about a failed connect: a permission problem names the socket's group, anything

@@ -148,9 +148,15 @@ impl Lease {
     pub fn info(&self) -> &crate::proto::LeaseInfo {
         &self.core.info
     }
-    /// The value for `CUDA_VISIBLE_DEVICES`.
+    /// The value for `CUDA_VISIBLE_DEVICES`: the lease's device, or for a lease of several
+    /// devices every part's, in the parts' order.
     pub fn cuda_visible_devices(&self) -> &str {
         &self.core.info.cuda_visible_devices
+    }
+    /// For a lease of several devices, its parts in the order asked (the first is this lease
+    /// itself); empty for a lease of one device. They are released together.
+    pub fn parts(&self) -> &[crate::LeasePart] {
+        &self.core.info.parts
     }
     /// Whether the daemon asked this lease to yield its compute slot.
     pub fn yield_requested(&self) -> bool {

@@ -2,9 +2,11 @@
 
 use std::time::Duration;
 
-use crate::proto::{AcquireArgs, Class, Placement};
+use crate::error::{ClientError, Result};
+use crate::proto::{AcquireArgs, Class, PartArgs, Placement, PlacementPolicy};
 
-/// A lease request: VRAM and/or the compute slot of one device.
+/// A lease request: VRAM and/or the compute slot of one device, or of several devices at once
+/// (granted together or not at all: [`LeaseRequest::devices`], [`LeaseRequest::part`]).
 ///
 /// ```
 /// use gpud_client::{Class, LeaseRequest, Placement};
@@ -15,10 +17,23 @@ use crate::proto::{AcquireArgs, Class, Placement};
 ///     .device(Placement::Index(0))
 ///     .label("proof 42");
 /// assert_eq!(request.args().vram_bytes, 12 << 30);
+///
+/// // Two devices of one NVLink island, 40 GiB and a compute slot on each.
+/// use gpud_client::PlacementPolicy;
+/// let pair = LeaseRequest::new()
+///     .vram(40 << 30)
+///     .compute()
+///     .devices(2)
+///     .placement(PlacementPolicy::Near);
+/// let wire = pair.wire().unwrap();
+/// assert_eq!(wire.parts.len(), 2);
+/// assert_eq!(wire.parts[1].vram_bytes, 40 << 30);
 /// ```
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LeaseRequest {
     args: AcquireArgs,
+    /// `devices(n)`: n parts like the request's own device, memory and compute.
+    devices: Option<u32>,
 }
 
 /// The environment variable that names the job's budget.
@@ -79,8 +94,113 @@ impl LeaseRequest {
         self.args.label = Some(label.into());
         self
     }
-    /// The wire form.
+    /// Asks for `n` devices at once, each with the request's VRAM and compute (and its device
+    /// only when `n` is 1): granted on distinct devices together, or not at all. The lease's
+    /// [`crate::Lease::parts`] then lists them, and its `CUDA_VISIBLE_DEVICES` names them all.
+    pub fn devices(mut self, n: u32) -> Self {
+        self.devices = Some(n);
+        self
+    }
+    /// Adds one part (a device of its own with these needs) to a lease of several devices;
+    /// the request's own VRAM, compute and device are then not used.
+    pub fn part(mut self, device: Placement, vram_bytes: u64, compute: bool) -> Self {
+        self.args.parts.push(PartArgs {
+            device,
+            vram_bytes,
+            compute,
+        });
+        self
+    }
+    /// How gpud chooses the device(s) among those that can grant (default `best-fit`).
+    pub fn placement(mut self, policy: PlacementPolicy) -> Self {
+        self.args.placement = Some(policy);
+        self
+    }
+    /// The request as built (before [`LeaseRequest::devices`] is expanded into parts).
     pub fn args(&self) -> &AcquireArgs {
         &self.args
+    }
+    /// The wire form: `devices(n)` expanded into n parts. Refused when it makes no sense
+    /// (no device, or both a count and explicit parts).
+    pub fn wire(&self) -> Result<AcquireArgs> {
+        let mut args = self.args.clone();
+        match self.devices {
+            None | Some(1) if args.parts.len() != 1 => {}
+            None | Some(1) => {
+                // One part is a lease of one device.
+                let p = args.parts.remove(0);
+                (args.device, args.vram_bytes, args.compute) = (p.device, p.vram_bytes, p.compute);
+            }
+            Some(0) => {
+                return Err(ClientError::Invalid(
+                    "a lease needs at least one device".into(),
+                ));
+            }
+            Some(_) if !args.parts.is_empty() => {
+                return Err(ClientError::Invalid(
+                    "ask for a number of devices or for parts, not both".into(),
+                ));
+            }
+            Some(n) => {
+                if args.device != Placement::Any {
+                    return Err(ClientError::Invalid(format!(
+                        "{n} devices cannot all be device {}: name each part's device instead",
+                        args.device
+                    )));
+                }
+                let part = PartArgs {
+                    device: Placement::Any,
+                    vram_bytes: args.vram_bytes,
+                    compute: args.compute,
+                };
+                args.parts = vec![part; n as usize];
+                (args.vram_bytes, args.compute) = (0, false);
+            }
+        }
+        Ok(args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_expand_into_parts_and_one_part_is_one_device() {
+        let two = LeaseRequest::default()
+            .vram(8)
+            .compute()
+            .devices(2)
+            .wire()
+            .unwrap();
+        assert_eq!(two.parts.len(), 2);
+        assert!(two.parts.iter().all(|p| p.vram_bytes == 8 && p.compute));
+        assert_eq!((two.vram_bytes, two.compute), (0, false));
+        let one = LeaseRequest::default()
+            .part(Placement::Index(1), 4, false)
+            .wire()
+            .unwrap();
+        assert!(one.parts.is_empty());
+        assert_eq!((one.device, one.vram_bytes), (Placement::Index(1), 4));
+        let plain = LeaseRequest::default().vram(4).devices(1).wire().unwrap();
+        assert_eq!(plain, LeaseRequest::default().vram(4).wire().unwrap());
+    }
+
+    #[test]
+    fn nonsense_counts_are_refused_before_sending() {
+        let refused = |r: LeaseRequest| assert!(matches!(r.wire(), Err(ClientError::Invalid(_))));
+        refused(LeaseRequest::default().vram(1).devices(0));
+        refused(
+            LeaseRequest::default()
+                .devices(2)
+                .part(Placement::Any, 1, false)
+                .part(Placement::Any, 1, false),
+        );
+        refused(
+            LeaseRequest::default()
+                .vram(1)
+                .device(Placement::Index(0))
+                .devices(2),
+        );
     }
 }

@@ -91,6 +91,7 @@ impl Daemon {
                 unmanaged_bytes: 0,
                 compute_slots: config.compute_slots,
                 critical_slots: config.critical_slots,
+                topology: d.topology,
             })
             .collect();
         for (i, d) in specs.iter().enumerate() {

@@ -72,6 +72,18 @@ pub struct LeaseRecord {
     /// Warm state that gives its memory back on notice.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub evictable: bool,
+    /// The group (lease of several devices) it is a part of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<GroupRecord>,
+}
+
+/// What a journal line adds for a part of a group: a restart restores the group only whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    /// The group's id (its first lease's).
+    pub id: LeaseId,
+    /// How many parts it has.
+    pub parts: u32,
 }
 
 /// What a journal line adds for a budget.
@@ -457,6 +469,7 @@ mod tests {
             within: None,
             budget: None,
             evictable: false,
+            group: None,
         }
     }
 

@@ -111,7 +111,11 @@ fn run(args: Args) -> Result<(), Failure> {
     }
     let simulate = args.simulate.clone().or_else(|| config.simulate.clone());
     let backend: Box<dyn Backend> = match simulate {
-        Some(spec) => Box::new(Simulated::new(&spec).context("--simulate")?),
+        Some(spec) => Box::new(
+            Simulated::new(&spec)
+                .context("--simulate")?
+                .with_topology(|i| config.simulated_topology(i)),
+        ),
         None => Box::new(Nvml::probe()?),
     };
     if backend.devices().is_empty() {

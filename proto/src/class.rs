@@ -1,4 +1,4 @@
-//! Priority classes and device selectors: the vocabulary shared by the daemon and its clients.
+//! Priority classes, device selectors and placement policies: the vocabulary shared by the daemon and its clients.
 
 use std::fmt;
 use std::str::FromStr;
@@ -139,6 +139,64 @@ impl fmt::Display for Placement {
     }
 }
 
+/// How gpud chooses among the devices that can grant a request at once (docs/PROTOCOL.md,
+/// "Placement policies"). On the wire and the command line: `best-fit`, `spread`, `pack`,
+/// `near`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlacementPolicy {
+    /// Least memory left over, then fewest compute holders, then lowest index (the default).
+    #[default]
+    BestFit,
+    /// Most free memory, then fewest compute holders: load is spread over the devices.
+    Spread,
+    /// The most loaded device that fits first, so whole devices stay free.
+    Pack,
+    /// Every part on one NVLink island or NUMA node.
+    Near,
+}
+
+impl PlacementPolicy {
+    /// Every policy.
+    pub const ALL: [PlacementPolicy; 4] = [
+        PlacementPolicy::BestFit,
+        PlacementPolicy::Spread,
+        PlacementPolicy::Pack,
+        PlacementPolicy::Near,
+    ];
+
+    /// Its name on the wire and the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlacementPolicy::BestFit => "best-fit",
+            PlacementPolicy::Spread => "spread",
+            PlacementPolicy::Pack => "pack",
+            PlacementPolicy::Near => "near",
+        }
+    }
+}
+
+impl fmt::Display for PlacementPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A placement policy name that is not one of the four.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("unknown placement policy {0:?} (expected best-fit, spread, pack or near)")]
+pub struct PlacementPolicyError(pub String);
+
+impl FromStr for PlacementPolicy {
+    type Err = PlacementPolicyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PlacementPolicy::ALL
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| PlacementPolicyError(s.to_string()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +210,17 @@ mod tests {
         for c in Class::ALL {
             assert_eq!(c.as_str().parse::<Class>(), Ok(c));
         }
+    }
+
+    #[test]
+    fn placement_policies_parse_and_print() {
+        for p in PlacementPolicy::ALL {
+            assert_eq!(p.as_str().parse::<PlacementPolicy>(), Ok(p));
+            let wire = serde_json::to_string(&p).unwrap();
+            assert_eq!(wire, format!("\"{}\"", p.as_str()));
+        }
+        assert!("first-fit".parse::<PlacementPolicy>().is_err());
+        assert!(serde_json::from_str::<PlacementPolicy>("\"wide\"").is_err());
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod message;
 pub mod report;
 pub mod size;
 
-pub use class::{Class, Placement};
+pub use class::{Class, Placement, PlacementPolicy};
 pub use duration::parse_duration;
 pub use message::*;
 pub use size::{Bytes, parse_size};

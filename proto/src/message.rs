@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::class::{Class, Placement};
+use super::class::{Class, Placement, PlacementPolicy};
 use crate::LeaseId;
 
 /// The protocol version this crate speaks. A hello with another version is refused.
@@ -184,10 +184,37 @@ pub struct AcquireArgs {
     /// false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub queued_events: bool,
+    /// A lease of several devices: one part per device, granted together or not at all. The
+    /// request's own `device`, `vram_bytes` and `compute` are then left out. Only for daemons
+    /// whose welcome lists [`FEATURE_MULTI_DEVICE`] (left out when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartArgs>,
+    /// How the device (or the parts' devices) is chosen among those that can grant; best fit
+    /// when absent. Only for daemons whose welcome lists [`FEATURE_MULTI_DEVICE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementPolicy>,
+}
+
+/// One part of a lease of several devices: what it needs on its own device.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartArgs {
+    /// Which device (`any`: the placement policy chooses).
+    #[serde(default)]
+    pub device: Placement,
+    /// Bytes of device memory to reserve there.
+    #[serde(default)]
+    pub vram_bytes: u64,
+    /// Whether to take a compute slot there.
+    #[serde(default)]
+    pub compute: bool,
 }
 
 /// The welcome's feature name for [`AcquireArgs::queued_events`] and [`Event::Queued`].
 pub const FEATURE_QUEUED: &str = "queued_events";
+
+/// The welcome's feature name for [`AcquireArgs::parts`] and [`AcquireArgs::placement`].
+pub const FEATURE_MULTI_DEVICE: &str = "multi_device";
 
 /// Frames the daemon sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -335,6 +362,26 @@ pub struct LeaseInfo {
     /// The budget it was granted from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub within: Option<LeaseId>,
+    /// For a lease of several devices: every part, in the order asked (the first is this
+    /// lease, whose id names the group); `cuda_visible_devices` then lists their devices in
+    /// this order. Absent for a lease of one device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<LeasePart>,
+}
+
+/// One granted part of a lease of several devices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasePart {
+    /// The part's own lease id (events about the part name it).
+    pub lease: LeaseId,
+    /// The device's gpud index.
+    pub device_index: u32,
+    /// The device's UUID.
+    pub device_uuid: String,
+    /// Bytes reserved there.
+    pub vram_bytes: u64,
+    /// Whether the part holds a compute slot there.
+    pub compute: bool,
 }
 
 /// Why a holder is asked to yield its lease.
@@ -635,6 +682,12 @@ pub struct DeviceStatus {
     /// Processes using memory on the device, as the last NVML poll saw them.
     #[serde(default)]
     pub processes: Vec<ProcessStatus>,
+    /// The NUMA node it is attached to, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    /// Its NVLink island (devices with the same number are joined by NVLink), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_island: Option<u32>,
 }
 
 /// A process using device memory.
@@ -708,6 +761,9 @@ pub struct LeaseStatus {
     /// How long the holder's process has been seen stopped (absent while it runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder_stopped_ms: Option<u64>,
+    /// The group (lease of several devices) it is a part of: the group's first lease id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<LeaseId>,
 }
 
 /// One waiting request.
@@ -733,6 +789,10 @@ pub struct WaiterStatus {
     pub waited_ms: u64,
     /// The client's label.
     pub label: Option<String>,
+    /// For a lease of several devices: its parts (`device`, `vram_bytes` and `compute` are
+    /// then the largest part's memory and whether any part computes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartArgs>,
 }
 
 #[cfg(test)]
@@ -757,6 +817,53 @@ mod tests {
         let again: ClientFrame =
             serde_json::from_str(&serde_json::to_string(&frame).unwrap()).unwrap();
         assert_eq!(again, frame);
+    }
+
+    #[test]
+    fn single_device_acquires_and_grants_keep_their_shape() {
+        // What an older daemon or client reads: no parts, no placement policy.
+        let args = AcquireArgs {
+            vram_bytes: 1,
+            ..AcquireArgs::default()
+        };
+        let text = serde_json::to_string(&args).unwrap();
+        assert!(
+            !text.contains("parts") && !text.contains("placement"),
+            "{text}"
+        );
+        let info = LeaseInfo {
+            lease: 1,
+            device_uuid: "GPU-a".into(),
+            device_index: 0,
+            device_name: "sim".into(),
+            vram_bytes: 1,
+            compute: false,
+            class: Class::Normal,
+            cuda_visible_devices: "GPU-a".into(),
+            token: String::new(),
+            within: None,
+            parts: Vec::new(),
+        };
+        let text = serde_json::to_string(&info).unwrap();
+        assert!(!text.contains("parts"), "{text}");
+    }
+
+    #[test]
+    fn multi_device_acquires_round_trip() {
+        let text = r#"{"type":"request","id":2,"op":{"acquire":{"parts":[{"vram_bytes":8},{"device":"1","compute":true}],"placement":"spread"}}}"#;
+        let frame: ClientFrame = serde_json::from_str(text).unwrap();
+        let ClientFrame::Request {
+            op: Op::Acquire(args),
+            ..
+        } = &frame
+        else {
+            panic!("not an acquire: {frame:?}")
+        };
+        assert_eq!(args.parts.len(), 2);
+        assert_eq!(args.parts[1].device, Placement::Index(1));
+        assert_eq!(args.placement, Some(PlacementPolicy::Spread));
+        let bad = r#"{"type":"request","id":2,"op":{"acquire":{"parts":[{"vram":8}]}}}"#;
+        assert!(serde_json::from_str::<ClientFrame>(bad).is_err());
     }
 
     #[test]

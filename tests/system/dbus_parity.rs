@@ -602,3 +602,62 @@ fn a_bus_lease_is_re_adopted_after_a_daemon_restart_with_its_token() {
         first.leave().await;
     });
 }
+
+/// A bus lease of two devices: spread over both, all at once, its parts and both UUIDs in the
+/// lease dictionary; with one device partly taken it is not granted in part.
+#[test]
+fn a_bus_lease_of_two_devices_is_granted_whole_with_its_parts() {
+    let bus = Bus::system_like();
+    let gpud = gpud_on(&bus, "2x16GiB", "");
+    runtime().block_on(async {
+        let caller = Caller::connect(&bus).await;
+        let info = caller
+            .manager
+            .acquire_with(options(&[
+                ("devices", 2u32.into()),
+                ("vram", (10 * GIB).into()),
+                ("compute", true.into()),
+                ("placement", "spread".into()),
+            ]))
+            .await
+            .unwrap();
+        let parts: Vec<(u64, u32, String, u64, bool)> = info["parts"].clone().try_into().unwrap();
+        assert_eq!(parts.len(), 2, "{info:?}");
+        assert_ne!(parts[0].1, parts[1].1, "two parts on one device");
+        assert!(parts.iter().all(|p| p.3 == 10 * GIB && p.4));
+        let visible = string_of(&info, "cuda_visible_devices");
+        assert_eq!(visible, format!("{},{}", parts[0].2, parts[1].2));
+        let now = status(&gpud);
+        assert_eq!(now["leases"].as_array().unwrap().len(), 2, "{now}");
+        // Both devices now hold 10 GiB: a second pair cannot be granted, not even in part.
+        let (name, message) = refusal(
+            caller
+                .manager
+                .acquire_with(options(&[
+                    ("devices", 2u32.into()),
+                    ("vram", (10 * GIB).into()),
+                    ("timeout_ms", 300u64.into()),
+                ]))
+                .await,
+        );
+        assert!(name.ends_with("TimedOut"), "{name}: {message}");
+        assert_eq!(status(&gpud)["leases"].as_array().unwrap().len(), 2);
+        // Releasing the first part ends the whole lease.
+        caller.manager.release(lease_of(&info)).await.unwrap();
+        assert!(
+            wait_until(Duration::from_secs(5), || status(&gpud)["leases"]
+                .as_array()
+                .unwrap()
+                .is_empty()),
+            "parts outlived their lease"
+        );
+        // A count of none, or a device beside a count, is refused by name.
+        let (_, message) = refusal(
+            caller
+                .manager
+                .acquire_with(options(&[("devices", 0u32.into())]))
+                .await,
+        );
+        assert!(message.contains("devices"), "{message}");
+    });
+}

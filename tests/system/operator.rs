@@ -427,7 +427,11 @@ fn waiters_that_ask_hear_their_place_on_the_wire_and_others_hear_nothing_new() {
         .acquire(&LeaseRequest::new().vram(16 * GIB))
         .unwrap();
     let (mut asking, welcome) = raw_session(&daemon);
-    assert_eq!(welcome["features"], json!(["queued_events"]), "{welcome}");
+    assert_eq!(
+        welcome["features"],
+        json!(["queued_events", "multi_device"]),
+        "{welcome}"
+    );
     let acquire = |id: u64, queued: bool| {
         let mut args = json!({"vram_bytes": GIB});
         if queued {

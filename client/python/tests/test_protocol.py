@@ -135,3 +135,27 @@ def test_a_jobs_budget_from_the_environment_goes_with_every_acquire(monkeypatch)
     assert "budget" not in protocol.acquire_op(vram=1, compute=False)["acquire"]
     monkeypatch.setenv("GPUD_BUDGET", "12:secret")
     assert protocol.acquire_op(vram=1, compute=False)["acquire"]["budget"] == "12:secret"
+
+
+def test_grants_of_one_device_have_no_parts_and_of_several_list_them() -> None:
+    from gpud.types import LeaseInfo
+
+    one = {
+        "lease": 4,
+        "device_uuid": "GPU-a",
+        "device_index": 0,
+        "device_name": "sim",
+        "vram_bytes": 1,
+        "compute": False,
+        "class": "normal",
+        "cuda_visible_devices": "GPU-a",
+    }
+    assert LeaseInfo.from_wire(one).parts == ()
+    two = dict(one, cuda_visible_devices="GPU-a,GPU-b")
+    two["parts"] = [
+        {"lease": 4, "device_index": 0, "device_uuid": "GPU-a", "vram_bytes": 1, "compute": False},
+        {"lease": 5, "device_index": 1, "device_uuid": "GPU-b", "vram_bytes": 1, "compute": True},
+    ]
+    info = LeaseInfo.from_wire(two)
+    assert [p.device_uuid for p in info.parts] == ["GPU-a", "GPU-b"]
+    assert info.parts[1].lease == 5 and info.parts[1].compute

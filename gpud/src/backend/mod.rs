@@ -5,8 +5,11 @@
 
 pub mod nvml;
 pub mod simulated;
+pub mod topology;
 
 use thiserror::Error;
+
+use crate::ledger::Topology;
 
 /// A device as a backend sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +20,8 @@ pub struct ProbedDevice {
     pub name: String,
     /// Total memory in bytes.
     pub total_bytes: u64,
+    /// Its NUMA node and NVLink island, as far as known.
+    pub topology: Topology,
 }
 
 /// Memory one process uses on one device.

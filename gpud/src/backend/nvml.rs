@@ -3,7 +3,12 @@
 use nvml_wrapper::Nvml as NvmlLib;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
+use super::topology::nvlink_islands;
 use super::{Backend, BackendError, ProbedDevice, ProcessUsage};
+use crate::ledger::Topology;
+
+/// NVLink links a device may have (NVML_NVLINK_MAX_LINKS).
+const MAX_NVLINKS: u32 = 18;
 
 /// The host's NVIDIA GPUs.
 pub struct Nvml {
@@ -37,7 +42,32 @@ impl Nvml {
                     .memory_info()
                     .map_err(nvml_err("nvmlDeviceGetMemoryInfo"))?
                     .total,
+                // Drivers and devices without NUMA affinity or NVLink say so with errors: the
+                // topology is then unknown, which only the `near` placement minds.
+                topology: Topology {
+                    numa_node: d.numa_node_id().ok(),
+                    nvlink_island: None,
+                },
             });
+        }
+        let mut own = Vec::with_capacity(devices.len());
+        let mut remote = Vec::with_capacity(devices.len());
+        for i in 0..count {
+            let Ok(d) = nvml.device_by_index(i) else {
+                own.push(String::new());
+                remote.push(Vec::new());
+                continue;
+            };
+            own.push(d.pci_info().map(|p| p.bus_id).unwrap_or_default());
+            let far: Vec<String> = (0..MAX_NVLINKS)
+                .map(|l| d.link_wrapper_for(l))
+                .filter(|link| link.is_active().unwrap_or(false))
+                .filter_map(|link| link.remote_pci_info().ok().map(|p| p.bus_id))
+                .collect();
+            remote.push(far);
+        }
+        for (device, island) in devices.iter_mut().zip(nvlink_islands(&own, &remote)) {
+            device.topology.nvlink_island = island;
         }
         Ok(Self { nvml, devices })
     }

@@ -2,6 +2,7 @@
 
 use super::{Backend, BackendError, ProbedDevice, ProcessUsage};
 use crate::config::simulate::parse_spec;
+use crate::ledger::Topology;
 
 /// Devices that exist only in the daemon's memory; nobody outside gpud uses them.
 #[derive(Debug)]
@@ -19,9 +20,19 @@ impl Simulated {
                 uuid: format!("GPU-5e1a0000-0000-4000-8000-{i:012x}"),
                 name: "Simulated GPU".into(),
                 total_bytes,
+                topology: Topology::default(),
             })
             .collect();
         Ok(Self { devices })
+    }
+
+    /// Gives device `i` the topology `topology(i)` (the config's `devices.nvlink_islands` and
+    /// `devices.numa_nodes`).
+    pub fn with_topology(mut self, topology: impl Fn(usize) -> Topology) -> Self {
+        for (i, d) in self.devices.iter_mut().enumerate() {
+            d.topology = topology(i);
+        }
+        self
     }
 }
 

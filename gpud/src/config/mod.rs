@@ -112,6 +112,8 @@ struct RawDevices {
     compute_slots: Option<u32>,
     critical_slots: Option<u32>,
     simulate: Option<String>,
+    nvlink_islands: Option<Vec<Vec<u32>>>,
+    numa_nodes: Option<Vec<u32>>,
     poll_interval: Option<String>,
 }
 
@@ -284,6 +286,8 @@ pub struct Config {
     pub critical_slots: u32,
     /// Simulated devices (`2x16GiB`, `16GiB,24GiB`) instead of NVML.
     pub simulate: Option<String>,
+    /// The NVLink islands and NUMA nodes of simulated devices.
+    pub simulated_topology: simulate::SimulatedTopology,
     /// How often NVML is read for unmanaged usage.
     pub poll_interval: Duration,
     /// How often lease holders' processes are checked for being stopped.
@@ -316,6 +320,7 @@ impl Default for Config {
             compute_slots: 1,
             critical_slots: 0,
             simulate: None,
+            simulated_topology: simulate::SimulatedTopology::default(),
             poll_interval: Duration::from_secs(1),
             stopped_poll_interval: Duration::from_secs(1),
             scheduler: LedgerConfig::default(),
@@ -330,6 +335,11 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Simulated device `i`'s NUMA node and NVLink island, as `[devices]` sets them.
+    pub fn simulated_topology(&self, i: usize) -> crate::ledger::Topology {
+        self.simulated_topology.of(i)
+    }
+
     /// The keys that differ between `self` and `new` and take effect only at a start (a
     /// SIGHUP applies the scheduler, slots, access, limits and audit, not these).
     pub fn start_only_changes(&self, new: &Config) -> Vec<&'static str> {
@@ -349,6 +359,10 @@ impl Config {
             "devices.headroom",
         );
         check(self.simulate != new.simulate, "devices.simulate");
+        check(
+            self.simulated_topology != new.simulated_topology,
+            "devices.nvlink_islands",
+        );
         check(
             self.poll_interval != new.poll_interval,
             "devices.poll_interval",
@@ -448,6 +462,19 @@ impl Config {
         if let Some(sim) = raw.devices.simulate {
             simulate::parse_spec(&sim).map_err(|e| value_err("devices.simulate", e.to_string()))?;
             c.simulate = Some(sim);
+        }
+        let (islands, numa) = (raw.devices.nvlink_islands, raw.devices.numa_nodes);
+        if islands.is_some() || numa.is_some() {
+            let key = if islands.is_some() {
+                "devices.nvlink_islands"
+            } else {
+                "devices.numa_nodes"
+            };
+            c.simulated_topology = simulate::SimulatedTopology::new(
+                islands.unwrap_or_default(),
+                numa.unwrap_or_default(),
+            )
+            .map_err(|e| value_err(key, e))?;
         }
         if let Some(p) = raw.devices.poll_interval {
             let d = parse_duration(&p).map_err(|e| value_err("devices.poll_interval", e))?;
@@ -749,6 +776,8 @@ headroom = "1GiB"
 compute_slots = 2
 critical_slots = 1
 simulate = "2x16GiB"
+nvlink_islands = [[0], [1]]
+numa_nodes = [0, 1]
 poll_interval = "250ms"
 [scheduler]
 max_overtakes = 7
@@ -767,6 +796,8 @@ max_sessions = 10
         assert_eq!(c.headroom_bytes, 1 << 30);
         assert_eq!(c.compute_slots, 2);
         assert_eq!(c.critical_slots, 1);
+        assert_eq!(c.simulated_topology(1).nvlink_island, Some(1));
+        assert_eq!(c.simulated_topology(1).numa_node, Some(1));
         assert_eq!(c.scheduler.max_overtakes, 7);
         assert_eq!(c.scheduler.max_hold.normal, Some(Duration::from_secs(300)));
         assert_eq!(

@@ -1,7 +1,53 @@
-//! Simulated devices (`--simulate`, `[devices] simulate`): `2x16GiB`, `16GiB,24GiB`.
+//! Simulated devices (`--simulate`, `[devices] simulate`): `2x16GiB`, `16GiB,24GiB`, and
+//! their topology (`[devices] nvlink_islands`, `numa_nodes`).
 
 use gpud_proto::parse_size;
 use thiserror::Error;
+
+use crate::ledger::Topology;
+
+/// The topology the config gives simulated devices (NVML reports real devices' own).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimulatedTopology {
+    /// Device indexes joined by NVLink, one list per island.
+    pub nvlink_islands: Vec<Vec<u32>>,
+    /// Each device's NUMA node, by index (devices past the end have none).
+    pub numa_nodes: Vec<u32>,
+}
+
+impl SimulatedTopology {
+    /// Checks that islands name devices that can exist, each in one island at most.
+    pub fn new(nvlink_islands: Vec<Vec<u32>>, numa_nodes: Vec<u32>) -> Result<Self, String> {
+        let mut seen = std::collections::BTreeSet::new();
+        for &d in nvlink_islands.iter().flatten() {
+            if d as usize >= MAX_DEVICES {
+                return Err(format!("device {d} is not in 0..{MAX_DEVICES}"));
+            }
+            if !seen.insert(d) {
+                return Err(format!("device {d} is in two islands"));
+            }
+        }
+        if numa_nodes.len() > MAX_DEVICES {
+            return Err(format!("more than {MAX_DEVICES} devices"));
+        }
+        Ok(Self {
+            nvlink_islands,
+            numa_nodes,
+        })
+    }
+
+    /// Device `i`'s topology. An island's number is the position of its list.
+    pub fn of(&self, i: usize) -> Topology {
+        Topology {
+            numa_node: self.numa_nodes.get(i).copied(),
+            nvlink_island: self
+                .nvlink_islands
+                .iter()
+                .position(|island| island.contains(&(i as u32)))
+                .map(|n| n as u32),
+        }
+    }
+}
 
 /// A simulation spec that names no devices.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -50,6 +96,18 @@ pub fn parse_spec(spec: &str) -> Result<Vec<u64>, SimulationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn topologies_name_islands_by_position() {
+        let t = SimulatedTopology::new(vec![vec![0, 1], vec![3, 2]], vec![0, 0, 1]).unwrap();
+        assert_eq!(t.of(1).nvlink_island, Some(0));
+        assert_eq!(t.of(2).nvlink_island, Some(1));
+        assert_eq!(t.of(2).numa_node, Some(1));
+        assert_eq!(t.of(3).numa_node, None);
+        assert_eq!(t.of(4), Topology::default());
+        assert!(SimulatedTopology::new(vec![vec![0, 1], vec![1]], vec![]).is_err());
+        assert!(SimulatedTopology::new(vec![vec![64]], vec![]).is_err());
+    }
 
     #[test]
     fn specs_parse() {

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use gpud_proto::{AcquireArgs, Class, LeaseInfo, Placement};
+use gpud_proto::{AcquireArgs, Class, LeaseInfo, PartArgs, Placement, PlacementPolicy};
 use zbus::{OwnedVariant, Variant};
 
 use super::error::BusError;
@@ -28,6 +28,8 @@ const ACQUIRE_KEYS: &[&str] = &[
     "budget",
     "request",
     "queued_events",
+    "devices",
+    "placement",
 ];
 
 /// The keys `Resize` takes.
@@ -73,18 +75,57 @@ pub fn acquire(options: &Options) -> Result<AcquireOptions, BusError> {
             "option \"queued_events\" needs option \"request\": the Queued signal names the request by it",
         ));
     }
+    let placement = match string(options, "placement")? {
+        Some(p) => Some(
+            p.parse::<PlacementPolicy>()
+                .map_err(|e| BusError::invalid_args(format!("option \"placement\": {e}")))?,
+        ),
+        None => None,
+    };
+    let vram_bytes = unsigned(options, "vram")?.unwrap_or(0);
+    let compute = flag(options, "compute")?.unwrap_or(false);
+    // A lease of several devices: that many parts, each with the request's VRAM and compute,
+    // on distinct devices the placement policy picks (the socket's `parts`).
+    let parts = match unsigned(options, "devices")? {
+        None | Some(1) => Vec::new(),
+        Some(0) => {
+            return Err(BusError::invalid_args(
+                "option \"devices\" must be at least 1",
+            ));
+        }
+        Some(_) if device != Placement::Any => {
+            return Err(BusError::invalid_args(
+                "option \"devices\" takes no \"device\": the placement policy picks the devices",
+            ));
+        }
+        Some(n) => (0..n)
+            .map(|_| PartArgs {
+                device: Placement::Any,
+                vram_bytes,
+                compute,
+            })
+            .collect(),
+    };
+    // With parts, the needs are the parts' only (the hub refuses both).
+    let (vram_bytes, compute) = if parts.is_empty() {
+        (vram_bytes, compute)
+    } else {
+        (0, false)
+    };
     // A field the protocol gains keeps its default here until an option names it.
     #[allow(clippy::needless_update)]
     let args = AcquireArgs {
         device,
-        vram_bytes: unsigned(options, "vram")?.unwrap_or(0),
-        compute: flag(options, "compute")?.unwrap_or(false),
+        vram_bytes,
+        compute,
         class,
         timeout_ms: unsigned(options, "timeout_ms")?,
         label: string(options, "label")?.map(str::to_string),
         budget: string(options, "budget")?.map(str::to_string),
         evictable: flag(options, "evictable")?.unwrap_or(false),
         queued_events,
+        parts,
+        placement,
         ..AcquireArgs::default()
     };
     Ok(AcquireOptions { args, request })
@@ -120,6 +161,24 @@ pub fn lease(info: LeaseInfo) -> HashMap<String, OwnedVariant> {
     put("token", info.token.into());
     if let Some(budget) = info.within {
         put("within", budget.into());
+    }
+    if !info.parts.is_empty() {
+        // A lease of several devices: (lease, device index, device UUID, bytes, compute) per
+        // part, in granted order.
+        let parts: Vec<(u64, u32, String, u64, bool)> = info
+            .parts
+            .into_iter()
+            .map(|p| {
+                (
+                    p.lease,
+                    p.device_index,
+                    p.device_uuid,
+                    p.vram_bytes,
+                    p.compute,
+                )
+            })
+            .collect();
+        put("parts", Variant::from(parts));
     }
     out
 }
@@ -303,11 +362,74 @@ mod tests {
             cuda_visible_devices: "GPU-x".into(),
             token: "secret".into(),
             within: None,
+            parts: Vec::new(),
         };
         let out = lease(info);
         assert_eq!(*out["lease"], Variant::U64(4));
         assert_eq!(*out["token"], Variant::from("secret"));
         assert_eq!(*out["class"], Variant::from("normal"));
         assert!(!out.contains_key("within"));
+        assert!(!out.contains_key("parts"));
+    }
+
+    #[test]
+    fn several_devices_become_parts_with_a_placement() {
+        let asked = acquire(&options(&[
+            ("devices", 2u32.into()),
+            ("vram", (1u64 << 30).into()),
+            ("compute", true.into()),
+            ("placement", "spread".into()),
+        ]))
+        .unwrap();
+        assert_eq!(asked.args.parts.len(), 2);
+        assert!(
+            asked
+                .args
+                .parts
+                .iter()
+                .all(|p| p.vram_bytes == 1 << 30 && p.compute)
+        );
+        assert_eq!(asked.args.placement, Some(PlacementPolicy::Spread));
+        let e = acquire(&options(&[("devices", 0u32.into())])).unwrap_err();
+        assert!(e.to_string().contains("devices"), "{e}");
+        let e = acquire(&options(&[
+            ("devices", 2u32.into()),
+            ("device", "0".into()),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("placement policy"), "{e}");
+        let e = acquire(&options(&[("placement", "scatter".into())])).unwrap_err();
+        assert!(e.to_string().contains("placement"), "{e}");
+        let info = LeaseInfo {
+            lease: 4,
+            device_uuid: "GPU-a".into(),
+            device_index: 0,
+            device_name: "test".into(),
+            vram_bytes: 1 << 30,
+            compute: true,
+            class: Class::Normal,
+            cuda_visible_devices: "GPU-a,GPU-b".into(),
+            token: "secret".into(),
+            within: None,
+            parts: vec![
+                gpud_proto::LeasePart {
+                    lease: 4,
+                    device_index: 0,
+                    device_uuid: "GPU-a".into(),
+                    vram_bytes: 1 << 30,
+                    compute: true,
+                },
+                gpud_proto::LeasePart {
+                    lease: 5,
+                    device_index: 1,
+                    device_uuid: "GPU-b".into(),
+                    vram_bytes: 1 << 30,
+                    compute: true,
+                },
+            ],
+        };
+        let out = lease(info);
+        let parts: Vec<(u64, u32, String, u64, bool)> = out["parts"].clone().try_into().unwrap();
+        assert_eq!(parts[1], (5, 1, "GPU-b".to_string(), 1 << 30, true));
     }
 }

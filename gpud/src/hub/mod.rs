@@ -372,6 +372,7 @@ mod tests {
             unmanaged_bytes: 0,
             compute_slots: 1,
             critical_slots: 0,
+            topology: Default::default(),
         };
         let ledger = Ledger::new(config.scheduler.clone(), vec![device]);
         let hub = Hub::new(ledger, vec!["test".into()], &config, "simulated");

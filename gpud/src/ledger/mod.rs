@@ -16,12 +16,13 @@
 //! ```
 //! use std::time::Instant;
 //! use gpud::ledger::{AcquireSpec, Decision, DeviceSpec, Ledger, LedgerConfig, Ticket};
-//! use gpud::ledger::{Class, Placement};
+//! use gpud::ledger::{Class, Placement, PlacementPolicy, Topology};
 //!
 //! let gib = 1u64 << 30;
 //! let device = DeviceSpec {
 //!     uuid: "GPU-sim-0".into(), name: "sim".into(), total_bytes: 16 * gib,
 //!     headroom_bytes: 0, unmanaged_bytes: 0, compute_slots: 1, critical_slots: 0,
+//!     topology: Topology::default(),
 //! };
 //! let mut ledger = Ledger::new(LedgerConfig::default(), vec![device]);
 //! let now = Instant::now();
@@ -29,6 +30,7 @@
 //!     placement: Placement::Any, vram_bytes: 10 * gib, compute: true,
 //!     class: Class::Normal, timeout: None, label: None,
 //!     within: None, budget: None, evictable: false,
+//!     parts: vec![], policy: PlacementPolicy::BestFit,
 //! });
 //! let (first, spec) = ask(1);
 //! let lease = ledger.acquire(now, first, spec).unwrap().expect("granted at once");
@@ -45,10 +47,16 @@
 //! that competes with it is granted on that device until it is. A waiter is therefore
 //! overtaken at most `max_overtakes` times once it is the oldest, and at most
 //! `max_overtakes × (older waiters at its arrival + 1)` times in all.
+//!
+//! A request for several devices (a group, see the `group` module) waits as one waiter on every
+//! device its parts may use and is granted on all of them at once, or not at all; a placement
+//! policy ([`PlacementPolicy`]) chooses among the devices that can grant.
 
 mod budget;
 mod device;
+mod group;
 mod liveness;
+mod placement;
 mod reclaim;
 mod timers;
 mod types;
@@ -61,11 +69,14 @@ pub use budget::{Budget, BudgetSpec};
 use device::Device;
 use timers::{Timer, Timers};
 pub use types::{
-    AcquireSpec, Decision, DeviceIdx, DeviceSpec, Lease, LeaseChange, LedgerConfig, LedgerError,
-    Liveness, Need, PerClass, ResizeOutcome, RestoredLease, SessionId, Ticket, Waiter,
+    AcquireSpec, Decision, DeviceIdx, DeviceSpec, Island, Lease, LeaseChange, LedgerConfig,
+    LedgerError, Liveness, Need, Part, PerClass, ResizeOutcome, RestoredLease, SessionId, Ticket,
+    Topology, Waiter, WaitingPart,
 };
 // The vocabulary the ledger's inputs and outputs are written in.
-pub use vocab::{Class, LeaseId, Placement, QueueCounts, RequestId, RevokeReason, YieldReason};
+pub use vocab::{
+    Class, LeaseId, Placement, PlacementPolicy, QueueCounts, RequestId, RevokeReason, YieldReason,
+};
 
 /// What a session holds and waits for.
 #[derive(Debug, Default)]
@@ -89,6 +100,8 @@ pub struct Ledger {
     config: LedgerConfig,
     devices: Vec<Device>,
     leases: BTreeMap<LeaseId, Lease>,
+    /// Groups by id (their first lease's): their parts' leases, in the parts' order.
+    groups: BTreeMap<LeaseId, Vec<LeaseId>>,
     waiters: BTreeMap<u64, Waiter>,
     tickets: HashMap<Ticket, u64>,
     sessions: HashMap<SessionId, Holdings>,
@@ -113,6 +126,7 @@ impl Ledger {
             config,
             devices: devices.into_iter().map(Device::new).collect(),
             leases: BTreeMap::new(),
+            groups: BTreeMap::new(),
             waiters: BTreeMap::new(),
             tickets: HashMap::new(),
             sessions: HashMap::new(),
@@ -207,6 +221,14 @@ impl Ledger {
                 "a restored evictable lease holds memory only, outside budgets",
             ));
         }
+        if let Some(g) = lease.group {
+            if lease.within.is_some() || lease.evictable || lease.budget_compute_slots.is_some() {
+                return Err(LedgerError::Invalid(
+                    "a restored part of a group is an ordinary lease",
+                ));
+            }
+            self.restore_part(g, lease.id, lease.device)?;
+        }
         let dev = &mut self.devices[lease.device];
         if lease.evictable {
             dev.evictable.insert(lease.id);
@@ -238,6 +260,7 @@ impl Ledger {
                 budget: lease.budget_compute_slots.map(Budget::new),
                 evictable: lease.evictable,
                 reclaim_by: None,
+                group: lease.group,
             },
         );
         // The hold limit counts from the original grant, across the restart.
@@ -245,15 +268,16 @@ impl Ledger {
         Ok(())
     }
 
-    /// Hands a lease to another session (a client re-adopting its lease after a restart).
+    /// Hands a lease, with the rest of its group, to another session (a client re-adopting its
+    /// lease after a restart).
     pub fn transfer(&mut self, lease_id: LeaseId, to: SessionId) -> Result<(), LedgerError> {
-        let lease = self
-            .leases
-            .get_mut(&lease_id)
-            .ok_or(LedgerError::UnknownLease(lease_id))?;
-        if lease.pending_grow.is_some() {
-            return Err(LedgerError::ResizePending(lease_id));
-        }
+        self.transfer_group(lease_id, to)
+    }
+
+    fn transfer_one(&mut self, lease_id: LeaseId, to: SessionId) {
+        let Some(lease) = self.leases.get_mut(&lease_id) else {
+            return;
+        };
         let from = std::mem::replace(&mut lease.session, to);
         if let Some(h) = self.sessions.get_mut(&from) {
             h.leases.remove(&lease_id);
@@ -262,7 +286,6 @@ impl Ledger {
             }
         }
         self.sessions.entry(to).or_default().leases.insert(lease_id);
-        Ok(())
     }
 
     /// The next lease change to journal.
@@ -299,6 +322,22 @@ impl Ledger {
     ) -> Result<Option<LeaseId>, LedgerError> {
         if self.tickets.contains_key(&ticket) {
             return Err(LedgerError::DuplicateRequest(ticket.request));
+        }
+        let mut spec = spec;
+        if let [part] = spec.parts.as_slice() {
+            // One part is a lease of one device.
+            if spec.vram_bytes != 0 || spec.compute || spec.placement != Placement::Any {
+                return Err(LedgerError::Invalid(
+                    "a request of parts says what each part needs, not the request",
+                ));
+            }
+            spec.placement = part.placement.clone();
+            spec.vram_bytes = part.vram_bytes;
+            spec.compute = part.compute;
+            spec.parts.clear();
+        }
+        if !spec.parts.is_empty() {
+            return self.acquire_group(now, ticket, spec);
         }
         if spec.evictable && (spec.compute || spec.within.is_some() || spec.budget.is_some()) {
             return Err(LedgerError::Invalid(
@@ -373,6 +412,8 @@ impl Ledger {
             within: spec.within,
             budget: spec.budget,
             evictable: spec.evictable,
+            policy: spec.policy,
+            parts: Vec::new(),
         };
         if let Some(d) = self.best_grantable(&waiter) {
             let id = self.grant(now, waiter, d, false);
@@ -484,6 +525,8 @@ impl Ledger {
             within,
             budget: None,
             evictable,
+            policy: PlacementPolicy::BestFit,
+            parts: Vec::new(),
         };
         if self.can_grant(&waiter, d) {
             self.grant(now, waiter, d, false);
@@ -507,8 +550,12 @@ impl Ledger {
         lease_id: LeaseId,
     ) -> Result<(), LedgerError> {
         self.owned_lease(session, lease_id)?;
-        let lease = self.end_lease(lease_id);
-        self.schedule(now, lease.device);
+        let devices: Vec<DeviceIdx> = self
+            .end_with_group(lease_id)
+            .iter()
+            .map(|l| l.device)
+            .collect();
+        self.schedule_all(now, &devices);
         Ok(())
     }
 
@@ -820,6 +867,7 @@ impl Ledger {
         if self.tickets.len() != self.waiters.len() {
             return Err("stale tickets".into());
         }
+        self.check_groups()?;
         for l in self.leases.values() {
             if let Some(books) = &l.budget {
                 self.check_budget(l, books)?;
@@ -883,12 +931,12 @@ impl Ledger {
 
     // ---------------------------------------------------------------- internals
 
-    fn take_seq(&mut self) -> u64 {
+    pub(super) fn take_seq(&mut self) -> u64 {
         self.next_seq += 1;
         self.next_seq
     }
 
-    fn resolve(&self, placement: &Placement) -> Result<Vec<DeviceIdx>, LedgerError> {
+    pub(super) fn resolve(&self, placement: &Placement) -> Result<Vec<DeviceIdx>, LedgerError> {
         let unknown = || LedgerError::UnknownDevice(placement.clone());
         match placement {
             Placement::Any if self.devices.is_empty() => Err(unknown()),
@@ -918,7 +966,7 @@ impl Ledger {
     }
 
     /// Whether the oldest waiter on `d` is protected against `waiter` and blocks it.
-    fn blocked_by_oldest(&self, waiter: &Waiter, d: DeviceIdx) -> bool {
+    pub(super) fn blocked_by_oldest(&self, waiter: &Waiter, d: DeviceIdx) -> bool {
         let Some(&oldest) = self.devices[d].by_age.first() else {
             return false;
         };
@@ -992,7 +1040,7 @@ impl Ledger {
         Ok(d)
     }
 
-    fn can_grant(&self, waiter: &Waiter, d: DeviceIdx) -> bool {
+    pub(super) fn can_grant(&self, waiter: &Waiter, d: DeviceIdx) -> bool {
         let dev = &self.devices[d];
         let fits = match waiter.within {
             Some(b) => self.budget_fits(b, &waiter.need),
@@ -1005,25 +1053,7 @@ impl Ledger {
             && !self.blocked_by_oldest(waiter, d)
     }
 
-    /// Among the devices that can grant now, the best fit: least memory left over, then fewest
-    /// compute holders, then lowest index.
-    fn best_grantable(&self, waiter: &Waiter) -> Option<DeviceIdx> {
-        waiter
-            .candidates
-            .iter()
-            .copied()
-            .filter(|&d| self.can_grant(waiter, d))
-            .min_by_key(|&d| {
-                let dev = &self.devices[d];
-                (
-                    dev.free().saturating_sub(waiter.device_need().vram_bytes),
-                    dev.holders.len(),
-                    d,
-                )
-            })
-    }
-
-    fn enqueue(&mut self, waiter: Waiter) {
+    pub(super) fn enqueue(&mut self, waiter: Waiter) {
         let key = (waiter.class.rank(), waiter.seq);
         for &d in &waiter.candidates {
             self.devices[d].queue.insert(key);
@@ -1032,7 +1062,8 @@ impl Ledger {
         if let Some(deadline) = waiter.deadline {
             self.timers.arm(deadline, Timer::WaitDeadline(waiter.seq));
         }
-        if waiter.class == Class::Critical && waiter.need.compute {
+        // A group's waiting asks no holder to yield (one yield cannot free several devices).
+        if waiter.class == Class::Critical && waiter.need.compute && waiter.parts.is_empty() {
             self.critical.insert(waiter.seq);
         }
         if let Some(b) = waiter.within {
@@ -1085,7 +1116,13 @@ impl Ledger {
 
     /// Grants `waiter` (no longer queued) on `d`. Deferred grants become decisions; immediate
     /// ones (`immediate == false` means the caller answers itself) do not.
-    fn grant(&mut self, now: Instant, waiter: Waiter, d: DeviceIdx, deferred: bool) -> LeaseId {
+    pub(super) fn grant(
+        &mut self,
+        now: Instant,
+        waiter: Waiter,
+        d: DeviceIdx,
+        deferred: bool,
+    ) -> LeaseId {
         // The oldest waiter still waiting here is overtaken if this grant competes with it.
         if let Some(&oldest) = self.devices[d].by_age.first() {
             if oldest < waiter.seq {
@@ -1162,6 +1199,7 @@ impl Ledger {
                 budget: waiter.budget.map(|b| Budget::new(b.compute_slots)),
                 evictable: waiter.evictable,
                 reclaim_by: None,
+                group: None,
             },
         );
         self.sessions.entry(session).or_default().leases.insert(id);
@@ -1177,11 +1215,12 @@ impl Ledger {
     }
 
     /// Removes a lease and frees what it held; a grow waiting for it is abandoned.
-    fn end_lease(&mut self, id: LeaseId) -> Lease {
+    pub(super) fn end_lease(&mut self, id: LeaseId) -> Lease {
         self.end_members(id);
         let Some(lease) = self.leases.remove(&id) else {
             unreachable!("end_lease({id}) on a lease that does not exist")
         };
+        self.leave_group(&lease);
         if let Some(books) = lease
             .within
             .and_then(|b| self.leases.get_mut(&b)?.budget.as_mut())
@@ -1245,15 +1284,21 @@ impl Ledger {
         }
     }
 
+    /// Takes lease `id` away, with the rest of its group (each part hears it as a decision).
     fn revoke_lease(&mut self, now: Instant, id: LeaseId, reason: RevokeReason) -> SessionId {
-        let lease = self.end_lease(id);
-        self.decisions.push_back(Decision::Revoked {
-            session: lease.session,
-            lease: id,
-            reason,
-        });
-        self.schedule(now, lease.device);
-        lease.session
+        let ended = self.end_with_group(id);
+        let mut session = None;
+        for lease in &ended {
+            session.get_or_insert(lease.session);
+            self.decisions.push_back(Decision::Revoked {
+                session: lease.session,
+                lease: lease.id,
+                reason,
+            });
+        }
+        let devices: Vec<DeviceIdx> = ended.iter().map(|l| l.device).collect();
+        self.schedule_all(now, &devices);
+        session.unwrap_or_default()
     }
 
     /// The first `max_scan` waiters of `d`, in the order they are served.
@@ -1274,23 +1319,54 @@ impl Ledger {
 
     /// Grants what can be granted on `d`, in serving order, examining at most `max_scan`
     /// waiters; then re-evaluates yield notices.
+    ///
+    /// A group granted in a pass was queued on other devices too: its pin there is gone, so
+    /// those devices (and `d`, where what came before the group met its pin) get a pass of
+    /// their own, until a round of passes grants no group.
     fn schedule(&mut self, now: Instant, d: DeviceIdx) {
-        let dev = &self.devices[d];
-        if !dev.queue.is_empty() && !dev.exhausted() {
-            for seq in self.serving_order(d) {
-                if self.devices[d].exhausted() {
-                    break;
-                }
-                let grantable = self.waiters.get(&seq).is_some_and(|w| self.can_grant(w, d));
-                if grantable {
-                    let waiter = self.remove_waiter(seq);
-                    self.grant(now, waiter, d, true);
+        let mut pending = vec![d];
+        let mut passed = BTreeSet::new();
+        while let Some(d) = pending.pop() {
+            passed.insert(d);
+            for e in self.grant_pass(now, d) {
+                if !pending.contains(&e) {
+                    pending.push(e);
                 }
             }
         }
         self.refresh_yields(now);
-        self.refresh_reclaims(now, d);
+        for d in passed {
+            self.refresh_reclaims(now, d);
+        }
         self.refresh_stopped(now);
+    }
+
+    /// One pass over `d`'s waiters. Returns the devices the groups it granted were queued on.
+    fn grant_pass(&mut self, now: Instant, d: DeviceIdx) -> BTreeSet<DeviceIdx> {
+        let mut unpinned = BTreeSet::new();
+        let dev = &self.devices[d];
+        if dev.queue.is_empty() || dev.exhausted() {
+            return unpinned;
+        }
+        for seq in self.serving_order(d) {
+            if self.devices[d].exhausted() {
+                break;
+            }
+            let Some(w) = self.waiters.get(&seq) else {
+                continue;
+            };
+            if w.parts.is_empty() {
+                if self.can_grant(w, d) {
+                    let waiter = self.remove_waiter(seq);
+                    self.grant(now, waiter, d, true);
+                }
+            } else if let Some(devices) = self.group_grantable(w) {
+                let waiter = self.remove_waiter(seq);
+                unpinned.extend(waiter.candidates.iter().copied());
+                self.grant_group(now, waiter, &devices, true);
+            }
+        }
+        unpinned
     }
 
     /// Asks compute holders to yield for critical waiters: one holder per critical waiter, on

@@ -29,7 +29,13 @@ impl Ledger {
             let Some(waiter) = self.waiters.get(&seq) else {
                 continue;
             };
-            if waiter.evictable || waiter.within.is_some() || waiter.need.vram_bytes == 0 {
+            // A group is not served by reclaims (docs/PROTOCOL.md, "Leases of several
+            // devices"): what one device gives back does not place its other parts.
+            if waiter.evictable
+                || waiter.within.is_some()
+                || waiter.need.vram_bytes == 0
+                || !waiter.parts.is_empty()
+            {
                 continue;
             }
             match self.reclaim_target(waiter) {

@@ -3,7 +3,9 @@
 use std::time::{Duration, Instant};
 
 use super::budget::{Budget, BudgetSpec};
-use super::vocab::{Class, LeaseId, Placement, RequestId, RevokeReason, YieldReason};
+use super::vocab::{
+    Class, LeaseId, Placement, PlacementPolicy, RequestId, RevokeReason, YieldReason,
+};
 use thiserror::Error;
 
 pub use super::vocab::SessionId;
@@ -38,6 +40,37 @@ pub struct DeviceSpec {
     /// Further compute slots only the critical class may take: a critical request is granted
     /// beside the running phases instead of waiting for one to end (its VRAM must still fit).
     pub critical_slots: u32,
+    /// Where the device sits: what the `near` policy keeps parts of a request together by.
+    pub topology: Topology,
+}
+
+/// A device's place in the host: its NUMA node and NVLink island, when known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Topology {
+    /// The NUMA node the device is attached to.
+    pub numa_node: Option<u32>,
+    /// Devices with the same island number are joined by NVLink (directly or through
+    /// NVSwitch).
+    pub nvlink_island: Option<u32>,
+}
+
+/// Which devices `near` treats as close to each other: one NVLink island, or (for a device
+/// that has none) one NUMA node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Island {
+    /// Devices joined by NVLink.
+    NvLink(u32),
+    /// Devices on one NUMA node without NVLink.
+    Numa(u32),
+}
+
+impl Topology {
+    /// The island `near` places the device in; `None` when neither is known.
+    pub fn island(&self) -> Option<Island> {
+        self.nvlink_island
+            .map(Island::NvLink)
+            .or(self.numa_node.map(Island::Numa))
+    }
 }
 
 impl DeviceSpec {
@@ -164,15 +197,32 @@ impl Default for Liveness {
     }
 }
 
+/// One part of a request for several devices: what it needs on its own device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// Which device (`Any`: the policy chooses).
+    pub placement: Placement,
+    /// Bytes to reserve there.
+    pub vram_bytes: u64,
+    /// Take a compute slot there.
+    pub compute: bool,
+}
+
 /// What an acquire asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcquireSpec {
-    /// Which device.
+    /// Which device (with `parts`: must be `Any`).
     pub placement: Placement,
-    /// Bytes to reserve.
+    /// Bytes to reserve (with `parts`: must be 0).
     pub vram_bytes: u64,
-    /// Take the compute slot.
+    /// Take the compute slot (with `parts`: must be false).
     pub compute: bool,
+    /// For several devices at once: one part per device, all granted together or not at all
+    /// (a group). Empty for a lease of one device, as `placement`, `vram_bytes` and `compute`
+    /// say.
+    pub parts: Vec<Part>,
+    /// How the devices are chosen among those that can grant.
+    pub policy: PlacementPolicy,
     /// Priority class.
     pub class: Class,
     /// Give up waiting after this long.
@@ -218,6 +268,8 @@ pub struct Lease {
     pub evictable: bool,
     /// The deadline of an outstanding reclaim notice.
     pub reclaim_by: Option<Instant>,
+    /// The group it is a part of: the id of the group's first lease.
+    pub group: Option<LeaseId>,
 }
 
 /// What a waiter needs from a device.
@@ -267,6 +319,23 @@ pub struct Waiter {
     pub budget: Option<BudgetSpec>,
     /// It asks for (or grows) an evictable lease: it never causes a reclaim.
     pub evictable: bool,
+    /// How its device is chosen among those that can grant.
+    pub policy: PlacementPolicy,
+    /// For a group: its parts, each granted on its own device. `need` is then the largest
+    /// part's memory and whether any part computes (what it competes for on any device), and
+    /// `candidates` every device some part may use.
+    pub parts: Vec<WaitingPart>,
+}
+
+/// A part of a waiting group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingPart {
+    /// What the client asked for.
+    pub placement: Placement,
+    /// What it needs on its device.
+    pub need: Need,
+    /// Devices it may be granted on (large enough for it).
+    pub candidates: Vec<DeviceIdx>,
 }
 
 impl Waiter {
@@ -460,4 +529,7 @@ pub struct RestoredLease {
     pub budget_compute_slots: Option<u32>,
     /// Warm state that gives its memory back on notice.
     pub evictable: bool,
+    /// The group it is a part of (its first lease's id); restored parts of one group are a
+    /// group again.
+    pub group: Option<LeaseId>,
 }

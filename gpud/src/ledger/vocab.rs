@@ -1,4 +1,4 @@
-//! The ledger's vocabulary: priority classes, device selectors, why a holder is asked to yield
+//! The ledger's vocabulary: priority classes, device selectors, placement policies, why a holder is asked to yield
 //! or loses its lease, and queue lengths.
 //!
 //! The wire has types of the same names (`gpud_proto`); the hub core converts at its
@@ -66,6 +66,50 @@ impl fmt::Display for Placement {
             Placement::Index(i) => write!(f, "{i}"),
             Placement::Uuid(u) => f.write_str(u),
         }
+    }
+}
+
+/// How the ledger chooses among the devices that can grant a request at once (docs/PROTOCOL.md,
+/// "Placement policies"). A request that waits is granted on the first device (or set of
+/// devices) that can grant it: soonest wins over the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PlacementPolicy {
+    /// Least memory left over after the grant, then fewest compute holders, then lowest index.
+    #[default]
+    BestFit,
+    /// Most free memory, then fewest compute holders, then lowest index: load is spread.
+    Spread,
+    /// Most reserved memory, then most compute holders, then least free memory, then lowest
+    /// index: the most loaded devices fill first, so whole devices stay free.
+    Pack,
+    /// Every part on one NVLink island (or, for devices without one, one NUMA node), best fit
+    /// within it; the island with the least free memory that can grant is chosen.
+    Near,
+}
+
+impl PlacementPolicy {
+    /// Every policy.
+    pub const ALL: [PlacementPolicy; 4] = [
+        PlacementPolicy::BestFit,
+        PlacementPolicy::Spread,
+        PlacementPolicy::Pack,
+        PlacementPolicy::Near,
+    ];
+
+    /// Its name on the wire and the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlacementPolicy::BestFit => "best-fit",
+            PlacementPolicy::Spread => "spread",
+            PlacementPolicy::Pack => "pack",
+            PlacementPolicy::Near => "near",
+        }
+    }
+}
+
+impl fmt::Display for PlacementPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

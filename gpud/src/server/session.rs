@@ -130,7 +130,10 @@ async fn run(
         version: PROTOCOL_VERSION,
         session,
         daemon: format!("gpud {}", env!("CARGO_PKG_VERSION")),
-        features: vec![gpud_proto::FEATURE_QUEUED.into()],
+        features: vec![
+            gpud_proto::FEATURE_QUEUED.into(),
+            gpud_proto::FEATURE_MULTI_DEVICE.into(),
+        ],
     };
     writer.send(to_payload(&welcome)).await.map_err(io_closed)?;
 

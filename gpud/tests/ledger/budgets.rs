@@ -31,6 +31,8 @@ fn spec(placement: Placement, vram_gib: u64, compute: bool, class: Class) -> Acq
         within: None,
         budget: None,
         evictable: false,
+        parts: Vec::new(),
+        policy: gpud::ledger::PlacementPolicy::BestFit,
     }
 }
 
@@ -546,6 +548,7 @@ fn restored_members_go_back_into_their_restored_budget() {
         within,
         budget_compute_slots: slots,
         evictable: false,
+        group: None,
     };
     l.restore(HOLDER, restored(1, 8, None, Some(1))).unwrap();
     l.restore(0, restored(2, 6, Some(1), None)).unwrap();

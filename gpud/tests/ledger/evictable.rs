@@ -40,6 +40,8 @@ fn spec(
         within: None,
         budget: None,
         evictable,
+        parts: Vec::new(),
+        policy: gpud::ledger::PlacementPolicy::BestFit,
     }
 }
 

@@ -72,6 +72,7 @@ impl Harness {
                 unmanaged_bytes: 0,
                 compute_slots: setup.compute_slots,
                 critical_slots: setup.critical_slots,
+                topology: Default::default(),
             })
             .collect();
         let config = LedgerConfig {

@@ -124,6 +124,8 @@ impl Run {
                     within: None,
                     budget,
                     evictable: evictable && !compute && budget.is_none(),
+                    parts: Vec::new(),
+                    policy: gpud::ledger::PlacementPolicy::BestFit,
                 };
                 let ticket = Ticket {
                     session,

@@ -8,6 +8,7 @@
 
 mod budgets;
 mod evictable;
+mod groups;
 mod harness;
 mod liveness;
 mod reference;
@@ -40,6 +41,7 @@ pub fn sim_devices(count: usize, compute_slots: u32) -> Vec<gpud::ledger::Device
             unmanaged_bytes: 0,
             compute_slots,
             critical_slots: 0,
+            topology: Default::default(),
         })
         .collect()
 }

@@ -405,6 +405,8 @@ impl Reference {
                     within: None,
                     budget: None,
                     evictable: false,
+                    parts: Vec::new(),
+                    policy: gpud::ledger::PlacementPolicy::BestFit,
                 },
             },
             Transition::Resize {

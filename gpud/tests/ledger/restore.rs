@@ -20,6 +20,7 @@ fn devices() -> Vec<DeviceSpec> {
             unmanaged_bytes: 0,
             compute_slots: 1,
             critical_slots: 0,
+            topology: Default::default(),
         })
         .collect()
 }
@@ -72,6 +73,7 @@ proptest! {
                 within: None,
                 budget_compute_slots: None,
                 evictable: false,
+                group: None,
             };
             if l.restore(0, lease).is_ok() {
                 accepted[device] += vram_bytes;
@@ -112,6 +114,7 @@ fn a_restored_compute_lease_keeps_its_maximum_hold() {
         within: None,
         budget_compute_slots: None,
         evictable: false,
+        group: None,
     };
     l.restore(0, lease).unwrap();
     assert_eq!(l.poll_timeout(), Some(now + Duration::from_secs(10)));
@@ -147,6 +150,7 @@ fn a_restored_size_past_the_device_is_refused() {
         within: None,
         budget_compute_slots: None,
         evictable: false,
+        group: None,
     };
     l.restore(0, lease(1, 2)).unwrap();
     assert!(l.restore(0, lease(2, u64::MAX)).is_err());

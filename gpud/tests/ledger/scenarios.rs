@@ -20,6 +20,7 @@ fn device(uuid: &str, gib: u64) -> DeviceSpec {
         unmanaged_bytes: 0,
         compute_slots: 1,
         critical_slots: 0,
+        topology: Default::default(),
     }
 }
 
@@ -34,6 +35,8 @@ fn spec(placement: Placement, vram: u64, compute: bool, class: Class) -> Acquire
         within: None,
         budget: None,
         evictable: false,
+        parts: Vec::new(),
+        policy: gpud::ledger::PlacementPolicy::BestFit,
     }
 }
 
@@ -779,6 +782,7 @@ fn restored_leases_hold_their_resources_until_adopted_or_dropped() {
         within: None,
         budget_compute_slots: None,
         evictable: false,
+        group: None,
     };
     l.restore(orphans, restored.clone()).unwrap();
     assert_eq!(

@@ -55,7 +55,7 @@ fn expect(step: &Step, seen: &str) -> Result<(), String> {
 enum Slot {
     /// A `begin` (or `acquire`) whose answer has not been taken yet.
     Waiting(mpsc::Receiver<Result<Lease, ClientError>>),
-    Held(Lease),
+    Held(Box<Lease>),
     /// Released (or refused a release): only its id is left, for `revoke`.
     Gone,
 }
@@ -219,7 +219,7 @@ impl Run {
         match answer {
             Ok(lease) => {
                 named.id = Some(lease.id());
-                named.slot = Slot::Held(lease);
+                named.slot = Slot::Held(Box::new(lease));
             }
             Err(_) => {
                 named.slot = Slot::Gone;

@@ -8,10 +8,11 @@ which is ``cls``. Fields a newer daemon adds are ignored; the ``raw`` attribute 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 __all__ = [
     "LeaseInfo",
+    "LeasePart",
     "DaemonInfo",
     "QueueCounts",
     "ComputeHolder",
@@ -30,8 +31,30 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class LeasePart:
+    """One granted part of a lease of several devices."""
+
+    lease: int
+    device_index: int
+    device_uuid: str
+    vram_bytes: int
+    compute: bool
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "LeasePart":
+        return cls(
+            lease=int(d["lease"]),
+            device_index=int(d["device_index"]),
+            device_uuid=str(d["device_uuid"]),
+            vram_bytes=int(d["vram_bytes"]),
+            compute=bool(d["compute"]),
+        )
+
+
+@dataclass(frozen=True)
 class LeaseInfo:
-    """A granted lease as its holder sees it."""
+    """A granted lease as its holder sees it. ``parts`` lists, for a lease of several devices,
+    every part in the order asked (the first is this lease); it is empty for one device."""
 
     lease: int
     device_uuid: str
@@ -43,6 +66,7 @@ class LeaseInfo:
     cuda_visible_devices: str
     #: Secret that re-adopts the lease after a daemon restart; keep it private.
     token: str = field(default="", repr=False)
+    parts: Tuple[LeasePart, ...] = ()
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "LeaseInfo":
@@ -56,6 +80,7 @@ class LeaseInfo:
             cls=str(d["class"]),
             cuda_visible_devices=str(d["cuda_visible_devices"]),
             token=str(d.get("token", "")),
+            parts=tuple(LeasePart.from_wire(p) for p in d.get("parts", ())),
         )
 
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use gpud_client::LeaseId;
-use gpud_client::proto::{Class, Placement, parse_duration, parse_size};
+use gpud_client::proto::{Class, Placement, PlacementPolicy, parse_duration, parse_size};
 
 /// Inspect and operate gpud, the GPU lease daemon.
 #[derive(Debug, Parser)]
@@ -107,6 +107,14 @@ pub struct RunArgs {
     /// Device index or UUID (default: any).
     #[arg(long, default_value = "any")]
     pub device: Placement,
+    /// Lease this many devices at once, each with --vram and --compute: granted on all of
+    /// them together or not at all; CUDA_VISIBLE_DEVICES lists them in the granted order.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub devices: Option<u32>,
+    /// How gpud chooses the device(s): best-fit (default), spread (least loaded first), pack
+    /// (most loaded that fits first) or near (all on one NVLink island or NUMA node).
+    #[arg(long, value_name = "POLICY")]
+    pub placement: Option<PlacementPolicy>,
     /// Priority class.
     #[arg(long, default_value = "normal")]
     pub class: Class,

@@ -87,6 +87,7 @@ fn client_code(e: &ClientError) -> u8 {
     match e {
         ClientError::Connect { .. } => UNREACHABLE,
         ClientError::Disconnected => LOST,
+        ClientError::Invalid(_) => REFUSED,
         _ => match e.code() {
             Some(ErrorCode::TimedOut) => TIMED_OUT,
             Some(ErrorCode::ShuttingDown) => LOST,

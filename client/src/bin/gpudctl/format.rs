@@ -127,6 +127,27 @@ pub fn status(s: &StatusReport) -> String {
             format!("{}/{}/{}/{}", q.critical, q.high, q.normal, q.background),
         ]);
     }
+    // Where the devices sit, for `--placement near`, when gpud knows it.
+    if s.devices
+        .iter()
+        .any(|d| d.numa_node.is_some() || d.nvlink_island.is_some())
+    {
+        rows[0].push("TOPOLOGY".into());
+        for (row, dev) in rows[1..].iter_mut().zip(&s.devices) {
+            let mut at = Vec::new();
+            if let Some(i) = dev.nvlink_island {
+                at.push(format!("nvlink island {i}"));
+            }
+            if let Some(n) = dev.numa_node {
+                at.push(format!("numa {n}"));
+            }
+            row.push(if at.is_empty() {
+                "-".into()
+            } else {
+                at.join(", ")
+            });
+        }
+    }
     out.push_str(&table(&rows));
     let procs: Vec<_> = s
         .devices
@@ -181,7 +202,11 @@ pub fn leases(s: &StatusReport) -> String {
         ];
         for l in &s.leases {
             rows.push(vec![
-                l.id.to_string(),
+                // The parts of a lease of several devices name their group (its first lease).
+                match l.group {
+                    Some(g) => format!("{} (group {g})", l.id),
+                    None => l.id.to_string(),
+                },
                 l.device_index.to_string(),
                 match (l.evictable, l.reclaim_requested) {
                     (true, true) => format!("{} (warm, reclaim asked)", Bytes(l.vram_bytes)),
@@ -223,8 +248,22 @@ pub fn leases(s: &StatusReport) -> String {
                     Some(l) => format!("grow of lease {l}"),
                     None => format!("session {} req {}", w.session, w.request),
                 },
-                w.device.to_string(),
-                Bytes(w.vram_bytes).to_string(),
+                if w.parts.is_empty() {
+                    w.device.to_string()
+                } else {
+                    let each: Vec<String> = w.parts.iter().map(|p| p.device.to_string()).collect();
+                    format!("{} devices: {}", w.parts.len(), each.join(","))
+                },
+                if w.parts.is_empty() {
+                    Bytes(w.vram_bytes).to_string()
+                } else {
+                    let each: Vec<String> = w
+                        .parts
+                        .iter()
+                        .map(|p| Bytes(p.vram_bytes).to_string())
+                        .collect();
+                    each.join("+")
+                },
                 if w.compute { "yes".into() } else { "-".into() },
                 w.class.to_string(),
                 w.pid.to_string(),

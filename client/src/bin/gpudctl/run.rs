@@ -39,6 +39,19 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
     if let Some(t) = args.timeout {
         request = request.timeout(t);
     }
+    if let Some(n) = args.devices {
+        if n > 1 && args.device != gpud_client::Placement::Any {
+            return Err(Fail::new(
+                exit::USAGE,
+                "--devices N chooses the devices: leave out --device",
+            )
+            .into());
+        }
+        request = request.devices(n);
+    }
+    if let Some(policy) = args.placement {
+        request = request.placement(policy);
+    }
     let mut interrupt = signal(SignalKind::interrupt()).context("signal handler")?;
     let mut terminate = signal(SignalKind::terminate()).context("signal handler")?;
     let started = Instant::now();
@@ -75,11 +88,23 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
         }
     };
     if args.verbose {
+        let devices = if lease.parts().is_empty() {
+            format!(
+                "device {} ({})",
+                lease.info().device_index,
+                lease.info().device_uuid
+            )
+        } else {
+            let each: Vec<String> = lease
+                .parts()
+                .iter()
+                .map(|p| format!("{} ({})", p.device_index, p.device_uuid))
+                .collect();
+            format!("devices {}", each.join(", "))
+        };
         eprintln!(
-            "gpudctl: lease {} on device {} ({}) after {}",
+            "gpudctl: lease {} on {devices} after {}",
             lease.id(),
-            lease.info().device_index,
-            lease.info().device_uuid,
             duration_ms(started.elapsed().as_millis() as u64)
         );
     }

@@ -5,7 +5,9 @@
 //! [`Decision::Grew`].
 
 use gpud_proto::ServerFrame;
-use gpud_proto::{ErrorBody, ErrorCode, Event, LeaseId, LeaseInfo, Outcome, Reply, RequestId};
+use gpud_proto::{
+    ErrorBody, ErrorCode, Event, LeaseId, LeaseInfo, LeasePart, Outcome, Reply, RequestId,
+};
 
 use super::{Action, Core, KillReason, Now, Signal};
 use crate::ledger::{Decision, RevokeReason, SessionId};
@@ -204,12 +206,37 @@ impl Core {
         });
     }
 
-    /// What a holder is told about its lease.
+    /// What a holder is told about its lease: for a group (its first lease), every part, and
+    /// `CUDA_VISIBLE_DEVICES` listing the parts' devices in the parts' order.
     pub(super) fn lease_info(&mut self, id: LeaseId) -> Option<LeaseInfo> {
         let token = self.token(id);
         let lease = self.ledger.lease(id)?;
         let device = self.ledger.device(lease.device)?;
         let uuid = device.spec().uuid.clone();
+        let group = self.ledger.group_of(id);
+        let parts: Vec<LeasePart> = if group.len() > 1 {
+            group
+                .iter()
+                .filter_map(|&p| {
+                    let part = self.ledger.lease(p)?;
+                    Some(LeasePart {
+                        lease: p,
+                        device_index: part.device as u32,
+                        device_uuid: self.ledger.device(part.device)?.spec().uuid.clone(),
+                        vram_bytes: part.vram_bytes,
+                        compute: part.compute,
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let cuda_visible_devices = if parts.is_empty() {
+            uuid.clone()
+        } else {
+            let uuids: Vec<&str> = parts.iter().map(|p| p.device_uuid.as_str()).collect();
+            uuids.join(",")
+        };
         Some(LeaseInfo {
             lease: id,
             device_index: lease.device as u32,
@@ -217,10 +244,11 @@ impl Core {
             vram_bytes: lease.vram_bytes,
             compute: lease.compute,
             class: lease.class.into(),
-            cuda_visible_devices: uuid.clone(),
+            cuda_visible_devices,
             device_uuid: uuid,
             token,
             within: lease.within,
+            parts,
         })
     }
 }

@@ -64,6 +64,7 @@ impl Bench {
                 unmanaged_bytes: 0,
                 compute_slots: config.compute_slots,
                 critical_slots: config.critical_slots,
+                topology: Default::default(),
             })
             .collect();
         let start = Instant::now();

@@ -16,8 +16,8 @@ use tracing::{info, warn};
 use super::budgets::{BUDGETS, BudgetOwner};
 use super::timers::Timer;
 use super::{Action, Core, JournalEntry, Now, ORPHANS};
-use crate::journal::BudgetRecord;
 pub use crate::journal::LeaseRecord;
+use crate::journal::{BudgetRecord, GroupRecord};
 use crate::ledger::{LeaseChange, RestoredLease};
 
 /// A journaled lease, with what the shell found out about its owner.
@@ -44,6 +44,8 @@ pub(super) struct JournalState {
     pub(super) skipped: u64,
     /// Journaled leases of live owners that the ledger refused to restore (status shows it).
     pub(super) refused: u64,
+    /// During a restore: how many parts each journaled group had.
+    group_sizes: HashMap<LeaseId, u32>,
 }
 
 impl Core {
@@ -62,6 +64,9 @@ impl Core {
         } in journaled
         {
             self.ledger.reserve_lease_ids(r.id + 1);
+            if let Some(g) = r.group {
+                self.journal.group_sizes.insert(g.id, g.parts);
+            }
             let device = self
                 .ledger
                 .devices()
@@ -80,6 +85,7 @@ impl Core {
                 within: r.within,
                 budget_compute_slots: r.budget.as_ref().map(|b| b.compute_slots),
                 evictable: r.evictable,
+                group: r.group.map(|g| g.id),
             });
             let holder = if r.budget.is_some() { BUDGETS } else { ORPHANS };
             match restored.map(|l| self.ledger.restore(holder, l)) {
@@ -127,11 +133,39 @@ impl Core {
                 }
             }
         }
+        self.drop_partial_groups(now);
         self.flush_journal();
         if kept > 0 {
             self.timers.set(Timer::Orphans, Some(now.at + grace));
         }
         self.end_step(now);
+    }
+
+    /// Ends restored groups that lost a part (its device is gone, or it did not fit): a group is
+    /// whole or not held at all. Their journal entries are released with the next changes.
+    fn drop_partial_groups(&mut self, now: Now) {
+        let mut whole: HashMap<LeaseId, u32> = HashMap::new();
+        for lease in self.ledger.leases() {
+            if let Some(g) = lease.group {
+                *whole.entry(g).or_default() += 1;
+            }
+        }
+        for (group, restored) in whole {
+            let expected = self.journal.group_sizes.get(&group).copied().unwrap_or(0);
+            if restored != expected {
+                warn!(
+                    group,
+                    restored, expected, "restored group is missing parts; dropped"
+                );
+                let holder = self.ledger.lease(group).map(|l| l.session);
+                let any_part = self.ledger.group_of(group);
+                if let (Some(holder), Some(&part)) = (holder, any_part.first()) {
+                    let _ = self.ledger.release(now.at, holder, part);
+                }
+            }
+        }
+        self.journal.group_sizes.clear();
+        self.journal_changes(now);
     }
 
     /// Notes how many entries the journal's replay skipped, for status.
@@ -238,6 +272,10 @@ impl Core {
             within: lease.within,
             budget,
             evictable: lease.evictable,
+            group: lease.group.map(|id| GroupRecord {
+                id,
+                parts: self.ledger.group_of(id).len() as u32,
+            }),
         })
     }
 

@@ -163,7 +163,13 @@ impl Observer {
                     .waiting
                     .remove(ticket)
                     .map_or(Duration::ZERO, |(at, _)| now.saturating_duration_since(at));
-                self.granted(ledger, *lease, waited);
+                // A group is one grant of several leases.
+                if let Some(class) = ledger.lease(*lease).map(|l| l.class) {
+                    self.metrics.granted(class.into(), waited);
+                }
+                for part in ledger.group_of(*lease) {
+                    self.granted(ledger, part);
+                }
             }
             Decision::ReclaimRequested { lease, .. } => {
                 let class = ledger.lease(*lease).map(|l| Class::from(l.class));
@@ -260,11 +266,10 @@ impl Observer {
         self.metrics.render(now, &devices, sessions)
     }
 
-    fn granted(&mut self, ledger: &Ledger, id: LeaseId, waited: Duration) {
+    fn granted(&mut self, ledger: &Ledger, id: LeaseId) {
         let Some(lease) = ledger.lease(id) else {
             return;
         };
-        self.metrics.granted(lease.class.into(), waited);
         self.book.insert(
             id,
             Booked {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use gpud_proto::{
-    ComputeHolder, DaemonInfo, DeviceStatus, LeaseStatus, ProcessStatus, StatusCursor,
+    ComputeHolder, DaemonInfo, DeviceStatus, LeaseStatus, PartArgs, ProcessStatus, StatusCursor,
     StatusReport, WaiterStatus,
 };
 
@@ -63,6 +63,8 @@ impl Core {
                     compute_holders: holders,
                     queued: d.queued().into(),
                     processes: self.process_status(d.index()),
+                    numa_node: spec.topology.numa_node,
+                    nvlink_island: spec.topology.nvlink_island,
                 }
             })
             .collect();
@@ -99,6 +101,7 @@ impl Core {
                     evictable: l.evictable,
                     reclaim_requested: l.reclaim_by.is_some(),
                     holder_stopped_ms: self.ledger.stopped_since(l.session).map(since),
+                    group: l.group,
                 }
             })
             .collect();
@@ -149,6 +152,15 @@ impl Core {
                 grows_lease: w.grows,
                 waited_ms: since(w.arrived),
                 label: w.label.clone(),
+                parts: w
+                    .parts
+                    .iter()
+                    .map(|p| PartArgs {
+                        device: p.placement.clone().into(),
+                        vram_bytes: p.need.vram_bytes,
+                        compute: p.need.compute,
+                    })
+                    .collect(),
             })
             .collect();
         let (journal_skipped, journal_refused) = self.journal_left_out();

@@ -312,6 +312,7 @@ fn journaled_leases_that_do_not_fit_are_refused_and_counted_in_status() {
         within: None,
         budget: None,
         evictable: false,
+        group: None,
     };
     let mut b = Bench::new(&Config::default());
     let now = b.now();
@@ -337,6 +338,58 @@ fn journaled_leases_that_do_not_fit_are_refused_and_counted_in_status() {
         .filter(|a| matches!(a, Action::Journal(JournalEntry::Release(2))))
         .collect();
     assert_eq!(released.len(), 1, "the refused lease is journaled as gone");
+}
+
+/// A journaled lease of several devices comes back as a group only whole: one whose journal
+/// names a device that is gone loses every part, one that is whole keeps its group.
+#[test]
+fn journaled_groups_are_restored_whole_or_not_at_all() {
+    let part = |id: u64, device: usize, group: u64| crate::journal::LeaseRecord {
+        id,
+        token: format!("t{id}"),
+        device_uuid: format!("GPU-fuzz-{device}"),
+        vram_bytes: GIB,
+        compute: true,
+        class: gpud_proto::Class::Normal,
+        pid: 77,
+        pid_start: 770,
+        uid: 1000,
+        granted_unix_ms: 1_700_000_000_000,
+        label: None,
+        within: None,
+        budget: None,
+        evictable: false,
+        group: Some(crate::journal::GroupRecord {
+            id: group,
+            parts: 2,
+        }),
+    };
+    let mut b = Bench::new(&Config::default());
+    let now = b.now();
+    // Group 1 is whole; group 3's second part was on a device this host no longer has.
+    let journaled = [part(1, 0, 1), part(2, 1, 1), part(3, 0, 3), part(4, 7, 3)]
+        .into_iter()
+        .map(|record| Restorable {
+            record,
+            owner_alive: true,
+        })
+        .collect();
+    b.core.restore(now, journaled, Duration::from_secs(10));
+    let kept: Vec<(u64, Option<u64>)> = b.core.ledger().leases().map(|l| (l.id, l.group)).collect();
+    assert_eq!(kept, [(1, Some(1)), (2, Some(1))]);
+    assert_eq!(b.core.ledger().group_of(2), [1, 2]);
+    let released: Vec<u64> = b
+        .actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Journal(JournalEntry::Release(id)) => Some(id),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        released.contains(&3) && released.contains(&4),
+        "{released:?}"
+    );
 }
 
 #[test]

@@ -45,6 +45,17 @@ impl From<ledger::Placement> for gpud_proto::Placement {
     }
 }
 
+impl From<gpud_proto::PlacementPolicy> for ledger::PlacementPolicy {
+    fn from(p: gpud_proto::PlacementPolicy) -> Self {
+        match p {
+            gpud_proto::PlacementPolicy::BestFit => Self::BestFit,
+            gpud_proto::PlacementPolicy::Spread => Self::Spread,
+            gpud_proto::PlacementPolicy::Pack => Self::Pack,
+            gpud_proto::PlacementPolicy::Near => Self::Near,
+        }
+    }
+}
+
 impl From<ledger::YieldReason> for gpud_proto::YieldReason {
     fn from(r: ledger::YieldReason) -> Self {
         match r {

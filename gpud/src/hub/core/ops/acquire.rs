@@ -4,7 +4,7 @@ use gpud_proto::{AcquireArgs, ErrorBody, ErrorCode};
 
 use super::{Answered, ledger_error, validate};
 use crate::hub::core::{Core, Now};
-use crate::ledger::{AcquireSpec, Decision, Ticket};
+use crate::ledger::{AcquireSpec, Decision, Part, Ticket};
 
 impl Core {
     pub(super) fn acquire(&mut self, now: Now, ticket: Ticket, args: AcquireArgs) -> Answered {
@@ -55,9 +55,11 @@ impl Core {
                 ),
             ));
         }
+        self.check_parts(&args, within)?;
         let limits = &self.settings.limits;
         let (leases, waiters) = self.ledger.session_counts(ticket.session);
-        if leases >= limits.max_leases_per_session {
+        // A group is a lease per part.
+        if leases + args.parts.len().max(1) > limits.max_leases_per_session {
             return Err(ErrorBody::new(
                 ErrorCode::LimitExceeded,
                 format!(
@@ -97,7 +99,97 @@ impl Core {
             within,
             budget: None,
             evictable: args.evictable,
+            parts: args
+                .parts
+                .into_iter()
+                .map(|p| Part {
+                    placement: p.device.into(),
+                    vram_bytes: p.vram_bytes,
+                    compute: p.compute,
+                })
+                .collect(),
+            policy: args.placement.unwrap_or_default().into(),
         })
+    }
+
+    /// The parts of a lease of several devices make sense on this host: at most one per
+    /// device, no device named twice, and for `near`, a topology to go by.
+    fn check_parts(
+        &self,
+        args: &AcquireArgs,
+        within: Option<gpud_proto::LeaseId>,
+    ) -> Result<(), ErrorBody> {
+        let invalid = |message: String| Err(ErrorBody::new(ErrorCode::InvalidRequest, message));
+        let devices = self.ledger.devices().len();
+        if args.parts.is_empty() {
+            return Ok(());
+        }
+        if args.vram_bytes != 0 || args.compute || args.device != gpud_proto::Placement::Any {
+            return invalid(
+                "a request with parts gives device, vram_bytes and compute for each part, not for \
+                 the request"
+                    .into(),
+            );
+        }
+        if args.parts.len() > devices {
+            return invalid(format!(
+                "{} parts need {} devices of their own; this host has {devices}",
+                args.parts.len(),
+                args.parts.len()
+            ));
+        }
+        if within.is_some() {
+            return invalid(
+                "a lease of several devices cannot be taken from a budget (a budget is one device)"
+                    .into(),
+            );
+        }
+        if args.evictable {
+            return invalid(
+                "an evictable lease is on one device: ask for each device's warm state apart"
+                    .into(),
+            );
+        }
+        let mut named: Vec<(usize, crate::ledger::DeviceIdx)> = Vec::new();
+        for (i, part) in args.parts.iter().enumerate() {
+            if part.vram_bytes == 0 && !part.compute {
+                return invalid(format!(
+                    "part {} reserves nothing: give it vram_bytes, compute, or both",
+                    i + 1
+                ));
+            }
+            if part.device == gpud_proto::Placement::Any {
+                continue;
+            }
+            let d = self
+                .ledger
+                .resolve_one(&part.device.clone().into())
+                .map_err(ledger_error)?;
+            if let Some((j, _)) = named.iter().find(|(_, e)| *e == d) {
+                return invalid(format!(
+                    "parts {} and {} both name device {d}: every part needs a device of its own",
+                    j + 1,
+                    i + 1
+                ));
+            }
+            named.push((i, d));
+        }
+        if args.placement == Some(gpud_proto::PlacementPolicy::Near) && args.parts.len() > 1 {
+            let unknown: Vec<String> = self
+                .ledger
+                .devices()
+                .filter(|d| d.spec().topology.island().is_none())
+                .map(|d| d.index().to_string())
+                .collect();
+            if unknown.len() == devices {
+                return invalid(
+                    "placement near needs the devices' NVLink islands or NUMA nodes, and gpud \
+                     knows neither for any device (gpudctl status shows them)"
+                        .into(),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// A refusal of a request inside a budget names the budget's job too.

@@ -36,10 +36,14 @@ impl Core {
         {
             return Err(unknown());
         }
+        // A group is adopted whole, by its first lease's id and token.
+        let parts = self.ledger.group_of(lease);
         self.ledger.transfer(lease, session).map_err(ledger_error)?;
-        self.journal.orphan_uids.remove(&lease);
-        // The owner may come back as another process: record who holds it now.
-        self.journal_grant(now, lease);
+        for part in parts {
+            self.journal.orphan_uids.remove(&part);
+            // The owner may come back as another process: record who holds it now.
+            self.journal_grant(now, part);
+        }
         info!(lease, session, "lease re-adopted");
         if self.ledger.session_leases(ORPHANS).is_empty() {
             self.timers.set(Timer::Orphans, None);

@@ -81,6 +81,8 @@ impl Core {
                 holder: BUDGETS,
             }),
             evictable: false,
+            parts: Vec::new(),
+            policy: crate::ledger::PlacementPolicy::BestFit,
         })
     }
 

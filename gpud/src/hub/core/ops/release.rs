@@ -13,10 +13,14 @@ impl Core {
         session: SessionId,
         lease: LeaseId,
     ) -> Result<Reply, ErrorBody> {
+        // The parts of a group end together.
+        let ended = self.ledger.group_of(lease);
         self.ledger
             .release(now.at, session, lease)
             .map_err(ledger_error)?;
-        self.observer.released(now.at, lease);
+        for part in ended {
+            self.observer.released(now.at, part);
+        }
         Ok(Reply::Released { lease })
     }
 }
