@@ -1274,27 +1274,38 @@ impl Ledger {
         }
         for member in members {
             if self.leases.contains_key(&member) {
+                // Told before the member's abandoned grow, as in `revoke_lease`.
+                let mark = self.decisions.len();
                 let lease = self.end_lease(member);
-                self.decisions.push_back(Decision::Revoked {
-                    session: lease.session,
-                    lease: member,
-                    reason: RevokeReason::BudgetEnded,
-                });
+                self.decisions.insert(
+                    mark,
+                    Decision::Revoked {
+                        session: lease.session,
+                        lease: member,
+                        reason: RevokeReason::BudgetEnded,
+                    },
+                );
             }
         }
     }
 
     /// Takes lease `id` away, with the rest of its group (each part hears it as a decision).
     fn revoke_lease(&mut self, now: Instant, id: LeaseId, reason: RevokeReason) -> SessionId {
+        // The revocation is told before what follows from it (an abandoned grow), so a holder
+        // that reads the grow's answer already knows its lease is gone.
+        let mark = self.decisions.len();
         let ended = self.end_with_group(id);
         let mut session = None;
-        for lease in &ended {
+        for (i, lease) in ended.iter().enumerate() {
             session.get_or_insert(lease.session);
-            self.decisions.push_back(Decision::Revoked {
-                session: lease.session,
-                lease: lease.id,
-                reason,
-            });
+            self.decisions.insert(
+                mark + i,
+                Decision::Revoked {
+                    session: lease.session,
+                    lease: lease.id,
+                    reason,
+                },
+            );
         }
         let devices: Vec<DeviceIdx> = ended.iter().map(|l| l.device).collect();
         self.schedule_all(now, &devices);

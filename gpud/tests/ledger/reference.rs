@@ -238,8 +238,6 @@ pub struct Reference {
     issued: Vec<Ticket>,
     /// Decisions the current input owes (a release's abandoned grow, an admin revocation).
     owed: Vec<Decision>,
-    /// A lease whose grow was just abandoned by a timer: its revocation must follow.
-    revoking: Option<LeaseId>,
     in_advance: bool,
     /// (waiter, device) pairs where the waiter was seen pinned against since the device's
     /// last pass began.
@@ -276,7 +274,6 @@ impl Reference {
             ends: HashMap::new(),
             issued: Vec::new(),
             owed: Vec::new(),
-            revoking: None,
             in_advance: false,
             held_back: BTreeSet::new(),
             reloaded_from: None,
@@ -923,19 +920,8 @@ impl Reference {
                 self.end(*ticket, End::TimedOut);
             }
             Decision::GrowAbandoned { ticket, lease } => {
-                // Not owed by the input: a timer revokes the lease, and says so next.
-                assert!(
-                    self.revoking.is_none() && self.grace_over(*lease),
-                    "{ticket:?} abandoned while lease {lease} stays"
-                );
-                let seq = self
-                    .seq_of(*ticket)
-                    .unwrap_or_else(|| panic!("{ticket:?} abandoned, not waiting"));
-                let w = self.remove_waiter(seq);
-                assert_eq!(w.grows, Some(*lease));
-                self.leases.get_mut(lease).expect("live").pending_grow = None;
-                self.revoking = Some(*lease);
-                self.end(*ticket, End::Abandoned);
+                // Only owed ones come: after the release or revocation of their lease.
+                panic!("{ticket:?} abandoned while lease {lease} stays");
             }
             Decision::Revoked {
                 session,
@@ -951,12 +937,12 @@ impl Reference {
                     self.grace_over(*lease),
                     "lease {lease} revoked before its grace ran out"
                 );
-                assert!(self.revoking.is_none_or(|id| id == *lease));
-                self.revoking = None;
-                let l = self.leases.remove(lease).expect("live");
-                self.serve(&[l.device]);
+                let l = self.leases.get(lease).expect("live");
                 assert_eq!(l.session, *session, "revocation told to another session");
-                assert!(l.pending_grow.is_none(), "its grow was abandoned first");
+                let device = l.device;
+                // Told first; its grow's abandonment is owed next.
+                self.end_lease(*lease);
+                self.serve(&[device]);
             }
             Decision::YieldRequested {
                 session,
@@ -1041,10 +1027,6 @@ impl Reference {
             self.owed.is_empty(),
             "decisions never sent: {:?}",
             self.owed
-        );
-        assert!(
-            self.revoking.is_none(),
-            "an abandoned grow without its revocation"
         );
         self.hold_back();
         if !self.in_advance {

@@ -523,6 +523,46 @@ fn releasing_a_lease_abandons_its_pending_grow() {
     l.check_invariants().unwrap();
 }
 
+/// A revocation is told before the grow it abandons: a client that reads the grow's answer
+/// already knows its lease is gone.
+#[test]
+fn revoking_a_lease_tells_the_revocation_before_its_abandoned_grow() {
+    let now = Instant::now();
+    let mut l = Ledger::new(LedgerConfig::default(), vec![device("GPU-a", 16)]);
+    let a = granted(
+        &mut l,
+        now,
+        t(1, 1),
+        spec(Placement::Any, 8 * GIB, false, Class::Normal),
+    );
+    let _b = granted(
+        &mut l,
+        now,
+        t(2, 1),
+        spec(Placement::Any, 8 * GIB, false, Class::Normal),
+    );
+    assert_eq!(
+        l.resize(now, t(1, 2), a, 12 * GIB, None),
+        Ok(ResizeOutcome::Waiting)
+    );
+    assert_eq!(l.revoke(now, a), Ok(1));
+    assert_eq!(
+        drain_decisions(&mut l),
+        vec![
+            Decision::Revoked {
+                session: 1,
+                lease: a,
+                reason: RevokeReason::Admin
+            },
+            Decision::GrowAbandoned {
+                ticket: t(1, 2),
+                lease: a
+            }
+        ]
+    );
+    l.check_invariants().unwrap();
+}
+
 #[test]
 fn disconnect_frees_everything_in_one_step() {
     let now = Instant::now();
