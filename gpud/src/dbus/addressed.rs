@@ -3,16 +3,9 @@
 //! name as destination, so that no other client sees them.
 
 use gpud_proto::{Event, LeaseId, RequestId};
-use tokio::sync::mpsc;
-use tracing::debug;
-use zbus::Connection;
-use zbus::names::{BusName, OwnedUniqueName};
-use zbus::object_server::SignalEmitter;
+use zbus::names::OwnedUniqueName;
 
 use crate::hub::wire_name;
-
-use super::PATH;
-use super::manager::ManagerSignals;
 
 /// What one caller is told, in the bus's words.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +42,7 @@ pub enum Addressed {
     },
 }
 
-/// A signal for one caller, for [`signal_callers`] to send.
+/// A signal for one caller, for the manager's `signal_callers` to send.
 pub type CallerSignal = (OwnedUniqueName, Addressed);
 
 impl Addressed {
@@ -86,32 +79,6 @@ impl Addressed {
             // Bus callers see over-use in Status and the metrics; a stopping daemon's name
             // leaves the bus, which NameOwnerChanged tells.
             Event::OverUse { .. } | Event::ShuttingDown => None,
-        }
-    }
-}
-
-/// Sends each caller the signals meant for it.
-pub async fn signal_callers(mut signals: mpsc::UnboundedReceiver<CallerSignal>, conn: Connection) {
-    while let Some((name, signal)) = signals.recv().await {
-        let Ok(emitter) = SignalEmitter::new(&conn, PATH) else {
-            continue;
-        };
-        let emitter = emitter.set_destination(BusName::from(name.as_ref()));
-        let sent = match signal {
-            Addressed::Yield {
-                lease,
-                reason,
-                revoke_in_ms,
-            } => emitter.yield_requested(lease, &reason, revoke_in_ms).await,
-            Addressed::Reclaim {
-                lease,
-                revoke_in_ms,
-            } => emitter.reclaim_requested(lease, revoke_in_ms).await,
-            Addressed::Revoked { lease, reason } => emitter.lease_revoked(lease, &reason).await,
-            Addressed::Queued { request, position } => emitter.queued(&request, position).await,
-        };
-        if let Err(e) = sent {
-            debug!(error = %e, "cannot signal a bus caller");
         }
     }
 }

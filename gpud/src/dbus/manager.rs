@@ -10,12 +10,16 @@ use std::sync::Arc;
 
 use gpud_proto::{AcquireArgs, Class, LeaseId, LeaseInfo, Op, Outcome, Placement, Reply};
 use tokio::sync::mpsc;
+use tracing::debug;
 use zbus::message::Header;
+use zbus::names::BusName;
 use zbus::object_server::SignalEmitter;
 use zbus::{Connection, OwnedVariant, fdo, interface};
 
 use crate::hub::{Command, Inspect, inspect};
 
+use super::PATH;
+use super::addressed::{Addressed, CallerSignal};
 use super::callers::Callers;
 use super::dicts::{self, Options};
 use super::error::BusError;
@@ -335,4 +339,31 @@ fn placement(device: &str) -> Result<Placement, BusError> {
 
 fn to_fdo(e: BusError) -> fdo::Error {
     fdo::Error::Failed(e.to_string())
+}
+
+/// Sends each caller the signals meant for it ([`super::addressed`]), as unicast signals of
+/// this interface.
+pub async fn signal_callers(mut signals: mpsc::UnboundedReceiver<CallerSignal>, conn: Connection) {
+    while let Some((name, signal)) = signals.recv().await {
+        let Ok(emitter) = SignalEmitter::new(&conn, PATH) else {
+            continue;
+        };
+        let emitter = emitter.set_destination(BusName::from(name.as_ref()));
+        let sent = match signal {
+            Addressed::Yield {
+                lease,
+                reason,
+                revoke_in_ms,
+            } => emitter.yield_requested(lease, &reason, revoke_in_ms).await,
+            Addressed::Reclaim {
+                lease,
+                revoke_in_ms,
+            } => emitter.reclaim_requested(lease, revoke_in_ms).await,
+            Addressed::Revoked { lease, reason } => emitter.lease_revoked(lease, &reason).await,
+            Addressed::Queued { request, position } => emitter.queued(&request, position).await,
+        };
+        if let Err(e) = sent {
+            debug!(error = %e, "cannot signal a bus caller");
+        }
+    }
 }

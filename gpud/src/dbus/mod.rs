@@ -105,7 +105,7 @@ pub async fn start(
     let tasks = vec![
         tokio::spawn(watch_departures(departures, callers.clone())),
         tokio::spawn(relay_notices(notices, iface, callers)),
-        tokio::spawn(addressed::signal_callers(caller_signals, conn.clone())),
+        tokio::spawn(manager::signal_callers(caller_signals, conn.clone())),
     ];
     info!(bus = %bus, name = NAME, "serving D-Bus");
     Ok(Some(Service { conn, tasks }))
