@@ -61,3 +61,46 @@ fn a_warm_lease_hears_a_reclaim_and_its_shrink_lets_the_waiter_in() {
         "{metrics}"
     );
 }
+
+/// A warm holder that ignores its reclaim notice is revoked at the deadline (`reclaimed`),
+/// and the request that needed the memory is granted then.
+#[test]
+fn a_warm_lease_that_ignores_its_reclaim_is_revoked_at_the_deadline() {
+    let daemon = Daemon::start_with("1x16GiB", "[scheduler]\nreclaim_grace = \"1s\"\n");
+    let holder = daemon.client();
+    let mut warm = holder
+        .acquire(&LeaseRequest::new().vram(10 * GIB).evictable())
+        .unwrap();
+    let asked = std::time::Instant::now();
+    let granted = daemon
+        .client()
+        .acquire(
+            &LeaseRequest::new()
+                .vram(10 * GIB)
+                .timeout(Duration::from_secs(20)),
+        )
+        .unwrap();
+    let waited = asked.elapsed();
+    assert_eq!(granted.info().vram_bytes, 10 * GIB);
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(10),
+        "granted after {waited:?}, the grace is 1 s"
+    );
+    assert!(wait_until(Duration::from_secs(5), || warm.is_lost()));
+    let mut events = Vec::new();
+    while let Some(e) = warm.try_event() {
+        events.push(e);
+    }
+    assert!(
+        matches!(events.as_slice(), [Event::ReclaimRequested { .. }, Event::Revoked { reason, .. }]
+            if *reason == gpud_client::proto::RevokeReason::Reclaimed),
+        "{events:?}"
+    );
+    let metrics = String::from_utf8(daemon.gpudctl(&["metrics"]).stdout).unwrap();
+    assert!(
+        metrics.lines().any(|l| l.starts_with("gpud_lease_revocations_total{")
+            && l.contains("reclaimed")
+            && l.ends_with(" 1")),
+        "{metrics}"
+    );
+}
