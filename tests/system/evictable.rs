@@ -98,9 +98,11 @@ fn a_warm_lease_that_ignores_its_reclaim_is_revoked_at_the_deadline() {
     );
     let metrics = String::from_utf8(daemon.gpudctl(&["metrics"]).stdout).unwrap();
     assert!(
-        metrics.lines().any(|l| l.starts_with("gpud_lease_revocations_total{")
-            && l.contains("reclaimed")
-            && l.ends_with(" 1")),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("gpud_lease_revocations_total{")
+                && l.contains("reclaimed")
+                && l.ends_with(" 1")),
         "{metrics}"
     );
 }
