@@ -515,10 +515,10 @@ where
         run.fail(e);
         return (0, Some(warm.finish().1));
     }
-    let vram = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let reclaimer = scope.spawn(|| warm.reclaimer());
         let vram = phases(run, engine, leaser, Some(&warm), rx, tx);
-        let (lease, _) = warm.finish();
+        let (lease, report) = warm.finish();
         match reclaimer.join() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => run.fail(e),
@@ -546,9 +546,8 @@ where
                 run.fail(e);
             }
         }
-        vram
-    });
-    (vram, Some(warm.finish().1))
+        (vram, Some(report))
+    })
 }
 
 /// The partitions' GPU phases, each under its own {VRAM + compute} lease.
@@ -605,13 +604,8 @@ where
         item.job / cfg.partitions,
         item.job % cfg.partitions
     );
-    let (lease, mut state, request) = loop {
-        // Evicted bases come back first when they fit; else this phase runs cold.
-        let warm_device = match warm {
-            Some(w) if w.rewarm()? => w.lock().device(),
-            _ => None,
-        };
-        // Sized by the engine: with the bases when they are not resident right now.
+    // Sized by the engine: with the bases when they are not resident right now.
+    let make_request = |device: Option<String>| {
         let mut request = LeaseRequest::new(
             engine
                 .vram_bytes(key, item.syn.log_domain())
@@ -620,26 +614,21 @@ where
             &cfg.class,
             label.clone(),
         );
-        request.device = warm_device.clone();
-        *vram = request.vram_bytes;
-        let lease = leaser.acquire(&request)?;
-        let state = warm.map(|w| w.lock());
-        // Evicted while this lease was awaited: it has no room for the bases.
-        let evicted = warm_device.is_some() && state.as_ref().is_some_and(|st| !st.is_warm());
-        if !evicted {
-            break (lease, state, request);
-        }
-        if let (Some(w), Some(mut st)) = (warm, state) {
-            w.retried(&mut st);
-        }
-        drop(lease);
+        request.device = device;
+        request
     };
-    let granted = clock.now();
-    if let (Some(w), Some(st)) = (warm, state.as_mut()) {
-        if !st.is_warm() {
-            w.ran_cold(st);
+    let (lease, request, mut state) = match warm {
+        Some(w) => {
+            let (lease, request, state) = w.phase_lease(make_request)?;
+            (lease, request, Some(state))
         }
-    }
+        None => {
+            let request = make_request(None);
+            (leaser.acquire(&request)?, request, None)
+        }
+    };
+    *vram = request.vram_bytes;
+    let granted = clock.now();
     let (lease_id, device_uuid) = (lease.lease_id(), lease.device_uuid().to_owned());
     let mut held = YieldingLease::new(leaser, request, lease, *clock);
     let out = prove::gpu_phase_with_safe_points(engine, &mut held, key, item.syn);

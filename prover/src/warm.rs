@@ -91,6 +91,9 @@ impl<Z: Reservation> WarmState<Z> {
     }
 }
 
+/// The warm state, locked (for the length of a phase).
+pub type WarmGuard<'w, Z> = MutexGuard<'w, WarmState<Z>>;
+
 /// The resident bases of one run: the engine's, under a lease from the leaser.
 pub struct Warm<'a, E: Engine, L: Leaser> {
     engine: &'a E,
@@ -226,14 +229,34 @@ where
         Ok(())
     }
 
-    /// A phase ran with a lease that included the bases.
-    pub fn ran_cold(&self, state: &mut WarmState<L::Lease>) {
-        state.report.cold_phases += 1;
-    }
-
-    /// A phase lease sized for resident bases came after they were evicted.
-    pub fn retried(&self, state: &mut WarmState<L::Lease>) {
-        state.report.phase_retries += 1;
+    /// A phase's lease, with the state locked for the phase: the bases are put back up first
+    /// when they fit ([`Warm::rewarm`]); `request` makes the lease's request for the device of
+    /// the resident bases (`None`: cold, anywhere), sized by the engine as they are now. A
+    /// lease sized for resident bases that were evicted while it was awaited is given back and
+    /// asked for again, larger. Counts retries and cold phases.
+    pub fn phase_lease(
+        &self,
+        mut request: impl FnMut(Option<String>) -> LeaseRequest,
+    ) -> Result<(L::Lease, LeaseRequest, WarmGuard<'_, L::Lease>)> {
+        loop {
+            let warm_device = if self.rewarm()? {
+                self.lock().device()
+            } else {
+                None
+            };
+            let asked = request(warm_device.clone());
+            let lease = self.leaser.acquire(&asked)?;
+            let mut state = self.lock();
+            if warm_device.is_none() || state.is_warm() {
+                if !state.is_warm() {
+                    state.report.cold_phases += 1;
+                }
+                return Ok((lease, asked, state));
+            }
+            state.report.phase_retries += 1;
+            drop(state);
+            drop(lease);
+        }
     }
 
     fn evict(

@@ -530,7 +530,7 @@ struct Ctx<E: Engine + 'static, L: Leaser + 'static> {
 }
 
 /// The warm state, locked for the length of a phase.
-type WarmGuard<Z> = std::sync::MutexGuard<'static, gpud_prover::warm::WarmState<Z>>;
+type WarmGuard<Z> = gpud_prover::warm::WarmGuard<'static, Z>;
 
 /// A phase's lease, with the warm state locked for the phase when there is one.
 type HeldPhase<L> = (
@@ -622,11 +622,6 @@ where
                 }
             };
             rec.warm = warm_state.as_ref().map(|st| st.is_warm());
-            if let (Some(w), Some(st)) = (self.warm, warm_state.as_mut()) {
-                if !st.is_warm() {
-                    w.ran_cold(st);
-                }
-            }
             let granted = clock.now();
             rec.granted = Some(granted);
             rec.device = Some(lease.device_uuid().to_owned());
@@ -719,37 +714,27 @@ where
     /// were evicted while it was awaited is given back and asked for again, larger.
     fn acquire(&self, label: String) -> gpud_prover::Result<HeldPhase<L>> {
         let (key, log) = (&self.work.key, self.work.log_domain());
-        loop {
-            let warm_device = match self.warm {
-                Some(w) if w.rewarm()? => w.lock().device(),
-                _ => None,
-            };
-            let request = LeaseRequest {
-                // Without warm state the engine's size never changes: the one reported.
-                vram_bytes: match self.warm {
-                    Some(_) => self
-                        .engine
-                        .vram_bytes(key, log)
-                        .saturating_add(self.opts.vram_pad),
-                    None => self.lease_bytes,
-                },
-                compute: true,
-                device: warm_device.clone().or_else(|| self.opts.device.clone()),
-                class: self.opts.class.clone(),
-                label: label.clone(),
-                evictable: false,
-            };
-            let lease = self.leaser.acquire(&request)?;
-            let Some(w) = self.warm else {
-                return Ok((lease, None));
-            };
-            let mut state = w.lock();
-            if warm_device.is_none() || state.is_warm() {
-                return Ok((lease, Some(state)));
+        let request = |device: Option<String>| LeaseRequest {
+            // Without warm state the engine's size never changes: the one reported.
+            vram_bytes: match self.warm {
+                Some(_) => self
+                    .engine
+                    .vram_bytes(key, log)
+                    .saturating_add(self.opts.vram_pad),
+                None => self.lease_bytes,
+            },
+            compute: true,
+            device: device.or_else(|| self.opts.device.clone()),
+            class: self.opts.class.clone(),
+            label: label.clone(),
+            evictable: false,
+        };
+        match self.warm {
+            Some(w) => {
+                let (lease, _, state) = w.phase_lease(request)?;
+                Ok((lease, Some(state)))
             }
-            w.retried(&mut state);
-            drop(state);
-            drop(lease);
+            None => Ok((self.leaser.acquire(&request(None))?, None)),
         }
     }
 
