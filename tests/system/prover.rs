@@ -383,3 +383,54 @@ fn a_prover_gives_its_warm_bases_back_on_reclaim_and_puts_them_back_up() {
         "the warm lease was revoked instead of given back: {metrics}"
     );
 }
+
+/// A warm lease past the memory leases' maximum hold is asked to yield: the prover gives its
+/// bases back like a reclaim and takes a fresh lease for them, instead of being revoked.
+#[test]
+fn a_prover_renews_its_warm_bases_when_their_maximum_hold_asks_it_to_yield() {
+    const GIB: u64 = 1 << 30;
+    let daemon = Daemon::start_with(
+        "16GiB",
+        "[scheduler]\nmemory_revoke_after_yield = \"30s\"\n[scheduler.max_hold.memory]\nnormal = \"1s\"\n",
+    );
+    let params_dir = params(12);
+    let out = Command::new(bin("gpud-prover"))
+        .args([
+            "prove",
+            "--circuit",
+            "synthetic",
+            "--json",
+            "--log-size",
+            "12",
+        ])
+        .args(["--proofs", "1", "--partitions", "60", "--seed", "800"])
+        .args(["--engine", "cpu", "--resident-vram", "2GiB"])
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .arg("--params-dir")
+        .arg(params_dir)
+        .output()
+        .unwrap();
+    let report = report(out);
+    let warm = &report["resident"];
+    assert_eq!(warm["vram_bytes"], 2 * GIB, "{warm}");
+    // The run lasts seconds: maximum holds came, each answered by a fresh lease (the last
+    // may come too late to be put back up).
+    let (loads, evictions) = (
+        warm["loads"].as_u64().unwrap(),
+        warm["evictions"].as_u64().unwrap(),
+    );
+    assert!(
+        report["wall"].as_f64().unwrap() > 1.5,
+        "too short a run to reach the hold"
+    );
+    assert!(evictions >= 1, "{warm}");
+    assert!(loads == evictions || loads == evictions + 1, "{warm}");
+    let metrics = String::from_utf8(daemon.gpudctl(&["metrics"]).stdout).unwrap();
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("gpud_lease_revocations_total{") && l.ends_with(" 1")),
+        "a warm lease was revoked: {metrics}"
+    );
+}
