@@ -117,6 +117,9 @@ pub struct Ledger {
     yield_scans: u64,
     /// Maximum holds, revocation graces and stopped holders.
     watch: liveness::Watch,
+    /// While due timers are handled: the devices whose scheduling waits until all of them are,
+    /// so that one scheduling round sees everything they freed.
+    deferred: Option<BTreeSet<DeviceIdx>>,
 }
 
 impl Ledger {
@@ -138,6 +141,7 @@ impl Ledger {
             next_seq: 0,
             yield_scans: 0,
             watch: liveness::Watch::default(),
+            deferred: None,
         }
     }
 
@@ -664,6 +668,26 @@ impl Ledger {
 
     /// Fires every timer due at `now`: request timeouts, maximum holds, revocations.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // Timers due together (reclaim deadlines asked in one pass share theirs) free what
+        // they free first; then one scheduling round grants and decides on all of it, instead
+        // of a round per timer that reclaims or grants for memory the next timer frees anyway.
+        let outer = self.deferred.is_none();
+        if outer {
+            self.deferred = Some(BTreeSet::new());
+        }
+        self.handle_due_timers(now);
+        if outer {
+            let touched: Vec<DeviceIdx> = self
+                .deferred
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
+            self.schedule_all(now, &touched);
+        }
+    }
+
+    fn handle_due_timers(&mut self, now: Instant) {
         while let Some(timer) = self.timers.pop_due(now) {
             match timer {
                 Timer::WaitDeadline(seq) => {
@@ -985,7 +1009,10 @@ impl Ledger {
     /// the budget's job, whose budget holds the very memory `o` waits for.
     fn pin_applies(&self, o: &Waiter, waiter: &Waiter, d: DeviceIdx) -> bool {
         let o_need = o.device_need();
-        self.waits_for_device(o)
+        // Warm state yields to real work: an evictable waiter is protected against other
+        // evictable requests only (it is not granted while they wait for memory anyway).
+        !(o.evictable && !waiter.evictable)
+            && self.waits_for_device(o)
             && o_need.competes_with(&waiter.device_need())
             && !(waiter.within.is_some() && o_need.vram_bytes > self.devices[d].free())
     }
@@ -1049,7 +1076,7 @@ impl Ledger {
         !dev.drained
             && fits
             && (!waiter.need.compute || dev.free_slots(waiter.class) > 0)
-            && (!waiter.evictable || !self.memory_wanted(d))
+            && (!waiter.evictable || !self.memory_wanted(d, waiter.need.vram_bytes))
             && !self.blocked_by_oldest(waiter, d)
     }
 
@@ -1322,20 +1349,30 @@ impl Ledger {
             .collect()
     }
 
-    fn schedule_all(&mut self, now: Instant, devices: &[DeviceIdx]) {
-        for &d in devices {
-            self.schedule(now, d);
-        }
+    fn schedule(&mut self, now: Instant, d: DeviceIdx) {
+        self.schedule_all(now, &[d]);
     }
 
-    /// Grants what can be granted on `d`, in serving order, examining at most `max_scan`
-    /// waiters; then re-evaluates yield notices.
+    /// One scheduling round over `devices`: grants what can be granted on each, in serving
+    /// order, examining at most `max_scan` waiters per device; then stopped holders that
+    /// waiters need, yield notices and reclaims, last, so that a reclaim is asked in the state
+    /// that the round leaves (no grant of the round comes after it).
     ///
     /// A group granted in a pass was queued on other devices too: its pin there is gone, so
     /// those devices (and `d`, where what came before the group met its pin) get a pass of
     /// their own, until a round of passes grants no group.
-    fn schedule(&mut self, now: Instant, d: DeviceIdx) {
-        let mut pending = vec![d];
+    fn schedule_all(&mut self, now: Instant, devices: &[DeviceIdx]) {
+        if let Some(deferred) = self.deferred.as_mut() {
+            deferred.extend(devices.iter().copied());
+            return;
+        }
+        // Popped from the back: the first device is served first.
+        let mut pending: Vec<DeviceIdx> = Vec::with_capacity(devices.len());
+        for &d in devices.iter().rev() {
+            if !pending.contains(&d) {
+                pending.push(d);
+            }
+        }
         let mut passed = BTreeSet::new();
         while let Some(d) = pending.pop() {
             passed.insert(d);
@@ -1345,11 +1382,11 @@ impl Ledger {
                 }
             }
         }
+        self.refresh_stopped(now);
         self.refresh_yields(now);
         for d in passed {
             self.refresh_reclaims(now, d);
         }
-        self.refresh_stopped(now);
     }
 
     /// One pass over `d`'s waiters. Returns the devices the groups it granted were queued on.

@@ -54,16 +54,21 @@ impl Ledger {
         }
     }
 
-    /// Whether a request that is not evictable waits for memory on `d`: warm state is then not
-    /// granted there, since it would only be reclaimed again (memory freed for the waiter
-    /// would go to warm state instead).
-    pub(super) fn memory_wanted(&self, d: DeviceIdx) -> bool {
+    /// Whether warm state of `taking` bytes on `d` would take memory that requests waiting
+    /// there (not evictable) ask: warm state is granted only from memory beyond what they ask
+    /// in all, or it would be reclaimed again at once (and memory freed for a waiter would go
+    /// to warm state instead).
+    pub(super) fn memory_wanted(&self, d: DeviceIdx, taking: u64) -> bool {
         let dev = &self.devices[d];
-        dev.queue
+        let wanted = dev
+            .queue
             .iter()
             .take(self.config.max_scan)
             .filter_map(|(_, seq)| self.waiters.get(seq))
-            .any(|w| !w.evictable && w.within.is_none() && w.need.vram_bytes > dev.free())
+            .filter(|w| !w.evictable)
+            .map(|w| w.device_need().vram_bytes)
+            .fold(0u64, u64::saturating_add);
+        wanted > 0 && wanted.saturating_add(taking) > dev.free()
     }
 
     /// Where reclaiming would let `waiter` fit, and how much is missing there.

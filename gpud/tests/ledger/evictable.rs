@@ -263,6 +263,87 @@ fn a_request_that_waits_for_the_compute_slot_reclaims_nothing() {
     l.check_invariants().unwrap();
 }
 
+/// A warm request that has been overtaken to its bound does not hold back a request that is
+/// not evictable (warm state yields to real work), and is not granted memory that request
+/// waits for: granting it would only have it reclaimed at once.
+#[test]
+fn warm_state_is_not_granted_memory_a_waiting_request_needs() {
+    let mut l = Ledger::new(
+        LedgerConfig {
+            reclaim_grace: GRACE,
+            max_overtakes: 1,
+            ..LedgerConfig::default()
+        },
+        sim_devices(1, 1),
+    );
+    let now = Instant::now();
+    let big = l
+        .acquire(now, ticket(1, 1), plain(10, Class::Normal))
+        .unwrap()
+        .unwrap();
+    let warm_request = ticket(2, 1);
+    assert_eq!(
+        l.acquire(now, warm_request, warm(8, Class::Normal)),
+        Ok(None)
+    );
+    // A later request takes memory past the warm one: the warm request is at its bound.
+    l.acquire(now, ticket(3, 1), plain(2, Class::Normal))
+        .unwrap()
+        .unwrap();
+    let real = ticket(4, 1);
+    assert_eq!(l.acquire(now, real, plain(9, Class::Normal)), Ok(None));
+    decisions(&mut l);
+    // 14 GiB free: enough for the 9 GiB request, not for both.
+    l.release(now, 1, big).unwrap();
+    let ds = decisions(&mut l);
+    assert!(
+        matches!(ds.as_slice(), [Decision::Granted { ticket, .. }] if *ticket == real),
+        "{ds:?}"
+    );
+    assert!(l.waiters().iter().any(|w| w.ticket == warm_request));
+    l.check_invariants().unwrap();
+}
+
+/// Reclaim deadlines asked in one pass fall due together: what they all free is served in
+/// class order, so the critical request that asked for it is granted at the deadline rather
+/// than a lower class taking the first revocation's memory and the critical one reclaiming
+/// more and waiting another grace.
+#[test]
+fn memory_freed_by_deadlines_due_together_is_served_in_class_order() {
+    let mut l = ledger(1);
+    let now = Instant::now();
+    for (session, gib) in [(1, 4), (2, 4), (5, 2)] {
+        l.acquire(now, ticket(session, 1), warm(gib, Class::Background))
+            .unwrap()
+            .unwrap();
+    }
+    l.acquire(now, ticket(6, 1), plain(6, Class::Normal))
+        .unwrap()
+        .unwrap();
+    let critical = ticket(3, 1);
+    assert_eq!(
+        l.acquire(now, critical, plain(7, Class::Critical)),
+        Ok(None)
+    );
+    assert_eq!(
+        reclaimed(&decisions(&mut l)).len(),
+        2,
+        "the two oldest: 8 GiB"
+    );
+    let normal = ticket(4, 1);
+    assert_eq!(l.acquire(now, normal, plain(3, Class::Normal)), Ok(None));
+    assert!(reclaimed(&decisions(&mut l)).is_empty(), "8 GiB are coming");
+    l.handle_timeout(now + GRACE);
+    let ds = decisions(&mut l);
+    assert!(
+        ds.iter()
+            .any(|d| matches!(d, Decision::Granted { ticket, .. } if *ticket == critical)),
+        "{ds:?}"
+    );
+    assert!(l.waiters().iter().any(|w| w.ticket == normal));
+    l.check_invariants().unwrap();
+}
+
 #[test]
 fn an_any_request_reclaims_on_one_device_only() {
     let mut l = ledger(2);
