@@ -1011,7 +1011,7 @@ impl Ledger {
         let o_need = o.device_need();
         // Warm state yields to real work: an evictable waiter is protected against other
         // evictable requests only (it is not granted while they wait for memory anyway).
-        !(o.evictable && !waiter.evictable)
+        (!o.evictable || waiter.evictable)
             && self.waits_for_device(o)
             && o_need.competes_with(&waiter.device_need())
             && !(waiter.within.is_some() && o_need.vram_bytes > self.devices[d].free())
