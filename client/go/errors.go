@@ -52,6 +52,9 @@ const (
 	CodeLimitExceeded Code = "limit_exceeded"
 	// CodeShuttingDown: the daemon is stopping.
 	CodeShuttingDown Code = "shutting_down"
+	// CodeGrowDeadlock: a waiting resize failed because its lease and others each waited to
+	// grow into memory only the others hold; the lease keeps its size.
+	CodeGrowDeadlock Code = "grow_deadlock"
 	// CodeInternal: a bug in the daemon.
 	CodeInternal Code = "internal"
 )
@@ -62,7 +65,7 @@ var Codes = []Code{
 	CodeNotAllowed, CodePermissionDenied, CodeInvalidRequest, CodeUnknownDevice,
 	CodeNeverFits, CodeUnknownLease, CodeUnknownRequest, CodeDuplicateRequest,
 	CodeResizePending, CodeTimedOut, CodeCancelled, CodeLimitExceeded, CodeShuttingDown,
-	CodeInternal,
+	CodeInternal, CodeGrowDeadlock,
 }
 
 // Error is an error the daemon answered with (a reply's error outcome, or a session error
@@ -129,6 +132,8 @@ var (
 	ErrLimitExceeded = &Error{Code: CodeLimitExceeded}
 	// ErrShuttingDown matches errors with CodeShuttingDown.
 	ErrShuttingDown = &Error{Code: CodeShuttingDown}
+	// ErrGrowDeadlock matches errors with CodeGrowDeadlock.
+	ErrGrowDeadlock = &Error{Code: CodeGrowDeadlock}
 	// ErrInternal matches errors with CodeInternal.
 	ErrInternal = &Error{Code: CodeInternal}
 )

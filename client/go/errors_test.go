@@ -26,6 +26,7 @@ var sentinels = map[Code]*Error{
 	CodeUnknownRequest: ErrUnknownRequest, CodeDuplicateRequest: ErrDuplicateRequest,
 	CodeResizePending: ErrResizePending, CodeTimedOut: ErrTimedOut, CodeCancelled: ErrCancelled,
 	CodeLimitExceeded: ErrLimitExceeded, CodeShuttingDown: ErrShuttingDown, CodeInternal: ErrInternal,
+	CodeGrowDeadlock: ErrGrowDeadlock,
 }
 
 func snake(camel string) string {
@@ -257,6 +258,8 @@ func TestEveryReachableCodeFromTheDaemon(t *testing.T) {
 	go func() { grow <- a.Resize(ctx, 12*gib) }()
 	eventually(t, 5*time.Second, "the grow waits", waiters(t, c, 1))
 	must(a.Resize(ctx, 13*gib), CodeResizePending)
+	// The other lease grows too, into memory only the first holds: the younger grow fails.
+	must(b.Resize(ctx, 12*gib), CodeGrowDeadlock)
 	if err := a.Release(); err != nil {
 		t.Fatal(err)
 	}

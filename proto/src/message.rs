@@ -514,6 +514,9 @@ pub enum ErrorCode {
     ShuttingDown,
     /// A bug in the daemon.
     Internal,
+    /// A waiting grow failed: its lease and others were each waiting to grow into memory only
+    /// the others hold, and this lease was the youngest of them.
+    GrowDeadlock,
 }
 
 /// An error code with a human explanation.

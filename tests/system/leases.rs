@@ -319,3 +319,28 @@ fn closing_a_client_ends_its_session_and_its_leases_are_lost() {
     ));
     assert_eq!(probe.status().unwrap().leases.len(), 1);
 }
+
+#[test]
+fn two_leases_growing_into_each_others_memory_fail_the_younger_grow() {
+    let daemon = Daemon::start("16GiB");
+    let (a, b) = (daemon.client(), daemon.client());
+    let mut older = a.acquire(&LeaseRequest::new().vram(6 * GIB)).unwrap();
+    let mut younger = b.acquire(&LeaseRequest::new().vram(6 * GIB)).unwrap();
+    let grows = thread::spawn(move || {
+        let size = older.resize(11 * GIB, Some(Duration::from_secs(30)));
+        (older, size)
+    });
+    let probe = daemon.client();
+    assert!(wait_until(Duration::from_secs(5), || {
+        probe.status().unwrap().devices[0].queued.normal == 1
+    }));
+    let e = younger.resize(11 * GIB, None).unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::GrowDeadlock), "{e}");
+    assert!(e.to_string().contains("youngest"), "{e}");
+    assert_eq!(younger.info().vram_bytes, 6 * GIB);
+    // Told its allocation failed, the younger program lets go: the older one grows.
+    younger.release().unwrap();
+    let (older, size) = grows.join().unwrap();
+    assert_eq!(size.unwrap(), 11 * GIB);
+    older.release().unwrap();
+}

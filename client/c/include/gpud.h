@@ -138,6 +138,11 @@ enum gpud_code
    */
   GPUD_E_INTERNAL = 18,
   /**
+   * `grow_deadlock`: a waiting grow failed because its lease and others each waited to
+   * grow into memory only the others hold (the lease keeps its size).
+   */
+  GPUD_E_GROW_DEADLOCK = 19,
+  /**
    * `connect_failed`: no daemon answers on the socket (wrong path, gpud not running, no
    * permission on the socket).
    */

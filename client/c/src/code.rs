@@ -53,6 +53,9 @@ pub enum GpudCode {
     GPUD_E_SHUTTING_DOWN = 17,
     /// `internal`: a bug in the daemon.
     GPUD_E_INTERNAL = 18,
+    /// `grow_deadlock`: a waiting grow failed because its lease and others each waited to
+    /// grow into memory only the others hold (the lease keeps its size).
+    GPUD_E_GROW_DEADLOCK = 19,
     /// `connect_failed`: no daemon answers on the socket (wrong path, gpud not running, no
     /// permission on the socket).
     GPUD_E_CONNECT_FAILED = 100,
@@ -125,6 +128,7 @@ impl GpudCode {
             GpudCode::GPUD_E_LIMIT_EXCEEDED => c"limit_exceeded",
             GpudCode::GPUD_E_SHUTTING_DOWN => c"shutting_down",
             GpudCode::GPUD_E_INTERNAL => c"internal",
+            GpudCode::GPUD_E_GROW_DEADLOCK => c"grow_deadlock",
             GpudCode::GPUD_E_CONNECT_FAILED => c"connect_failed",
             GpudCode::GPUD_E_CONNECTION_LOST => c"connection_lost",
             GpudCode::GPUD_E_NULL_ARGUMENT => c"null_argument",
@@ -168,6 +172,7 @@ impl GpudCode {
             ErrorCode::LimitExceeded => GpudCode::GPUD_E_LIMIT_EXCEEDED,
             ErrorCode::ShuttingDown => GpudCode::GPUD_E_SHUTTING_DOWN,
             ErrorCode::Internal => GpudCode::GPUD_E_INTERNAL,
+            ErrorCode::GrowDeadlock => GpudCode::GPUD_E_GROW_DEADLOCK,
             _ => GpudCode::GPUD_E_PROTOCOL,
         }
     }
@@ -263,7 +268,7 @@ mod tests {
     #[test]
     fn every_protocol_code_has_its_own_c_code_of_the_same_name() {
         let documented = documented_codes();
-        assert_eq!(documented.len(), 18, "{documented:?}");
+        assert_eq!(documented.len(), 19, "{documented:?}");
         let mut seen = std::collections::HashSet::new();
         for name in &documented {
             let code: ErrorCode = serde_json::from_value(serde_json::json!(name))

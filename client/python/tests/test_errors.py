@@ -119,6 +119,9 @@ def test_errors_of_resize_and_release(daemon: Daemon) -> None:
         assert wait_until(lambda: len(a_client.status().waiters) == 1)
         with pytest.raises(gpud.ResizePending):
             a.resize("5GiB")
+        # grow_deadlock: the other lease grows into memory only the first holds.
+        with pytest.raises(gpud.GrowDeadlock):
+            b.resize("14GiB")
         # cancelled: the lease of a waiting grow ends.
         a.release()
         t.join(5)

@@ -53,6 +53,7 @@
 //! policy ([`PlacementPolicy`]) chooses among the devices that can grant.
 
 mod budget;
+mod deadlock;
 mod device;
 mod group;
 mod liveness;
@@ -541,6 +542,7 @@ impl Ledger {
             lease.pending_grow = Some(ticket);
         }
         self.enqueue(waiter);
+        self.break_grow_deadlocks(d);
         self.refresh_stopped(now);
         Ok(ResizeOutcome::Waiting)
     }
@@ -662,6 +664,8 @@ impl Ledger {
         if grew {
             self.schedule(now, device);
         } else {
+            // Less memory can come back to growers that wait there.
+            self.break_grow_deadlocks(device);
             self.refresh_stopped(now);
         }
     }
@@ -1384,6 +1388,10 @@ impl Ledger {
         }
         self.refresh_stopped(now);
         self.refresh_yields(now);
+        for &d in &passed {
+            // What unleased processes use can shrink a device under waiting grows.
+            self.break_grow_deadlocks(d);
+        }
         for d in passed {
             self.refresh_reclaims(now, d);
         }

@@ -384,6 +384,15 @@ pub enum Decision {
         /// The lease that went away.
         lease: LeaseId,
     },
+    /// A waiting grow failed at once: its lease and other leases were each waiting to grow
+    /// into memory only the others hold (the `deadlock` module's rule). The lease keeps its
+    /// size.
+    GrowDeadlocked {
+        /// The resize request.
+        ticket: Ticket,
+        /// The lease that did not grow.
+        lease: LeaseId,
+    },
     /// Ask a holder to release at its next safe point.
     YieldRequested {
         /// The holder.

@@ -241,6 +241,7 @@ impl Run {
                 | Decision::Grew { ticket, .. }
                 | Decision::TimedOut { ticket }
                 | Decision::GrowAbandoned { ticket, .. }
+                | Decision::GrowDeadlocked { ticket, .. }
                 | Decision::BudgetEnded { ticket, .. } => {
                     assert!(
                         self.waiting.remove(&ticket),

@@ -198,6 +198,7 @@ impl Harness {
                 Decision::Granted { lease, .. }
                 | Decision::Grew { lease, .. }
                 | Decision::GrowAbandoned { lease, .. }
+                | Decision::GrowDeadlocked { lease, .. }
                 | Decision::YieldRequested { lease, .. }
                 | Decision::ReclaimRequested { lease, .. }
                 | Decision::Revoked { lease, .. } => Some(*lease),

@@ -138,6 +138,7 @@ pub enum End {
     Cancelled,
     TimedOut,
     Abandoned,
+    Deadlocked,
 }
 
 #[derive(Debug, Clone)]
@@ -918,6 +919,47 @@ impl Reference {
                     w.deadline
                 );
                 self.end(*ticket, End::TimedOut);
+            }
+            Decision::GrowDeadlocked { ticket, lease } => {
+                let seq = self
+                    .seq_of(*ticket)
+                    .unwrap_or_else(|| panic!("deadlock of {ticket:?} that was not waiting"));
+                assert_eq!(
+                    self.waiters[&seq].grows,
+                    Some(*lease),
+                    "{ticket:?} is that grow"
+                );
+                let d = self.leases[lease].device;
+                // Every grow waiting on the device needs more than all memory but the
+                // growers' own could ever give, and this lease is the youngest grower.
+                let growers: Vec<(LeaseId, u64)> = self
+                    .waiters
+                    .values()
+                    .filter_map(|w| w.grows.map(|id| (id, w.vram_bytes)))
+                    .filter(|(id, _)| self.leases[id].device == d)
+                    .collect();
+                assert!(
+                    growers.len() >= 2,
+                    "{ticket:?}: a deadlock needs two growers"
+                );
+                let held: u64 = growers
+                    .iter()
+                    .map(|(id, _)| self.leases[id].vram_bytes)
+                    .sum();
+                let can_come_back = self.capacity(d).saturating_sub(held);
+                assert!(
+                    growers.iter().all(|(_, need)| *need > can_come_back),
+                    "{ticket:?} failed as deadlocked, but a grow on device {d} can still be \
+                     served: {growers:?}, {can_come_back} bytes can come back"
+                );
+                let youngest = growers
+                    .iter()
+                    .map(|(id, _)| (self.leases[id].granted_at, *id))
+                    .max()
+                    .map(|(_, id)| id);
+                assert_eq!(youngest, Some(*lease), "the youngest grower's grow fails");
+                self.remove_waiter(seq);
+                self.end(*ticket, End::Deadlocked);
             }
             Decision::GrowAbandoned { ticket, lease } => {
                 // Only owed ones come: after the release or revocation of their lease.

@@ -901,3 +901,81 @@ fn queued_critical_waiters_do_not_make_every_pass_walk_them_all() {
     );
     l.check_invariants().unwrap();
 }
+
+/// Two leases that each wait to grow into memory only the other holds: the younger one's grow
+/// fails at once and it keeps its size; the older one grows once the younger lets go.
+#[test]
+fn growers_that_wait_for_each_other_fail_the_younger_grow() {
+    let now = Instant::now();
+    let mut l = Ledger::new(LedgerConfig::default(), vec![device("GPU-a", 16)]);
+    let mem = |gib| spec(Placement::Any, gib * GIB, false, Class::Normal);
+    let older = granted(&mut l, now, t(1, 1), mem(6));
+    let younger = granted(&mut l, now + Duration::from_secs(1), t(2, 1), mem(6));
+    // 4 GiB free: each grow of 5 waits; alone, the first can still be served by the second.
+    assert_eq!(
+        l.resize(now, t(1, 2), older, 11 * GIB, None),
+        Ok(ResizeOutcome::Waiting)
+    );
+    assert!(drain_decisions(&mut l).is_empty());
+    assert_eq!(
+        l.resize(now, t(2, 2), younger, 11 * GIB, None),
+        Ok(ResizeOutcome::Waiting)
+    );
+    assert_eq!(
+        drain_decisions(&mut l),
+        vec![Decision::GrowDeadlocked {
+            ticket: t(2, 2),
+            lease: younger
+        }]
+    );
+    assert_eq!(
+        l.lease(younger).unwrap().vram_bytes,
+        6 * GIB,
+        "keeps its size"
+    );
+    assert!(l.lease(younger).unwrap().pending_grow.is_none());
+    l.check_invariants().unwrap();
+    // The younger program, told its allocation failed, frees: the older grows.
+    l.release(now, 2, younger).unwrap();
+    assert!(matches!(
+        drain_decisions(&mut l).as_slice(),
+        [Decision::Grew { lease, vram_bytes, .. }] if *lease == older && *vram_bytes == 11 * GIB
+    ));
+    l.check_invariants().unwrap();
+}
+
+/// Memory a lease without a waiting grow holds can still come back: growers wait for it rather
+/// than fail.
+#[test]
+fn growers_wait_while_memory_they_need_is_held_by_leases_that_do_not_grow() {
+    let now = Instant::now();
+    let mut l = Ledger::new(LedgerConfig::default(), vec![device("GPU-a", 16)]);
+    let mem = |gib| spec(Placement::Any, gib * GIB, false, Class::Normal);
+    let a = granted(&mut l, now, t(1, 1), mem(5));
+    let b = granted(&mut l, now, t(2, 1), mem(5));
+    let c = granted(&mut l, now, t(3, 1), mem(4));
+    // 2 GiB free; each grows by 4; 16 - 10 = 6 GiB can come back (c's 4 and the free 2).
+    for (ticket, lease) in [(t(1, 2), a), (t(2, 2), b)] {
+        assert_eq!(
+            l.resize(now, ticket, lease, 9 * GIB, None),
+            Ok(ResizeOutcome::Waiting)
+        );
+    }
+    assert!(drain_decisions(&mut l).is_empty(), "no deadlock yet");
+    // Unleased use takes 3 GiB: now only 3 can come back, less than either grow needs.
+    l.set_unmanaged(now, 0, 3 * GIB);
+    assert_eq!(
+        drain_decisions(&mut l),
+        vec![Decision::GrowDeadlocked {
+            ticket: t(2, 2),
+            lease: b
+        }]
+    );
+    l.set_unmanaged(now, 0, 0);
+    l.release(now, 3, c).unwrap();
+    assert!(matches!(
+        drain_decisions(&mut l).as_slice(),
+        [Decision::Grew { lease, .. }] if *lease == a
+    ));
+    l.check_invariants().unwrap();
+}

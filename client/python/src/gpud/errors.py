@@ -39,6 +39,7 @@ __all__ = [
     "LimitExceeded",
     "ShuttingDown",
     "Internal",
+    "GrowDeadlock",
     "ConnectError",
     "ConnectionLost",
     "ProtocolError",
@@ -170,6 +171,13 @@ class Internal(Error):
     code = "internal"
 
 
+class GrowDeadlock(Error):
+    """A waiting resize failed: its lease and others each waited to grow into memory only the
+    others hold, and its lease was the youngest (it keeps its size)."""
+
+    code = "grow_deadlock"
+
+
 class ConnectError(Error, ConnectionError):
     """Nothing answers on the socket (client side; is gpud running? which socket?)."""
 
@@ -210,6 +218,7 @@ ERRORS: Dict[str, Type[Error]] = {
         LimitExceeded,
         ShuttingDown,
         Internal,
+        GrowDeadlock,
     )
 }
 

@@ -98,6 +98,18 @@ impl Core {
                     )),
                 )
             }
+            Decision::GrowDeadlocked { ticket, lease } => self.reply(
+                ticket.session,
+                ticket.request,
+                Err(ErrorBody::new(
+                    ErrorCode::GrowDeadlock,
+                    format!(
+                        "lease {lease} cannot grow: it and other leases on its device each wait \
+                         to grow into memory only the others hold, and it is the youngest \
+                         (it keeps its size)"
+                    ),
+                )),
+            ),
             Decision::GrowAbandoned { ticket, lease } => self.reply(
                 ticket.session,
                 ticket.request,

@@ -199,7 +199,9 @@ impl Observer {
             Decision::Revoked { lease, reason, .. } => {
                 self.ended(now, *lease, EndReason::Revoked(RevokeReason::from(*reason)));
             }
-            Decision::Grew { .. } | Decision::GrowAbandoned { .. } => {}
+            Decision::Grew { .. }
+            | Decision::GrowAbandoned { .. }
+            | Decision::GrowDeadlocked { .. } => {}
         }
     }
 
