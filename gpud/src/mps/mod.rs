@@ -314,9 +314,11 @@ impl Shell {
                 pipe_directory = now.pipe_directory.as_deref().unwrap_or(""),
                 "MPS is up: `gpudctl run --enforce mps` programs get their lease as a hard memory limit"
             ),
-            (Some(why), false) if why != "starting" && why != "gpud is stopping" => warn!(
-                "MPS is not available: {why}; `gpudctl run --enforce mps` is refused until it is up (other leases are served as usual)"
-            ),
+            (Some(why), false) if !why.starts_with("starting") && why != "gpud is stopping" => {
+                warn!(
+                    "MPS is not available: {why}; `gpudctl run --enforce mps` is refused until it is up (other leases are served as usual)"
+                )
+            }
             (Some(why), false) if was_up => info!("MPS is not available: {why}"),
             _ => {}
         }

@@ -60,8 +60,8 @@ enum Phase {
     Starting { pid: u32, since: Instant },
     /// Up: clients may use it.
     Up { pid: u32, since: Instant },
-    /// It failed; the next start is at `until`.
-    Waiting { until: Instant },
+    /// It failed; the next start is at `until`, `wait` after the failure.
+    Waiting { until: Instant, wait: Duration },
     /// Asked to quit; killed at `deadline` if still there.
     Stopping { pid: u32, deadline: Instant },
     /// Killed; waiting for it to be gone.
@@ -123,7 +123,7 @@ impl Supervisor {
     pub fn next_timeout(&self) -> Option<Instant> {
         match self.phase {
             Phase::Starting { since, .. } => Some(since + self.policy.settle),
-            Phase::Waiting { until } => Some(until),
+            Phase::Waiting { until, .. } => Some(until),
             Phase::Stopping { deadline, .. } => Some(deadline),
             Phase::Due | Phase::Up { .. } | Phase::Killed { .. } | Phase::Stopped => None,
         }
@@ -147,12 +147,12 @@ impl Supervisor {
     /// The daemon's process ended; `how` says how (its status, or the signal).
     pub fn handle_exited(&mut self, now: Instant, how: String) {
         match self.phase {
-            Phase::Starting { .. } => self.fail(now, format!("exited at once ({how})")),
+            Phase::Starting { .. } => self.fail(now, format!("exited at once: {how}")),
             Phase::Up { since, .. } => {
                 if now.saturating_duration_since(since) >= self.policy.stable_after {
                     self.failures = 0;
                 }
-                self.fail(now, format!("exited ({how})"));
+                self.fail(now, format!("exited: {how}"));
             }
             Phase::Stopping { .. } | Phase::Killed { .. } => self.phase = Phase::Stopped,
             Phase::Due | Phase::Waiting { .. } | Phase::Stopped => {}
@@ -166,7 +166,7 @@ impl Supervisor {
                 self.phase = Phase::Up { pid, since };
                 self.last_failure = None;
             }
-            Phase::Waiting { until } if now >= until => {
+            Phase::Waiting { until, .. } if now >= until => {
                 self.phase = Phase::Due;
                 self.actions.push(Action::Spawn);
             }
@@ -217,7 +217,13 @@ impl Supervisor {
                 Some(self.with_last("starting".to_string())),
             ),
             Phase::Due => (false, None, Some(self.with_last("starting".to_string()))),
-            Phase::Waiting { until: _ } => (false, None, self.last_failure.clone()),
+            Phase::Waiting { wait, .. } => (
+                false,
+                None,
+                self.last_failure
+                    .as_ref()
+                    .map(|why| format!("{why}; next try in {}", short(*wait))),
+            ),
             Phase::Stopping { pid, .. } | Phase::Killed { pid } => {
                 (false, Some(*pid), Some("gpud is stopping".to_string()))
             }
@@ -255,8 +261,11 @@ impl Supervisor {
         }
         self.failures += 1;
         let wait = self.backoff();
-        self.last_failure = Some(format!("{why}; next try in {}", short(wait)));
-        self.phase = Phase::Waiting { until: now + wait };
+        self.last_failure = Some(why);
+        self.phase = Phase::Waiting {
+            until: now + wait,
+            wait,
+        };
     }
 
     /// The wait after the current run of failures: doubling, capped.
@@ -329,7 +338,7 @@ mod tests {
             let a = s.availability();
             assert!(!a.up);
             let reason = a.reason.unwrap();
-            assert!(reason.starts_with("exited at once (status 1)"), "{reason}");
+            assert!(reason.starts_with("exited at once: status 1"), "{reason}");
             let next = s.next_timeout().expect("a restart is planned");
             waits.push(next - (t + secs(0.1)));
             assert!(drain(&mut s).is_empty(), "no start before the backoff");
@@ -354,11 +363,9 @@ mod tests {
         );
         s.handle_timeout(t0 + secs(1.0));
         assert_eq!(drain(&mut s), [Action::Spawn]);
-        assert!(
-            s.availability()
-                .reason
-                .unwrap()
-                .starts_with("starting again after: nvidia"),
+        assert_eq!(
+            s.availability().reason.as_deref(),
+            Some("starting again after: nvidia-cuda-mps-control not found in PATH"),
             "the last failure stays visible while it starts again"
         );
     }
@@ -385,7 +392,7 @@ mod tests {
         let a = s.availability();
         assert!(!a.up);
         assert!(
-            a.reason.unwrap().starts_with("exited (killed by SIGKILL)"),
+            a.reason.unwrap().starts_with("exited: killed by SIGKILL"),
             "a death after the start is not 'at once'"
         );
         assert_eq!(s.next_timeout(), Some(t0 + secs(64.0)));
