@@ -346,3 +346,78 @@ fn run_enforce_mps_gives_the_program_the_client_environment() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `systemd-analyze security --offline=yes` of the unit in `dir`: its lines.
+fn security(dir: &Path) -> String {
+    let out = std::process::Command::new("systemd-analyze")
+        .args(["security", "--offline=yes"])
+        .arg(dir.join("gpud.service"))
+        .output()
+        .expect("systemd-analyze must be installed (scripts/test.sh installs systemd)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether `security` marks the check `name` as allowed (✗: the unit permits it).
+fn permits(security: &str, name: &str) -> bool {
+    security
+        .lines()
+        .any(|l| l.contains(name) && l.trim_start().starts_with('✗'))
+}
+
+#[test]
+fn the_mps_drop_in_passes_verify_and_allows_what_the_control_daemon_needs() {
+    let root = gpud_tests::ops::repo_root_dir();
+    let dir = gpud_tests::ops::tempdir("gpud-mps-unit");
+    let gpud = gpud_tests::bin("gpud");
+    for unit in ["gpud.service", "gpud.socket"] {
+        let text = std::fs::read_to_string(root.join("systemd").join(unit)).unwrap();
+        let text = text.replace("/usr/local/bin/gpud", gpud.to_str().unwrap());
+        std::fs::write(dir.path().join(unit), text).unwrap();
+    }
+    let shipped = security(dir.path());
+    assert!(!permits(&shipped, "CAP_SET(UID|GID"), "{shipped}");
+    assert!(!permits(&shipped, "MemoryDenyWriteExecute"), "{shipped}");
+    // Installed as a drop-in beside the unit, where systemd reads drop-ins of that unit.
+    let drop_ins = dir.path().join("gpud.service.d");
+    std::fs::create_dir(&drop_ins).unwrap();
+    std::fs::copy(
+        root.join("systemd/gpud-mps.conf"),
+        drop_ins.join("mps.conf"),
+    )
+    .unwrap();
+    let verify = std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(dir.path().join("gpud.service"))
+        .arg(dir.path().join("gpud.socket"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&verify.stderr);
+    assert!(verify.status.success(), "{said}");
+    let findings: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("gpud") || l.contains("mps.conf"))
+        .collect();
+    assert!(findings.is_empty(), "systemd-analyze verify:\n{said}");
+    let with_mps = security(dir.path());
+    for allowed in [
+        "CAP_SET(UID|GID",
+        "SystemCallFilter=~@privileged",
+        "MemoryDenyWriteExecute",
+    ] {
+        assert!(permits(&with_mps, allowed), "{allowed}:\n{with_mps}");
+    }
+    assert!(with_mps.contains("char-nvidia-uvm:rw"), "{with_mps}");
+    // What the drop-in leaves alone.
+    for kept in [
+        "NoNewPrivileges",
+        "RestrictAddressFamilies=~AF_(INET|INET6)",
+        "ProtectSystem",
+    ] {
+        assert!(!permits(&with_mps, kept), "{kept}:\n{with_mps}");
+    }
+    let exposure = with_mps
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_default();
+    println!("with the MPS drop-in: {}", exposure.trim());
+}
