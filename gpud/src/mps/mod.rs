@@ -144,7 +144,12 @@ pub struct Mps {
     offer: Offer,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The longest gpud's stop waits for the daemon: the quit's timeout, then the kill.
+    stop_limit: std::time::Duration,
 }
+
+/// How long a killed daemon may take to be gone before gpud stops without it.
+const AFTER_KILL: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Mps {
     /// Starts the supervision as `[enforce]` says (when MPS is off, only tells the hub so):
@@ -161,6 +166,7 @@ impl Mps {
                 offer: Offer(watch::channel(off).1),
                 stop: None,
                 task: None,
+                stop_limit: AFTER_KILL,
             };
         }
         let root = config.mps_directory.clone().or_else(|| {
@@ -193,6 +199,7 @@ impl Mps {
             offer: Offer(watched),
             stop: Some(stop),
             task: Some(tokio::spawn(shell.run(stopped))),
+            stop_limit: config.mps_stop_timeout + AFTER_KILL,
         }
     }
 
@@ -207,7 +214,10 @@ impl Mps {
             let _ = stop.send(());
         }
         if let Some(task) = self.task.take() {
-            let _ = task.await;
+            // A daemon stuck past its kill (in the kernel, say) does not hold up gpud's stop.
+            if tokio::time::timeout(self.stop_limit, task).await.is_err() {
+                warn!("the MPS control daemon is still there after its kill; stopping without it");
+            }
         }
     }
 }
