@@ -267,6 +267,12 @@ fn a_daemon_that_exits_at_once_is_reported_with_its_last_words() {
             .as_deref()
             .is_some_and(|r| r.contains("exited at once"))
     });
+    let out = daemon.gpudctl(&["status"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("MPS: not available: exited at once: status 1"),
+        "{table}"
+    );
     let reason = m.reason.unwrap();
     assert!(
         reason.starts_with("exited at once: status 1; its last words: no CUDA-capable device"),
@@ -291,7 +297,17 @@ fn run_enforce_mps_gives_the_program_the_client_environment() {
     let f = Fixture::new();
     let control = fake_control(f.dir.path(), &f.record());
     let daemon = Daemon::start_with("2x16GiB", &f.config(&control));
-    wait_for(&daemon, "MPS comes up", |m| m.available);
+    let up = wait_for(&daemon, "MPS comes up", |m| m.available);
+    let out = daemon.gpudctl(&["status"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains(&format!(
+            "MPS: up (pid {}, pipe directory {})",
+            up.pid.unwrap(),
+            f.mps_dir().join("pipe").display()
+        )),
+        "{table}"
+    );
     let status = daemon.client().status().unwrap();
     let uuids: Vec<String> = status.devices.iter().map(|d| d.uuid.clone()).collect();
     let env_of = |args: &[&str]| {
