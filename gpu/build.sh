@@ -18,6 +18,9 @@ TESTS=(gpu msm_gpu)
 # library inside gpud-bench, in a child process of its own (`gpud-bench farm-gpud`, the daemon
 # binary's code with NVML), so the GPU host needs no separate gpud binary (8 MiB less to copy).
 BENCH_BINS=(gpud-bench)
+# gpud and gpudctl themselves: the MPS section (gpu/mps.sh) runs the daemon on NVML with
+# [enforce] mps = true and programs under `gpudctl run --enforce mps`.
+DAEMON_BINS=(gpud gpudctl)
 PROVER_TESTS=(prover_gpu)
 
 # GPU_BUILD_OUT builds elsewhere (e.g. to check the build without replacing a prepared .gpu).
@@ -29,7 +32,8 @@ mkdir -p "$out/bin" "$out/tests"
 # with gpud-cuda's bench-variants feature (its test targets get it through a dev-dependency).
 cargo build --release -p gpud-cuda --features bench-variants --bins
 cargo build --release -p gpud-bench --bin gpud-bench
-for b in "${BINS[@]}" "${BENCH_BINS[@]}"; do
+cargo build --release -p gpud --bin gpud -p gpud-client --bin gpudctl
+for b in "${BINS[@]}" "${BENCH_BINS[@]}" "${DAEMON_BINS[@]}"; do
     cp "$CARGO_TARGET_DIR/release/$b" "$out/bin/"
 done
 
@@ -63,7 +67,7 @@ done
 # .gpu/ stays small enough to copy quickly (at most GPU_BUILD_MAX_MIB, default 60 MiB). The two
 # largest, which embed gpud and the prover and are never run under compute-sanitizer, keep
 # their symbols only (backtraces name functions, without lines): half their size again.
-SYMBOLS_ONLY=(bin/gpud-bench tests/prover_gpu)
+SYMBOLS_ONLY=(bin/gpud-bench tests/prover_gpu bin/gpud bin/gpudctl)
 for f in "$out"/bin/* "$out"/tests/*; do
     if printf '%s\n' "${SYMBOLS_ONLY[@]}" | grep -qx "${f#"$out"/}"; then
         objcopy --strip-debug "$f"

@@ -105,6 +105,18 @@ section prover-tests 300 "$G/tests/prover_gpu" --ignored --test-threads=1
 section prover-bench 420 "$G/bin/gpud-bench" engines --sizes 20,22 --json "$OUT/prover-bench.json"
 [ -f "$OUT/prover-bench.log" ] && grep -A 12 "== engines summary" "$OUT/prover-bench.log" | head -n 20
 
+# --- MPS: hard memory limits for unmodified programs ------------------------------------------
+# About 1 minute: gpud on NVML with [enforce] mps = true starts the driver's MPS control daemon;
+# `gpudctl run --enforce mps --vram 20GiB` runs PyTorch (30 GiB must raise OutOfMemoryError,
+# 15 GiB must succeed, mem_get_info printed), a 9.5 GiB lease checks the MiB form of the limit,
+# the same lease without --enforce allocates 30 GiB, and gpud's stop ends the MPS daemon. Needs
+# root, python3 with PyTorch and nvidia-cuda-mps-control; only when named:
+#   bash gpu/run-suite.sh mps-enforce
+if named mps-enforce; then
+    section mps-enforce 300 bash gpu/mps.sh "$G"
+    [ -f "$OUT/mps-enforce.log" ] && grep -E "^(PASS|FAIL)" "$OUT/mps-enforce.log"
+fi
+
 # --- farm: the sharing benchmark (gpud vs the in-process ideal, no lock, flock) ---------------
 # Each is a run of its own (several minutes) and runs only when named:
 #   bash gpu/run-suite.sh farm       (about 8 minutes: bundle + ballast ~40 s, 20 cells of 12 s

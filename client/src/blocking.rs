@@ -87,6 +87,11 @@ impl Client {
         self.inner.session()
     }
 
+    /// Whether the daemon's last welcome listed MPS ([`crate::Client::offers_mps`]).
+    pub fn offers_mps(&self) -> bool {
+        self.inner.offers_mps()
+    }
+
     /// Blocks until the lease is granted (or refused).
     pub fn acquire(&self, request: &LeaseRequest) -> Result<Lease> {
         let inner = self.runtime.block_on(self.inner.acquire(request))?;

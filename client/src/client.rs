@@ -73,6 +73,13 @@ impl Client {
         self.handle.session()
     }
 
+    /// Whether the daemon's welcome (the last one, after a reconnect) listed
+    /// [`FEATURE_MPS`](crate::proto::FEATURE_MPS): its MPS control daemon was up, and status's
+    /// `enforcement.mps.pipe_directory` names the directory its clients need.
+    pub fn offers_mps(&self) -> bool {
+        self.handle.offers_mps()
+    }
+
     async fn call(&self, op: Op) -> Result<Answer> {
         let id = self.handle.next_id();
         let rx = self.handle.call(id, op)?;

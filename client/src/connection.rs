@@ -23,8 +23,8 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use crate::error::{ClientError, Result};
 use crate::proto::frame::{MAX_REQUEST_FRAME, MAX_SERVER_FRAME, codec, from_payload, to_payload};
 use crate::proto::{
-    ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_MULTI_DEVICE, FEATURE_QUEUED, LeaseInfo, Op,
-    Outcome, PROTOCOL_VERSION, Reply, RequestId, RevokeReason, ServerFrame,
+    ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_MPS, FEATURE_MULTI_DEVICE, FEATURE_QUEUED,
+    LeaseInfo, Op, Outcome, PROTOCOL_VERSION, Reply, RequestId, RevokeReason, ServerFrame,
 };
 use crate::reservation::LeaseId;
 
@@ -152,6 +152,8 @@ pub(crate) struct Handle {
     queued: Arc<AtomicBool>,
     /// The daemon's welcome listed [`FEATURE_MULTI_DEVICE`].
     multi_device: Arc<AtomicBool>,
+    /// The daemon's last welcome listed [`FEATURE_MPS`].
+    mps: Arc<AtomicBool>,
 }
 
 impl Handle {
@@ -198,6 +200,11 @@ impl Handle {
         self.multi_device.load(Ordering::Relaxed)
     }
 
+    /// Whether the daemon's MPS control daemon was up at the last welcome.
+    pub fn offers_mps(&self) -> bool {
+        self.mps.load(Ordering::Relaxed)
+    }
+
     /// Sends a request and forgets it.
     pub fn fire(&self, op: Op) {
         let id = self.next_id();
@@ -222,6 +229,8 @@ struct Welcomed {
     queued: bool,
     /// The daemon grants leases of several devices ([`FEATURE_MULTI_DEVICE`]).
     multi_device: bool,
+    /// The daemon's MPS control daemon is up ([`FEATURE_MPS`]).
+    mps: bool,
 }
 
 /// Connects and says hello: the stream halves and what the welcome said.
@@ -250,6 +259,7 @@ async fn open(path: &Path, name: Option<String>) -> Result<(Reader, Writer, Welc
                 session,
                 queued: features.iter().any(|f| f == FEATURE_QUEUED),
                 multi_device: features.iter().any(|f| f == FEATURE_MULTI_DEVICE),
+                mps: features.iter().any(|f| f == FEATURE_MPS),
             },
             Ok(ServerFrame::Error { error }) => {
                 return Err(ClientError::Refused {
@@ -287,6 +297,7 @@ pub(crate) async fn connect(
         session: Arc::new(AtomicU64::new(welcomed.session)),
         queued: Arc::new(AtomicBool::new(welcomed.queued)),
         multi_device: Arc::new(AtomicBool::new(welcomed.multi_device)),
+        mps: Arc::new(AtomicBool::new(welcomed.mps)),
     };
     let driver = Driver {
         path: path.to_path_buf(),
@@ -299,6 +310,7 @@ pub(crate) async fn connect(
         session: handle.session.clone(),
         queued: handle.queued.clone(),
         multi_device: handle.multi_device.clone(),
+        mps: handle.mps.clone(),
         part_of: HashMap::new(),
     };
     Ok((handle, driver.run(reader, writer, rx)))
@@ -351,6 +363,7 @@ struct Driver {
     session: Arc<AtomicU64>,
     queued: Arc<AtomicBool>,
     multi_device: Arc<AtomicBool>,
+    mps: Arc<AtomicBool>,
     /// The parts of leases of several devices, other than the first: the lease (group) each
     /// belongs to, so that a notice about a part reaches its lease.
     part_of: HashMap<LeaseId, LeaseId>,
@@ -517,6 +530,7 @@ impl Driver {
                 self.queued.store(welcomed.queued, Ordering::Relaxed);
                 self.multi_device
                     .store(welcomed.multi_device, Ordering::Relaxed);
+                self.mps.store(welcomed.mps, Ordering::Relaxed);
                 if self.resume(&mut writer).await.is_ok() {
                     return Some((reader, writer));
                 }

@@ -157,6 +157,9 @@ impl Daemon {
         if kind != "simulated" {
             spawn_poller(backend, commands.clone(), config.poll_interval);
         }
+        // MPS comes up beside the clients: until it is up, the welcome does not offer it.
+        let mps = crate::mps::Mps::start(&config.enforce, commands.clone());
+        let offer = mps.offer();
         let ids = SessionIds::default();
         let mut services =
             services::Services::start(&config, &commands, notices, ids.clone()).await?;
@@ -170,7 +173,7 @@ impl Daemon {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
                         let id = ids.next();
-                        sessions.spawn(session::serve(stream, id, commands.clone(), limits));
+                        sessions.spawn(session::serve(stream, id, commands.clone(), limits, offer.clone()));
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: wait a little rather than spin.
@@ -201,6 +204,7 @@ impl Daemon {
         info!("stopping");
         services.stopping();
         drop(listener);
+        mps.stop().await;
         let _ = commands.send(Command::Shutdown).await;
         let _ = hub_task.await;
         let deadline = Instant::now() + SHUTDOWN_FLUSH;

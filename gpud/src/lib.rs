@@ -6,7 +6,8 @@
 //! - [`hub`]: [`hub::core`], the pure layer of sessions, requests, adoption, audit and
 //!   timers over the ledger, and the one task that feeds it and carries out its actions;
 //! - adapters beside each other below the daemon: the socket [`server`], [`dbus`], the
-//!   device [`backend`]s, the [`journal`] file, [`procfs`], [`systemd`];
+//!   device [`backend`]s, the [`journal`] file, [`procfs`], [`systemd`], the [`mps`] control
+//!   daemon's supervision;
 //! - [`daemon`]: wires them together (the binary's `main` only parses arguments).
 #![deny(missing_docs)]
 
@@ -18,6 +19,7 @@ pub mod hub;
 pub mod journal;
 pub mod ledger;
 pub mod metrics;
+pub mod mps;
 pub mod pid_lock;
 pub mod procfs;
 pub mod server;

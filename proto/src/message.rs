@@ -216,6 +216,11 @@ pub const FEATURE_QUEUED: &str = "queued_events";
 /// The welcome's feature name for [`AcquireArgs::parts`] and [`AcquireArgs::placement`].
 pub const FEATURE_MULTI_DEVICE: &str = "multi_device";
 
+/// The welcome's feature name that says gpud's MPS control daemon is up at this moment: a
+/// program started as an MPS client (with [`MpsStatus::pipe_directory`] from status) gets its
+/// lease as a hard per-device memory limit. Listed only while the daemon runs.
+pub const FEATURE_MPS: &str = "mps";
+
 /// Frames the daemon sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -587,6 +592,9 @@ pub struct StatusReport {
     /// Budgets (jobs' shares of devices), on the first page; without their handles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub budgets: Vec<BudgetInfo>,
+    /// How leases can be enforced on this host; absent from older daemons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<EnforcementStatus>,
     /// Where the next page starts (ask with [`Op::StatusPage`]); absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub more: Option<StatusCursor>,
@@ -620,6 +628,37 @@ pub enum StatusCursor {
         /// The last waiter's arrival number.
         seq: u64,
     },
+}
+
+/// The means of enforcing leases that the daemon provides.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EnforcementStatus {
+    /// The MPS control daemon that gpud runs (`[enforce] mps`).
+    pub mps: MpsStatus,
+}
+
+/// gpud's MPS control daemon, as status shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MpsStatus {
+    /// `[enforce] mps = true` in the config.
+    pub enabled: bool,
+    /// The control daemon is up now: the welcome lists [`FEATURE_MPS`].
+    pub available: bool,
+    /// Why it is not available (off in the config, binary missing, exited at once and how).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `CUDA_MPS_PIPE_DIRECTORY` for clients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipe_directory: Option<String>,
+    /// `CUDA_MPS_LOG_DIRECTORY`: the control daemon's and servers' logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_directory: Option<String>,
+    /// The control daemon's pid, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// How many times gpud started it again after it ended.
+    #[serde(default)]
+    pub restarts: u32,
 }
 
 /// Facts about the daemon.

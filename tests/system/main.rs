@@ -15,6 +15,7 @@ mod journal;
 mod leases;
 mod liveness;
 mod metrics;
+mod mps;
 mod multidev;
 mod notify;
 mod operator;

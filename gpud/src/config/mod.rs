@@ -18,11 +18,13 @@ use crate::ledger::{LedgerConfig, PerClass};
 
 pub mod audit;
 pub mod bus;
+pub mod enforce;
 pub mod listen;
 pub mod simulate;
 
 pub use audit::{AuditConfig, Policy};
 pub use bus::{BusChoice, BusChoiceError};
+pub use enforce::EnforceConfig;
 pub use listen::{ListenParseError, MetricsListen};
 
 /// Default path of the config file.
@@ -82,6 +84,17 @@ struct RawConfig {
     dbus: RawDbus,
     #[serde(default)]
     metrics: RawMetrics,
+    #[serde(default)]
+    enforce: RawEnforce,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEnforce {
+    mps: Option<bool>,
+    mps_control: Option<PathBuf>,
+    mps_directory: Option<PathBuf>,
+    mps_stop_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -306,6 +319,8 @@ pub struct Config {
     pub dbus: Option<BusChoice>,
     /// Where to serve metrics; off when `None`.
     pub metrics: Option<MetricsListen>,
+    /// Enforcement gpud provides to programs that never ask it (the MPS control daemon).
+    pub enforce: EnforceConfig,
 }
 
 impl Default for Config {
@@ -330,6 +345,7 @@ impl Default for Config {
             kill_ignored_yield: false,
             dbus: None,
             metrics: None,
+            enforce: EnforceConfig::default(),
         }
     }
 }
@@ -373,6 +389,7 @@ impl Config {
         );
         check(self.dbus != new.dbus, "dbus.bus");
         check(self.metrics != new.metrics, "metrics.listen");
+        check(self.enforce != new.enforce, "enforce");
         keys
     }
 
@@ -714,6 +731,30 @@ impl Config {
                     .map_err(|e: BusChoiceError| value_err("dbus.bus", e.to_string()))?,
             );
         }
+        let e = raw.enforce;
+        if let Some(on) = e.mps {
+            c.enforce.mps = on;
+        }
+        let absolute = |key: &str, p: Option<PathBuf>| match p {
+            Some(p) if !p.is_absolute() => Err(value_err(
+                key,
+                format!("{} is not an absolute path", p.display()),
+            )),
+            p => Ok(p),
+        };
+        c.enforce.mps_control = absolute("enforce.mps_control", e.mps_control)?;
+        c.enforce.mps_directory = absolute("enforce.mps_directory", e.mps_directory)?;
+        if let Some(t) = e.mps_stop_timeout {
+            c.enforce.mps_stop_timeout = parse_duration(&t)
+                .ok()
+                .filter(|d| (Duration::from_millis(100)..=Duration::from_secs(60)).contains(d))
+                .ok_or_else(|| {
+                    value_err(
+                        "enforce.mps_stop_timeout",
+                        format!("{t:?} is not a duration from 100ms to 60s"),
+                    )
+                })?;
+        }
         if let Some(listen) = raw.metrics.listen {
             c.metrics = Some(
                 listen
@@ -924,6 +965,45 @@ critical = "90s"
                 .to_string();
             assert!(e.contains("limits.session_buffer_total"), "{e}");
         }
+    }
+
+    #[test]
+    fn enforce_is_off_by_default_and_its_keys_are_read_and_checked() {
+        let c = parse("").unwrap();
+        assert!(!c.enforce.mps);
+        let c = parse(
+            "[enforce]\nmps = true\nmps_control = \"/opt/nv/nvidia-cuda-mps-control\"\n\
+             mps_directory = \"/run/x/mps\"\nmps_stop_timeout = \"2s\"\n",
+        )
+        .unwrap();
+        assert!(c.enforce.mps);
+        assert_eq!(
+            c.enforce.mps_control,
+            Some(PathBuf::from("/opt/nv/nvidia-cuda-mps-control"))
+        );
+        assert_eq!(c.enforce.mps_directory, Some(PathBuf::from("/run/x/mps")));
+        assert_eq!(c.enforce.mps_stop_timeout, Duration::from_secs(2));
+        for (text, key) in [
+            (
+                "[enforce]\nmps_control = \"bin/mps\"\n",
+                "enforce.mps_control",
+            ),
+            (
+                "[enforce]\nmps_directory = \"mps\"\n",
+                "enforce.mps_directory",
+            ),
+            (
+                "[enforce]\nmps_stop_timeout = \"5m\"\n",
+                "enforce.mps_stop_timeout",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(key), "{e}");
+        }
+        let e = parse("[enforce]\nmps = \"yes\"\n").unwrap_err().to_string();
+        assert!(e.contains("line 2"), "{e}");
+        let on = parse("[enforce]\nmps = true\n").unwrap();
+        assert_eq!(c.start_only_changes(&on), ["enforce"]);
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub enum Command {
     Usage(Vec<Vec<ProcessUsage>>),
     /// A new configuration (limits, classes, access lists); leases stay.
     Reload(Box<Config>),
+    /// The means of enforcement changed state (the MPS control daemon).
+    Enforcement(gpud_proto::EnforcementStatus),
     /// Stop: tell every session, then end.
     Shutdown,
     /// A read-only question that needs no session.

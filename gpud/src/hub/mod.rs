@@ -148,6 +148,7 @@ impl Hub {
             Command::Close { session } => self.close(now, session),
             Command::Usage(usage) => self.core.usage(now, samples(usage)),
             Command::Reload(config) => self.core.reload(now, &config, resolve_access(&config)),
+            Command::Enforcement(status) => self.core.enforcement(status),
             Command::Inspect(Inspect::Status(reply)) => {
                 let _ = reply.send(self.core.status(now));
             }

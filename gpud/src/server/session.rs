@@ -33,6 +33,7 @@ pub async fn serve(
     session: SessionId,
     hub: mpsc::Sender<Command>,
     limits: Limits,
+    mps: crate::mps::Offer,
 ) {
     let credentials = match stream.peer_cred() {
         Ok(c) => Credentials {
@@ -70,6 +71,7 @@ pub async fn serve(
     let end = run(
         session,
         &hub,
+        &mps,
         &mut reader,
         &mut writer,
         &mut queue,
@@ -93,6 +95,7 @@ type Writer =
 async fn run(
     session: SessionId,
     hub: &mpsc::Sender<Command>,
+    mps: &crate::mps::Offer,
     reader: &mut Reader,
     writer: &mut Writer,
     queue: &mut Inbox,
@@ -130,10 +133,7 @@ async fn run(
         version: PROTOCOL_VERSION,
         session,
         daemon: format!("gpud {}", env!("CARGO_PKG_VERSION")),
-        features: vec![
-            gpud_proto::FEATURE_QUEUED.into(),
-            gpud_proto::FEATURE_MULTI_DEVICE.into(),
-        ],
+        features: features(mps.up()),
     };
     writer.send(to_payload(&welcome)).await.map_err(io_closed)?;
 
@@ -183,6 +183,19 @@ async fn run(
             }
         }
     }
+}
+
+/// The welcome's features: MPS only while its daemon is up, so that a client never starts a
+/// program as an MPS client of a daemon that is not there (CUDA would run it without limits).
+fn features(mps_up: bool) -> Vec<String> {
+    let mut features = vec![
+        gpud_proto::FEATURE_QUEUED.into(),
+        gpud_proto::FEATURE_MULTI_DEVICE.into(),
+    ];
+    if mps_up {
+        features.push(gpud_proto::FEATURE_MPS.into());
+    }
+    features
 }
 
 /// Turns a raw frame into a client message, or the error that closes the session.

@@ -124,6 +124,11 @@ pub struct RunArgs {
     /// Label shown in status (default: the program's name).
     #[arg(long)]
     pub label: Option<String>,
+    /// How the lease is enforced on the program: none (default: the lease is a promise the
+    /// program keeps), or mps (the program runs as a client of gpud's MPS control daemon, and
+    /// an allocation past its lease fails with out-of-memory; the lease cannot grow).
+    #[arg(long, value_enum, default_value_t = Enforce::None)]
+    pub enforce: Enforce,
     /// Report the wait (a line each time the place in the queue changes) and the grant on
     /// stderr. On a terminal the wait is always shown, on one line that goes at the grant.
     #[arg(short, long)]
@@ -131,6 +136,15 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// `gpudctl run --enforce`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Enforce {
+    /// Nothing stops the program from using more than its lease.
+    None,
+    /// Hard per-device limits through gpud's MPS control daemon.
+    Mps,
 }
 
 /// `gpudctl budget`.

@@ -22,6 +22,9 @@ pub const TIMED_OUT: u8 = 6;
 pub const REVOKED: u8 = 7;
 /// The connection to gpud was lost and did not come back.
 pub const LOST: u8 = 8;
+/// `run --enforce`: that enforcement cannot run on this host now (for mps: gpud runs no MPS
+/// control daemon, or it is not up); the message says why.
+pub const ENFORCE_UNAVAILABLE: u8 = 10;
 /// `run`: the program exists but cannot be executed (the shell's code).
 pub const NOT_EXECUTABLE: u8 = 126;
 /// `run`: the program was not found (the shell's code).
@@ -39,6 +42,7 @@ Exit status:
   6    timed out: run --timeout passed before the grant
   7    revoked: the lease was taken away and the program stopped
   8    lost connection: gpud went away and did not come back
+  10   run --enforce: that enforcement is not available on this host (the message says why)
   126  run: the program cannot be executed
   127  run: the program was not found
   run otherwise exits with the program's status (128+N when killed by signal N)";

@@ -62,6 +62,10 @@ pub fn status(s: &StatusReport) -> String {
             d.journal_skipped, d.journal_refused
         );
     }
+    // MPS only where it is turned on: other hosts' screens stay as they were.
+    if let Some(mps) = s.enforcement.as_ref().map(|e| &e.mps).filter(|m| m.enabled) {
+        let _ = writeln!(out, "{}", mps_line(mps));
+    }
     let mut rows = vec![
         [
             "DEV",
@@ -277,9 +281,50 @@ pub fn leases(s: &StatusReport) -> String {
     out
 }
 
+/// `MPS: up (pid 4120, pipe directory /run/gpud/mps/pipe)`, or why it is not.
+fn mps_line(m: &gpud_client::proto::MpsStatus) -> String {
+    if m.available {
+        format!(
+            "MPS: up (pid {}, pipe directory {})",
+            m.pid.map_or_else(|| "?".into(), |p| p.to_string()),
+            m.pipe_directory.as_deref().unwrap_or("?")
+        )
+    } else {
+        format!(
+            "MPS: not available: {}",
+            m.reason.as_deref().unwrap_or("not up")
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::count;
+    use super::{count, mps_line};
+    use gpud_client::proto::MpsStatus;
+
+    #[test]
+    fn the_mps_line_says_where_it_runs_or_why_not() {
+        let up = MpsStatus {
+            enabled: true,
+            available: true,
+            pid: Some(4120),
+            pipe_directory: Some("/run/gpud/mps/pipe".into()),
+            ..MpsStatus::default()
+        };
+        assert_eq!(
+            mps_line(&up),
+            "MPS: up (pid 4120, pipe directory /run/gpud/mps/pipe)"
+        );
+        let down = MpsStatus {
+            available: false,
+            reason: Some("exited at once: status 1; next try in 2s".into()),
+            ..up
+        };
+        assert_eq!(
+            mps_line(&down),
+            "MPS: not available: exited at once: status 1; next try in 2s"
+        );
+    }
 
     #[test]
     fn counts_are_singular_for_one() {

@@ -5,6 +5,7 @@ mod cli;
 mod exit;
 mod exposition;
 mod format;
+mod mps;
 mod run;
 mod slurm;
 mod waiting;

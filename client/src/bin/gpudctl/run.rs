@@ -11,7 +11,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::cli::RunArgs;
+use crate::cli::{Enforce, RunArgs};
 use crate::exit::{self, Fail};
 use crate::format::duration_ms;
 use crate::waiting::Progress;
@@ -26,6 +26,11 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
         )
         .into());
     }
+    // Checked before the wait: a host without MPS refuses at once.
+    let mps = match args.enforce {
+        Enforce::Mps => Some(crate::mps::plan(client, vram).await?),
+        Enforce::None => None,
+    };
     let mut request = LeaseRequest::new()
         .vram(vram)
         .with_compute(args.compute)
@@ -108,10 +113,14 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
             duration_ms(started.elapsed().as_millis() as u64)
         );
     }
+    let enforcement = mps
+        .map(|plan| plan.environment(&crate::mps::lease_devices(lease.info())))
+        .unwrap_or_default();
     let mut child = match tokio::process::Command::new(&args.command[0])
         .args(&args.command[1..])
         .env("CUDA_VISIBLE_DEVICES", lease.cuda_visible_devices())
         .env("GPUD_LEASE_ID", lease.id().to_string())
+        .envs(enforcement)
         .spawn()
     {
         Ok(child) => child,

@@ -208,6 +208,8 @@ pub struct Core {
     budgets: budgets::Budgets,
     /// Waiters that hear their place in the queue.
     places: queued::Places,
+    /// The means of enforcement the daemon runs (the MPS control daemon), as last reported.
+    enforcement: gpud_proto::EnforcementStatus,
 }
 
 impl Core {
@@ -241,7 +243,14 @@ impl Core {
             withheld: withheld::Withheld::default(),
             budgets: budgets::Budgets::default(),
             places: queued::Places::default(),
+            enforcement: gpud_proto::EnforcementStatus::default(),
         }
+    }
+
+    /// The state of the means of enforcement changed (the MPS control daemon came up, ended,
+    /// or cannot run); status reports it from now on.
+    pub fn enforcement(&mut self, status: gpud_proto::EnforcementStatus) {
+        self.enforcement = status;
     }
 
     /// The next thing the shell must do.

@@ -182,6 +182,7 @@ impl Core {
             } else {
                 Vec::new()
             },
+            enforcement: Some(self.enforcement.clone()),
             more,
         }
     }
