@@ -319,7 +319,13 @@ impl Enforcer {
             let decision = lock(&self.books).admit(dev, size, may_grow, &self.sizing);
             match decision {
                 Admit::Fits => return Ok(()),
-                Admit::Refuse => return Err(CUDA_ERROR_OUT_OF_MEMORY),
+                Admit::Refuse => {
+                    log::info(&format!(
+                        "an allocation of {size} bytes on device {dev} is past the lease: \
+                         CUDA_ERROR_OUT_OF_MEMORY"
+                    ));
+                    return Err(CUDA_ERROR_OUT_OF_MEMORY);
+                }
                 Admit::Grow { to } => {
                     if !self.grow(dev, to) {
                         return Err(CUDA_ERROR_OUT_OF_MEMORY);
