@@ -18,6 +18,7 @@ mod metrics;
 mod multidev;
 mod notify;
 mod operator;
+mod preload;
 mod prover;
 mod reload;
 mod slurm;

@@ -185,7 +185,11 @@ mod tests {
         assert_eq!(c.policy, Policy::Grow);
         assert_eq!(c.on_lost, OnLost::Fail);
         assert_eq!(c.socket, PathBuf::from("/run/gpud/gpud.sock"));
-        assert_eq!(c.initial_lease(), GIB, "512 MiB of context, rounded to 1 GiB");
+        assert_eq!(
+            c.initial_lease(),
+            GIB,
+            "512 MiB of context, rounded to 1 GiB"
+        );
     }
 
     #[test]

@@ -336,7 +336,14 @@ impl Driver {
         size: usize,
         flags: c_uint,
     ) -> CuResult {
-        forward!(self, Sym::MemAllocManaged, FnAllocManaged, dptr, size, flags)
+        forward!(
+            self,
+            Sym::MemAllocManaged,
+            FnAllocManaged,
+            dptr,
+            size,
+            flags
+        )
     }
 
     /// `cuMemFree_v2` (safe: a bad pointer is the driver's to refuse).
@@ -447,7 +454,15 @@ impl Driver {
         flags: c_uint,
         dev: CuDevice,
     ) -> CuResult {
-        forward!(self, Sym::CtxCreateV4, FnCtxCreateV4, ctx, params, flags, dev)
+        forward!(
+            self,
+            Sym::CtxCreateV4,
+            FnCtxCreateV4,
+            ctx,
+            params,
+            flags,
+            dev
+        )
     }
 
     /// # Safety
@@ -495,7 +510,8 @@ impl Driver {
 
 /// A CUuuid in NVML's text form, as gpud names devices.
 pub fn format_uuid(b: &[u8; 16]) -> String {
-    let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let hex =
+        |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
     format!(
         "GPU-{}-{}-{}-{}-{}",
         hex(0..4),
@@ -522,10 +538,7 @@ mod tests {
 
     #[test]
     fn only_the_wrapped_entry_points_are_found_by_name() {
-        assert_eq!(
-            Sym::wrapped_by_name(b"cuMemAlloc_v2"),
-            Some(Sym::MemAlloc)
-        );
+        assert_eq!(Sym::wrapped_by_name(b"cuMemAlloc_v2"), Some(Sym::MemAlloc));
         assert_eq!(
             Sym::wrapped_by_name(b"cuGetProcAddress_v2"),
             Some(Sym::GetProcAddressV2)

@@ -11,8 +11,8 @@ use std::ptr::null_mut;
 
 use crate::account::round_up;
 use crate::driver::{
-    CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS, CuDevice, CuDevicePtr, CuResult, Driver, Opaque,
-    Sym, driver, real_dlsym,
+    CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS, CuDevice, CuDevicePtr, CuResult, Driver, Opaque, Sym,
+    driver, real_dlsym,
 };
 use crate::enforce::Enforcer;
 
@@ -200,7 +200,11 @@ pub unsafe extern "C" fn cuMemAllocManaged(
 ) -> CuResult {
     // Managed memory is counted whole against the current device, as if it all lived there.
     // SAFETY: the caller's arguments, passed on.
-    unsafe { counted(dptr, size as u64, |d| d.mem_alloc_managed(dptr, size, flags)) }
+    unsafe {
+        counted(dptr, size as u64, |d| {
+            d.mem_alloc_managed(dptr, size, flags)
+        })
+    }
 }
 
 /// # Safety
@@ -376,7 +380,10 @@ pub unsafe extern "C" fn cuMemFreeAsync(dptr: CuDevicePtr, stream: Opaque) -> Cu
         return CUDA_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the caller's arguments, passed on.
-    freed_async(unsafe { d.mem_free_async(Sym::MemFreeAsync, dptr, stream) }, dptr)
+    freed_async(
+        unsafe { d.mem_free_async(Sym::MemFreeAsync, dptr, stream) },
+        dptr,
+    )
 }
 
 /// # Safety
@@ -525,7 +532,11 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut Opaque, dev: CuDevic
 /// # Safety
 /// The driver's contract for these arguments.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v2(ctx: *mut Opaque, flags: c_uint, dev: CuDevice) -> CuResult {
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    ctx: *mut Opaque,
+    flags: c_uint,
+    dev: CuDevice,
+) -> CuResult {
     let Some(d) = driver() else {
         return CUDA_ERROR_NOT_INITIALIZED;
     };

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use gpud_proto::frame::MAX_SERVER_FRAME;
 use gpud_proto::{
-    AcquireArgs, ClientFrame, ErrorBody, Event, LeaseId, LeaseInfo, Op, PROTOCOL_VERSION, Placement,
-    ServerFrame,
+    AcquireArgs, ClientFrame, ErrorBody, Event, LeaseId, LeaseInfo, Op, PROTOCOL_VERSION,
+    Placement, ServerFrame,
 };
 use serde_json::Value;
 use thiserror::Error;
@@ -285,7 +285,10 @@ fn deliver(pending: &Mutex<Pending>, frame: &Value) {
     let outcome = &frame["outcome"];
     let answer: Answer = match outcome.get("error") {
         Some(e) => Err(serde_json::from_value(e.clone()).unwrap_or_else(|_| {
-            ErrorBody::new(gpud_proto::ErrorCode::Internal, format!("unreadable error {e}"))
+            ErrorBody::new(
+                gpud_proto::ErrorCode::Internal,
+                format!("unreadable error {e}"),
+            )
         })),
         None => Ok(outcome.get("ok").cloned().unwrap_or(Value::Null)),
     };

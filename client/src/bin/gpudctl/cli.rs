@@ -128,9 +128,43 @@ pub struct RunArgs {
     /// stderr. On a terminal the wait is always shown, on one line that goes at the grant.
     #[arg(short, long)]
     pub verbose: bool,
+    /// How the lease is enforced. none: gpudctl holds the lease for the program. preload:
+    /// libgpud_preload.so inside the program, where each CUDA process leases its own memory
+    /// at its first CUDA call (of --vram) and an allocation past its lease grows it or fails
+    /// (--policy); gpudctl then holds no lease. mps: not supported by this build.
+    #[arg(long, value_enum, default_value = "none", value_name = "HOW")]
+    pub enforce: Enforce,
+    /// With --enforce preload: what an allocation past the lease does. grow: wait in gpud's
+    /// queue for a larger lease; fail: CUDA_ERROR_OUT_OF_MEMORY at once.
+    #[arg(long, value_enum, default_value = "grow")]
+    pub policy: GrowPolicy,
+    /// With --enforce preload: the interposer (default: libgpud_preload.so beside gpudctl,
+    /// or in ../lib/gpud from it).
+    #[arg(long, value_name = "PATH")]
+    pub preload_lib: Option<PathBuf>,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// How `gpudctl run` enforces the lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Enforce {
+    /// gpudctl holds the lease; the program is trusted to stay within it.
+    None,
+    /// libgpud_preload.so in the program's processes.
+    Preload,
+    /// An MPS client with a pinned memory limit.
+    Mps,
+}
+
+/// What an allocation past a preloaded program's lease does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GrowPolicy {
+    /// Grow the lease, waiting in gpud's queue.
+    Grow,
+    /// Fail with CUDA_ERROR_OUT_OF_MEMORY.
+    Fail,
 }
 
 /// `gpudctl budget`.

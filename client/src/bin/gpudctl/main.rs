@@ -5,6 +5,7 @@ mod cli;
 mod exit;
 mod exposition;
 mod format;
+mod preload;
 mod run;
 mod slurm;
 mod waiting;
@@ -107,6 +108,9 @@ async fn dispatch(args: Args) -> Result<ExitCode> {
             } else {
                 say(&text);
             }
+        }
+        Command::Run(run) if run.enforce != cli::Enforce::None => {
+            return preload::run(&client, run, &args.socket).await;
         }
         Command::Run(run) => return run::run(&client, run).await,
         Command::Budget(command) => budget::run(&client, command, &args.socket).await?,
