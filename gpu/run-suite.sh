@@ -105,6 +105,16 @@ section prover-tests 300 "$G/tests/prover_gpu" --ignored --test-threads=1
 section prover-bench 420 "$G/bin/gpud-bench" engines --sizes 20,22 --json "$OUT/prover-bench.json"
 [ -f "$OUT/prover-bench.log" ] && grep -A 12 "== engines summary" "$OUT/prover-bench.log" | head -n 20
 
+# --- libgpud_preload.so, the LD_PRELOAD interposer -------------------------------------------
+# About 2 minutes: gpud (from gpud-bench) on the real device, nvcc compiles gpu/preload's check
+# program here; with a 20 GiB lease a 30 GiB allocation fails under GPUD_POLICY=fail and
+# succeeds after the lease grows under grow, for cudaMalloc, cudaMallocAsync, VMM, PyTorch and
+# PyTorch with expandable segments; torch.cuda.mem_get_info() equals the lease; cudaMalloc and
+# cudaFree latency with and without the interposer. Logs: $OUT/preload/.
+#   bash gpu/run-suite.sh preload
+section preload 420 bash gpu/preload/run.sh "$G" "$OUT/preload"
+[ -f "$OUT/preload.log" ] && grep -E '^(PASS|FAIL|preload:)' "$OUT/preload.log"
+
 # --- farm: the sharing benchmark (gpud vs the in-process ideal, no lock, flock) ---------------
 # Each is a run of its own (several minutes) and runs only when named:
 #   bash gpu/run-suite.sh farm       (about 8 minutes: bundle + ballast ~40 s, 20 cells of 12 s

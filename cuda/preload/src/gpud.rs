@@ -259,11 +259,12 @@ fn read_loop(stream: &mut UnixStream, pending: &Mutex<Pending>, on_notice: &dyn 
         };
         match frame.get("type").and_then(Value::as_str) {
             Some("reply") => deliver(pending, &frame),
-            Some("event") => match serde_json::from_value::<ServerFrame>(frame.clone()) {
-                Ok(ServerFrame::Event { event }) => on_notice(Notice::Event(event)),
-                // An event this build does not know: nothing to do about it.
-                _ => {}
-            },
+            // An event this build does not know needs nothing done about it.
+            Some("event") => {
+                if let Ok(ServerFrame::Event { event }) = serde_json::from_value(frame.clone()) {
+                    on_notice(Notice::Event(event));
+                }
+            }
             Some("error") => break format!("gpud ended the session: {}", frame["error"]),
             _ => {}
         }
