@@ -35,8 +35,11 @@ fn fake_dir() -> &'static Path {
         };
         let d = dir.path();
         cc(&[
+            // Its own references bind inside it, as the real driver's do: cuGetProcAddress
+            // hands out the driver's own functions, never the interposer's same-named ones.
             "-shared".as_ref(),
             "-fPIC".as_ref(),
+            "-Wl,-Bsymbolic".as_ref(),
             "-o".as_ref(),
             d.join("libcuda.so.1").as_os_str(),
             src.join("libcuda.c").as_os_str(),

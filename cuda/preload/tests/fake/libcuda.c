@@ -6,7 +6,9 @@
  * --simulate NxSIZE leases the device this driver reports.
  *
  * FAKE_CUDA_TOTAL: bytes per device (default 16 GiB); FAKE_CUDA_DEVICES: how many (1..8).
- * Build: cc -shared -fPIC -o libcuda.so.1 libcuda.c -lpthread */
+ * Build: cc -shared -fPIC -Wl,-Bsymbolic -o libcuda.so.1 libcuda.c -lpthread (-Bsymbolic: its own
+ * references bind inside it, as the real driver's do, so that cuGetProcAddress hands out its own
+ * functions and not the interposer's same-named exports). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
