@@ -205,11 +205,15 @@ fn status(daemon: &Daemon) -> StatusReport {
     daemon.client().status().expect("status")
 }
 
-/// The lease of process `pid`: its size (None when it holds none).
+/// The memory lease of process `pid`: its size (None when it holds none).
 fn lease_of(daemon: &Daemon, pid: u32) -> Option<u64> {
     let s = status(daemon);
-    let mine: Vec<_> = s.leases.iter().filter(|l| l.pid == pid).collect();
-    assert!(mine.len() <= 1, "one lease per device: {mine:?}");
+    let mine: Vec<_> = s
+        .leases
+        .iter()
+        .filter(|l| l.pid == pid && !l.compute)
+        .collect();
+    assert!(mine.len() <= 1, "one memory lease per device: {mine:?}");
     mine.first().map(|l| l.vram_bytes)
 }
 
@@ -445,4 +449,82 @@ fn gpudctl_run_enforce_preload_leaves_the_lease_to_the_program() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The compute lease of process `pid`, when it holds one.
+fn compute_lease_of(daemon: &Daemon, pid: u32) -> Option<u64> {
+    status(daemon)
+        .leases
+        .iter()
+        .find(|l| l.pid == pid && l.compute)
+        .map(|l| l.id)
+}
+
+#[test]
+fn compute_auto_holds_the_interlock_only_around_launches() {
+    let daemon = Daemon::start("1x16GiB");
+    let auto = [("GPUD_COMPUTE", "auto"), ("GPUD_COMPUTE_IDLE", "300ms")];
+    for mode in MODES {
+        let mut a = Probe::start(&daemon.socket, mode, &auto);
+        let mut b = Probe::start(&daemon.socket, mode, &auto);
+        a.ok("init");
+        b.ok("init");
+        assert_eq!(
+            compute_lease_of(&daemon, a.pid()),
+            None,
+            "{mode}: none before a launch"
+        );
+        a.ok("launch");
+        assert!(
+            compute_lease_of(&daemon, a.pid()).is_some(),
+            "{mode}: taken at the launch"
+        );
+        a.ok("launch");
+        // b's launch waits for the interlock: a holds it until it has been idle for 300 ms and
+        // its context synchronised (from the idle watcher's thread, with a's context made
+        // current there: the fake refuses a synchronisation without one).
+        b.send("launch");
+        assert_eq!(
+            b.answer(Duration::from_millis(100)),
+            None,
+            "{mode}: b waits"
+        );
+        assert_eq!(
+            b.answer(Duration::from_secs(10)).as_deref(),
+            Some("ok"),
+            "{mode}: {}",
+            a.stderr()
+        );
+        assert_eq!(
+            compute_lease_of(&daemon, a.pid()),
+            None,
+            "{mode}: a gave it back"
+        );
+        assert!(compute_lease_of(&daemon, b.pid()).is_some());
+        // The memory leases stay throughout.
+        assert_eq!(lease_of_memory(&daemon, a.pid()), Some(GIB));
+        // A device-global call runs under the interlock too: a waits for b's idle.
+        a.ok("sync");
+        assert!(compute_lease_of(&daemon, a.pid()).is_some(), "{mode}");
+        assert_eq!(compute_lease_of(&daemon, b.pid()), None, "{mode}");
+    }
+}
+
+#[test]
+fn without_compute_auto_launches_take_no_lease() {
+    let daemon = Daemon::start("1x16GiB");
+    let mut a = Probe::start(&daemon.socket, "proc", &[]);
+    a.ok("init");
+    a.ok("launch");
+    a.ok("sync");
+    assert_eq!(compute_lease_of(&daemon, a.pid()), None);
+}
+
+/// The memory lease of `pid` (its compute lease left out).
+fn lease_of_memory(daemon: &Daemon, pid: u32) -> Option<u64> {
+    status(daemon)
+        .leases
+        .iter()
+        .find(|l| l.pid == pid && !l.compute)
+        .map(|l| l.vram_bytes)
 }

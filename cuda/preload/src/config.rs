@@ -59,6 +59,11 @@ pub struct Config {
     pub on_lost: OnLost,
     /// `GPUD_PRELOAD_QUIET=1`: no log lines but errors.
     pub quiet: bool,
+    /// `GPUD_COMPUTE=auto`: the compute lease around kernel launches (default off).
+    pub compute: bool,
+    /// `GPUD_COMPUTE_IDLE`: the compute lease goes back after this long without launches
+    /// (default 200 ms).
+    pub compute_idle: Duration,
 }
 
 impl Default for Config {
@@ -76,6 +81,8 @@ impl Default for Config {
             context_overhead: 512 * MIB,
             on_lost: OnLost::Fail,
             quiet: false,
+            compute: false,
+            compute_idle: Duration::from_millis(200),
         }
     }
 }
@@ -151,6 +158,18 @@ impl Config {
                 )),
             }
         }
+        if let Some(v) = get("GPUD_COMPUTE") {
+            match v.trim() {
+                "auto" => c.compute = true,
+                "off" | "none" => c.compute = false,
+                other => problems.push(format!(
+                    "GPUD_COMPUTE={other:?} ignored: expected auto or off"
+                )),
+            }
+        }
+        if let Some(d) = duration("GPUD_COMPUTE_IDLE", &mut problems) {
+            c.compute_idle = d;
+        }
         c.quiet = get("GPUD_PRELOAD_QUIET").is_some_and(|v| v.trim() != "0");
         (c, problems)
     }
@@ -206,6 +225,8 @@ mod tests {
             ("GPUD_SHRINK_ABOVE", "1GiB"),
             ("GPUD_CONTEXT_OVERHEAD", "0"),
             ("GPUD_ON_LOST", "continue"),
+            ("GPUD_COMPUTE", "auto"),
+            ("GPUD_COMPUTE_IDLE", "50ms"),
         ]);
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(c.socket, PathBuf::from("/tmp/s"));
@@ -219,6 +240,8 @@ mod tests {
         assert_eq!(c.shrink_above, GIB);
         assert_eq!(c.context_overhead, 0);
         assert_eq!(c.on_lost, OnLost::Continue);
+        assert!(c.compute);
+        assert_eq!(c.compute_idle, Duration::from_millis(50));
     }
 
     #[test]

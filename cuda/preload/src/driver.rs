@@ -82,6 +82,17 @@ pub enum Sym {
     CtxCreate,
     CtxCreateV3,
     CtxCreateV4,
+    LaunchKernel,
+    LaunchKernelPtsz,
+    LaunchKernelEx,
+    LaunchKernelExPtsz,
+    LaunchCooperativeKernel,
+    LaunchCooperativeKernelPtsz,
+    GraphLaunch,
+    GraphLaunchPtsz,
+    CtxSynchronize,
+    MemPoolTrimTo,
+    DevicePrimaryCtxReset,
     GetProcAddress,
     GetProcAddressV2,
     // Called, not wrapped.
@@ -90,11 +101,13 @@ pub enum Sym {
     DeviceGetUuid,
     DeviceGetMemPool,
     MemPoolGetAttribute,
+    CtxGetCurrent,
+    CtxSetCurrent,
 }
 
 impl Sym {
     /// Every entry point, in `repr` order.
-    pub const ALL: [Sym; 25] = [
+    pub const ALL: [Sym; 38] = [
         Sym::MemAlloc,
         Sym::MemAllocPitch,
         Sym::MemAllocManaged,
@@ -113,6 +126,17 @@ impl Sym {
         Sym::CtxCreate,
         Sym::CtxCreateV3,
         Sym::CtxCreateV4,
+        Sym::LaunchKernel,
+        Sym::LaunchKernelPtsz,
+        Sym::LaunchKernelEx,
+        Sym::LaunchKernelExPtsz,
+        Sym::LaunchCooperativeKernel,
+        Sym::LaunchCooperativeKernelPtsz,
+        Sym::GraphLaunch,
+        Sym::GraphLaunchPtsz,
+        Sym::CtxSynchronize,
+        Sym::MemPoolTrimTo,
+        Sym::DevicePrimaryCtxReset,
         Sym::GetProcAddress,
         Sym::GetProcAddressV2,
         Sym::CtxGetDevice,
@@ -120,6 +144,8 @@ impl Sym {
         Sym::DeviceGetUuid,
         Sym::DeviceGetMemPool,
         Sym::MemPoolGetAttribute,
+        Sym::CtxGetCurrent,
+        Sym::CtxSetCurrent,
     ];
 
     /// The symbol's name in libcuda.
@@ -143,6 +169,17 @@ impl Sym {
             Sym::CtxCreate => c"cuCtxCreate_v2",
             Sym::CtxCreateV3 => c"cuCtxCreate_v3",
             Sym::CtxCreateV4 => c"cuCtxCreate_v4",
+            Sym::LaunchKernel => c"cuLaunchKernel",
+            Sym::LaunchKernelPtsz => c"cuLaunchKernel_ptsz",
+            Sym::LaunchKernelEx => c"cuLaunchKernelEx",
+            Sym::LaunchKernelExPtsz => c"cuLaunchKernelEx_ptsz",
+            Sym::LaunchCooperativeKernel => c"cuLaunchCooperativeKernel",
+            Sym::LaunchCooperativeKernelPtsz => c"cuLaunchCooperativeKernel_ptsz",
+            Sym::GraphLaunch => c"cuGraphLaunch",
+            Sym::GraphLaunchPtsz => c"cuGraphLaunch_ptsz",
+            Sym::CtxSynchronize => c"cuCtxSynchronize",
+            Sym::MemPoolTrimTo => c"cuMemPoolTrimTo",
+            Sym::DevicePrimaryCtxReset => c"cuDevicePrimaryCtxReset_v2",
             Sym::GetProcAddress => c"cuGetProcAddress",
             Sym::GetProcAddressV2 => c"cuGetProcAddress_v2",
             Sym::CtxGetDevice => c"cuCtxGetDevice",
@@ -150,12 +187,21 @@ impl Sym {
             Sym::DeviceGetUuid => c"cuDeviceGetUuid",
             Sym::DeviceGetMemPool => c"cuDeviceGetMemPool",
             Sym::MemPoolGetAttribute => c"cuMemPoolGetAttribute",
+            Sym::CtxGetCurrent => c"cuCtxGetCurrent",
+            Sym::CtxSetCurrent => c"cuCtxSetCurrent",
         }
     }
 
     /// Whether the interposer wraps it (exports it and hands out its own for it).
     pub fn wrapped(self) -> bool {
         (self as usize) <= (Sym::GetProcAddressV2 as usize)
+    }
+
+    /// Whether it is wrapped only for the compute lease (`GPUD_COMPUTE=auto`): kernel launches
+    /// and the device-global calls. Without it the driver's own are handed out.
+    pub fn for_compute(self) -> bool {
+        (Sym::LaunchKernel as usize..=Sym::DevicePrimaryCtxReset as usize)
+            .contains(&(self as usize))
     }
 
     /// The wrapped entry point named exactly `name`.
@@ -224,6 +270,39 @@ type FnCtxCreateV4 = unsafe extern "C" fn(*mut Opaque, *mut c_void, c_uint, CuDe
 type FnGetProc = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CuResult;
 type FnGetProcV2 =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CuResult;
+type FnLaunch = unsafe extern "C" fn(
+    Opaque,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    Opaque,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CuResult;
+type FnLaunchEx =
+    unsafe extern "C" fn(*const c_void, Opaque, *mut *mut c_void, *mut *mut c_void) -> CuResult;
+type FnLaunchCooperative = unsafe extern "C" fn(
+    Opaque,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    Opaque,
+    *mut *mut c_void,
+) -> CuResult;
+type FnGraphLaunch = unsafe extern "C" fn(Opaque, Opaque) -> CuResult;
+type FnCtxSynchronize = unsafe extern "C" fn() -> CuResult;
+type FnPoolTrim = unsafe extern "C" fn(Opaque, usize) -> CuResult;
+type FnPrimaryReset = unsafe extern "C" fn(CuDevice) -> CuResult;
+type FnCtxGetCurrent = unsafe extern "C" fn(*mut Opaque) -> CuResult;
+type FnCtxSetCurrent = unsafe extern "C" fn(Opaque) -> CuResult;
 type FnCtxGetDevice = unsafe extern "C" fn(*mut CuDevice) -> CuResult;
 type FnUuid = unsafe extern "C" fn(*mut [u8; 16], CuDevice) -> CuResult;
 type FnDevicePool = unsafe extern "C" fn(*mut Opaque, CuDevice) -> CuResult;
@@ -463,6 +542,117 @@ impl Driver {
             flags,
             dev
         )
+    }
+
+    /// The calling thread's current context (its address; 0 for none).
+    pub fn current_context(&self) -> usize {
+        let Some(f) = entry!(self, Sym::CtxGetCurrent, FnCtxGetCurrent) else {
+            return 0;
+        };
+        let mut ctx: Opaque = null_mut();
+        // SAFETY: ctx is a valid out-parameter for the call's duration.
+        if unsafe { f(&mut ctx) } == CUDA_SUCCESS {
+            ctx as usize
+        } else {
+            0
+        }
+    }
+
+    /// Makes `ctx` (a context the driver gave out) current on the calling thread and waits for
+    /// its work: true when the synchronisation succeeded.
+    pub fn synchronize_context(&self, ctx: usize) -> bool {
+        let (Some(set), Some(sync)) = (
+            entry!(self, Sym::CtxSetCurrent, FnCtxSetCurrent),
+            entry!(self, Sym::CtxSynchronize, FnCtxSynchronize),
+        ) else {
+            return false;
+        };
+        // SAFETY: ctx came from cuCtxGetCurrent; a context destroyed since is refused by the
+        // driver with an error code, which reads as a failed synchronisation.
+        unsafe { set(ctx as Opaque) == CUDA_SUCCESS && sync() == CUDA_SUCCESS }
+    }
+
+    /// # Safety
+    /// The caller's arguments to `cuLaunchKernel` (or `_ptsz`, `sym`), unchanged.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_kernel(
+        &self,
+        sym: Sym,
+        f: Opaque,
+        grid: [c_uint; 3],
+        block: [c_uint; 3],
+        shared: c_uint,
+        stream: Opaque,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> CuResult {
+        forward!(
+            self, sym, FnLaunch, f, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+            shared, stream, params, extra
+        )
+    }
+
+    /// # Safety
+    /// The caller's arguments to `cuLaunchKernelEx` (or `_ptsz`, `sym`), unchanged.
+    pub unsafe fn launch_kernel_ex(
+        &self,
+        sym: Sym,
+        config: *const c_void,
+        f: Opaque,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> CuResult {
+        forward!(self, sym, FnLaunchEx, config, f, params, extra)
+    }
+
+    /// # Safety
+    /// The caller's arguments to `cuLaunchCooperativeKernel` (or `_ptsz`, `sym`), unchanged.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_cooperative(
+        &self,
+        sym: Sym,
+        f: Opaque,
+        grid: [c_uint; 3],
+        block: [c_uint; 3],
+        shared: c_uint,
+        stream: Opaque,
+        params: *mut *mut c_void,
+    ) -> CuResult {
+        forward!(
+            self,
+            sym,
+            FnLaunchCooperative,
+            f,
+            grid[0],
+            grid[1],
+            grid[2],
+            block[0],
+            block[1],
+            block[2],
+            shared,
+            stream,
+            params
+        )
+    }
+
+    /// `cuGraphLaunch` (or `_ptsz`, `sym`): safe, a bad handle is the driver's to refuse.
+    pub fn graph_launch(&self, sym: Sym, exec: Opaque, stream: Opaque) -> CuResult {
+        forward!(self, sym, FnGraphLaunch, exec, stream)
+    }
+
+    /// `cuCtxSynchronize`.
+    pub fn ctx_synchronize(&self) -> CuResult {
+        forward!(self, Sym::CtxSynchronize, FnCtxSynchronize,)
+    }
+
+    /// `cuMemPoolTrimTo`.
+    pub fn mem_pool_trim_to(&self, pool: Opaque, keep: usize) -> CuResult {
+        forward!(self, Sym::MemPoolTrimTo, FnPoolTrim, pool, keep)
+    }
+
+    /// `cuDevicePrimaryCtxReset_v2`.
+    pub fn primary_ctx_reset(&self, dev: CuDevice) -> CuResult {
+        forward!(self, Sym::DevicePrimaryCtxReset, FnPrimaryReset, dev)
     }
 
     /// # Safety

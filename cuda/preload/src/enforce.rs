@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use gpud_proto::{ErrorCode, Event, LeaseId};
 
 use crate::account::{Admit, Books, Ordinal, Sizing};
+use crate::compute::{Compute, Interlock};
 use crate::config::{Config, OnLost, Policy};
 use crate::driver::{self, CUDA_ERROR_OUT_OF_MEMORY, CuResult};
 use crate::gpud::{ClientError, Connection, Notice};
@@ -45,6 +46,7 @@ pub struct Enforcer {
     slots: Mutex<HashMap<Ordinal, Slot>>,
     link: Mutex<Link>,
     lost: AtomicBool,
+    compute: Compute,
 }
 
 static ENFORCER: OnceLock<Enforcer> = OnceLock::new();
@@ -69,6 +71,7 @@ impl Enforcer {
             floor: config.initial_lease(),
         };
         Self {
+            compute: Compute::new(config.compute_idle),
             config,
             sizing,
             books: Mutex::new(Books::default()),
@@ -143,6 +146,20 @@ impl Enforcer {
     fn on_notice(&self, notice: Notice) {
         match notice {
             Notice::Lost(why) => self.lose(&why),
+            Notice::Event(Event::Revoked { lease, .. })
+                if self.compute.on_lease_event(lease, true) =>
+            {
+                log::error(&format!(
+                    "compute lease {lease} was revoked; the next launch asks for it again"
+                ));
+            }
+            Notice::Event(Event::YieldRequested { lease, .. })
+                if self.compute.on_lease_event(lease, false) =>
+            {
+                log::info(&format!(
+                    "gpud asks for compute lease {lease}: given back once the context is idle"
+                ));
+            }
             Notice::Event(Event::Revoked { lease, reason }) => {
                 let dev = self.device_of_lease(lease);
                 if let Some(dev) = dev {
@@ -237,7 +254,14 @@ impl Enforcer {
             .ok_or_else(|| format!("the driver does not name device {dev}'s UUID"))?;
         let conn = self.connection().ok_or("gpud is not reachable")?;
         let timeout = self.config.acquire_timeout;
-        match conn.acquire(&uuid, bytes, self.config.class, Some(self.label()), timeout) {
+        match conn.acquire(
+            &uuid,
+            bytes,
+            false,
+            self.config.class,
+            Some(self.label()),
+            timeout,
+        ) {
             Ok(info) => {
                 if let Some(slot) = lock(&self.slots).get_mut(&dev) {
                     slot.lease = Some(info.lease);
@@ -456,6 +480,20 @@ impl Enforcer {
         }
     }
 
+    /// Whether kernel launches and device-global calls run under a compute lease.
+    pub fn compute_enabled(&self) -> bool {
+        self.config.compute
+    }
+
+    /// Runs `call`, a launch or device-global call on `dev`, under its compute lease
+    /// (`GPUD_COMPUTE=auto`), or plainly.
+    pub fn under_compute(&'static self, dev: Ordinal, call: impl FnOnce() -> CuResult) -> CuResult {
+        if !self.config.compute {
+            return call();
+        }
+        self.compute.under(self, dev, call)
+    }
+
     /// What `cuMemGetInfo` reports for `dev` given the driver's answer: the lease's unused part
     /// (no more than the device really has free) and the lease as the total.
     pub fn mem_info(&self, dev: Ordinal, real_free: u64, real_total: u64) -> (u64, u64) {
@@ -484,5 +522,39 @@ impl Enforcer {
             self.config.initial_lease()
         };
         lease.min(real_total)
+    }
+}
+
+impl Interlock for Enforcer {
+    fn acquire_compute(&self, dev: Ordinal) -> Result<LeaseId, String> {
+        let uuid = driver::driver()
+            .and_then(|d| d.device_uuid(dev))
+            .ok_or_else(|| format!("the driver does not name device {dev}'s UUID"))?;
+        let conn = self.connection().ok_or("gpud is not reachable")?;
+        let info = conn
+            .acquire(&uuid, 0, true, self.config.class, Some(self.label()), None)
+            .map_err(|e| e.to_string())?;
+        if conn.has_feature("attach")
+            && let Err(e) = conn.attach(info.lease)
+        {
+            log::error(&format!("cannot attach to lease {}: {e}", info.lease));
+        }
+        Ok(info.lease)
+    }
+
+    fn release_compute(&self, lease: LeaseId) {
+        if let Some(conn) = self.connection()
+            && let Err(e) = conn.send(Connection::release_op(lease))
+        {
+            log::error(&format!("cannot give compute lease {lease} back: {e}"));
+        }
+    }
+
+    fn current_context(&self) -> usize {
+        driver::driver().map_or(0, |d| d.current_context())
+    }
+
+    fn synchronize(&self, ctx: usize) -> bool {
+        driver::driver().is_some_and(|d| d.synchronize_context(ctx))
     }
 }

@@ -16,6 +16,12 @@ use crate::driver::{
 };
 use crate::enforce::Enforcer;
 
+/// Whether `sym`'s wrapper is handed out: the compute wrappers only under `GPUD_COMPUTE=auto`
+/// (otherwise the program gets the driver's own launch functions, at no cost).
+fn hands_out(sym: Sym) -> bool {
+    !sym.for_compute() || Enforcer::get().compute_enabled()
+}
+
 /// The wrapper the interposer hands out for `sym`.
 fn wrapper(sym: Sym) -> *mut c_void {
     let f: *const () = match sym {
@@ -37,13 +43,26 @@ fn wrapper(sym: Sym) -> *mut c_void {
         Sym::CtxCreate => cuCtxCreate_v2 as *const (),
         Sym::CtxCreateV3 => cuCtxCreate_v3 as *const (),
         Sym::CtxCreateV4 => cuCtxCreate_v4 as *const (),
+        Sym::LaunchKernel => cuLaunchKernel as *const (),
+        Sym::LaunchKernelPtsz => cuLaunchKernel_ptsz as *const (),
+        Sym::LaunchKernelEx => cuLaunchKernelEx as *const (),
+        Sym::LaunchKernelExPtsz => cuLaunchKernelEx_ptsz as *const (),
+        Sym::LaunchCooperativeKernel => cuLaunchCooperativeKernel as *const (),
+        Sym::LaunchCooperativeKernelPtsz => cuLaunchCooperativeKernel_ptsz as *const (),
+        Sym::GraphLaunch => cuGraphLaunch as *const (),
+        Sym::GraphLaunchPtsz => cuGraphLaunch_ptsz as *const (),
+        Sym::CtxSynchronize => cuCtxSynchronize as *const (),
+        Sym::MemPoolTrimTo => cuMemPoolTrimTo as *const (),
+        Sym::DevicePrimaryCtxReset => cuDevicePrimaryCtxReset_v2 as *const (),
         Sym::GetProcAddress => cuGetProcAddress as *const (),
         Sym::GetProcAddressV2 => cuGetProcAddress_v2 as *const (),
         Sym::CtxGetDevice
         | Sym::DeviceGetUuidV2
         | Sym::DeviceGetUuid
         | Sym::DeviceGetMemPool
-        | Sym::MemPoolGetAttribute => return null_mut(),
+        | Sym::MemPoolGetAttribute
+        | Sym::CtxGetCurrent
+        | Sym::CtxSetCurrent => return null_mut(),
     };
     f as *mut c_void
 }
@@ -68,6 +87,7 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     if name.starts_with(b"cu")
         && let Some(sym) = Sym::wrapped_by_name(name)
+        && hands_out(sym)
     {
         return wrapper(sym);
     }
@@ -92,6 +112,7 @@ unsafe fn substitute(d: &Driver, pfn: *mut *mut c_void) {
     if let Some(sym) = Sym::ALL
         .into_iter()
         .find(|&s| s.wrapped() && d.address(s) == got)
+        && hands_out(sym)
     {
         // SAFETY: as above; the wrapper has the variant's signature.
         unsafe { *pfn = wrapper(sym) };
@@ -575,4 +596,217 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
     };
     // SAFETY: the caller's arguments, passed on.
     context_made(unsafe { d.ctx_create_v4(ctx, params, flags, dev) }, dev)
+}
+
+/// Runs `call` under the current device's compute lease (`GPUD_COMPUTE=auto`).
+fn computed(call: impl FnOnce(&Driver) -> CuResult) -> CuResult {
+    let Some(d) = driver() else {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    };
+    let e = Enforcer::get();
+    if !e.compute_enabled() {
+        return call(d);
+    }
+    match d.current_device() {
+        Some(dev) => e.under_compute(dev, || call(d)),
+        None => call(d),
+    }
+}
+
+/// # Safety
+/// The driver's contract for these arguments.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    f: Opaque,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: Opaque,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    computed(|d| unsafe {
+        d.launch_kernel(
+            Sym::LaunchKernel,
+            f,
+            [gx, gy, gz],
+            [bx, by, bz],
+            shared,
+            stream,
+            params,
+            extra,
+        )
+    })
+}
+
+/// # Safety
+/// The driver's contract for these arguments.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchKernel_ptsz(
+    f: Opaque,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: Opaque,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    computed(|d| unsafe {
+        d.launch_kernel(
+            Sym::LaunchKernelPtsz,
+            f,
+            [gx, gy, gz],
+            [bx, by, bz],
+            shared,
+            stream,
+            params,
+            extra,
+        )
+    })
+}
+
+/// # Safety
+/// The driver's contract for these arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernelEx(
+    config: *const c_void,
+    f: Opaque,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    computed(|d| unsafe { d.launch_kernel_ex(Sym::LaunchKernelEx, config, f, params, extra) })
+}
+
+/// # Safety
+/// The driver's contract for these arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
+    config: *const c_void,
+    f: Opaque,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    computed(|d| unsafe { d.launch_kernel_ex(Sym::LaunchKernelExPtsz, config, f, params, extra) })
+}
+
+/// # Safety
+/// The driver's contract for these arguments.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchCooperativeKernel(
+    f: Opaque,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: Opaque,
+    params: *mut *mut c_void,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    computed(|d| unsafe {
+        d.launch_cooperative(
+            Sym::LaunchCooperativeKernel,
+            f,
+            [gx, gy, gz],
+            [bx, by, bz],
+            shared,
+            stream,
+            params,
+        )
+    })
+}
+
+/// # Safety
+/// The driver's contract for these arguments.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
+    f: Opaque,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: Opaque,
+    params: *mut *mut c_void,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    computed(|d| unsafe {
+        d.launch_cooperative(
+            Sym::LaunchCooperativeKernelPtsz,
+            f,
+            [gx, gy, gz],
+            [bx, by, bz],
+            shared,
+            stream,
+            params,
+        )
+    })
+}
+
+/// # Safety
+/// The driver's contract for these arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphLaunch(exec: Opaque, stream: Opaque) -> CuResult {
+    computed(|d| d.graph_launch(Sym::GraphLaunch, exec, stream))
+}
+
+/// # Safety
+/// The driver's contract for these arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: Opaque, stream: Opaque) -> CuResult {
+    computed(|d| d.graph_launch(Sym::GraphLaunchPtsz, exec, stream))
+}
+
+/// A device-global call: under the compute lease; pools may have given memory back after it.
+///
+/// # Safety
+/// Takes no arguments from the program.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxSynchronize() -> CuResult {
+    let r = computed(|d| d.ctx_synchronize());
+    if r == CUDA_SUCCESS {
+        Enforcer::get().refresh_pools();
+    }
+    r
+}
+
+/// # Safety
+/// The driver's contract for these arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolTrimTo(pool: Opaque, keep: usize) -> CuResult {
+    let r = computed(|d| d.mem_pool_trim_to(pool, keep));
+    if r == CUDA_SUCCESS {
+        Enforcer::get().refresh_pools();
+    }
+    r
+}
+
+/// # Safety
+/// The driver's contract for these arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CuDevice) -> CuResult {
+    let Some(d) = driver() else {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    };
+    Enforcer::get().under_compute(dev, || d.primary_ctx_reset(dev))
 }

@@ -180,11 +180,12 @@ impl Connection {
         }
     }
 
-    /// Acquires a memory lease on the device with `uuid`.
+    /// Acquires a lease on the device with `uuid`: memory, or the compute slot.
     pub fn acquire(
         &self,
         uuid: &str,
         vram_bytes: u64,
+        compute: bool,
         class: gpud_proto::Class,
         label: Option<String>,
         timeout: Option<Duration>,
@@ -192,6 +193,7 @@ impl Connection {
         let op = Op::Acquire(AcquireArgs {
             device: Placement::Uuid(uuid.to_string()),
             vram_bytes,
+            compute,
             class,
             label,
             timeout_ms: timeout.map(|t| t.as_millis() as u64),
@@ -229,6 +231,11 @@ impl Connection {
             .and_then(|r| r.get("vram_bytes"))
             .and_then(Value::as_u64)
             .ok_or_else(|| ClientError::Protocol(format!("expected resized: {answer}")))
+    }
+
+    /// The `release` op for `lease`.
+    pub fn release_op(lease: LeaseId) -> Value {
+        to_value(&Op::Release { lease }).unwrap_or(Value::Null)
     }
 
     /// Tells gpud that this process uses `lease`, enforced by the interposer (only when the

@@ -15,7 +15,7 @@
 //! approximated.
 //!
 //! Modules: `config` (the `GPUD_*` variables), `account` (the books and the sizing decisions,
-//! pure), `gpud` (a synchronous client), `enforce` (the process's leases), and the two with
+//! pure), `compute` (the compute lease around kernel launches, `GPUD_COMPUTE=auto`), `gpud` (a synchronous client), `enforce` (the process's leases), and the two with
 //! `unsafe` code, `driver` (the real libcuda and glibc's dlsym) and `exports` (the C symbols).
 
 // The unit tests build without the exported symbols (a test binary exporting `dlsym` would
@@ -23,6 +23,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod account;
+mod compute;
 mod config;
 mod driver;
 mod enforce;

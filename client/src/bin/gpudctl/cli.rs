@@ -131,7 +131,9 @@ pub struct RunArgs {
     /// How the lease is enforced. none: gpudctl holds the lease for the program. preload:
     /// libgpud_preload.so inside the program, where each CUDA process leases its own memory
     /// at its first CUDA call (of --vram) and an allocation past its lease grows it or fails
-    /// (--policy); gpudctl then holds no lease. mps: not supported by this build.
+    /// (--policy), and --compute takes the interlock before a kernel launch and gives it back
+    /// once the program is idle; gpudctl then holds no lease. mps: not supported by this
+    /// build.
     #[arg(long, value_enum, default_value = "none", value_name = "HOW")]
     pub enforce: Enforce,
     /// With --enforce preload: what an allocation past the lease does. grow: wait in gpud's

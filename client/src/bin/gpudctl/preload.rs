@@ -1,6 +1,7 @@
 //! `gpudctl run --enforce preload`: the program runs with libgpud_preload.so loaded
 //! (`LD_PRELOAD`) and its settings in `GPUD_*` variables; every CUDA process of it leases its
-//! own memory at its first CUDA call, so gpudctl holds no lease: it starts the program,
+//! own memory at its first CUDA call (and with --compute the interlock around its kernel
+//! launches, given back when idle), so gpudctl holds no lease: it starts the program,
 //! forwards SIGINT and SIGTERM, and passes its exit status through.
 
 use std::ffi::OsString;
@@ -97,6 +98,10 @@ fn environment(
     if let Some(t) = args.timeout {
         env.push(("GPUD_TIMEOUT".into(), format!("{}ms", t.as_millis()).into()));
     }
+    if args.compute {
+        // The interlock around kernel launches, given back when the program is idle.
+        env.push(("GPUD_COMPUTE".into(), "auto".into()));
+    }
     env
 }
 
@@ -110,13 +115,6 @@ pub async fn run(client: &Client, args: RunArgs, socket: &Path) -> Result<ExitCo
             );
         }
         Enforce::None => return Err(Fail::new(exit::USAGE, "no enforcement asked").into()),
-    }
-    if args.compute {
-        return Err(Fail::new(
-            exit::USAGE,
-            "--enforce preload leases memory only: leave out --compute",
-        )
-        .into());
     }
     if args.devices.is_some() || args.placement.is_some() {
         return Err(Fail::new(
@@ -217,6 +215,7 @@ mod tests {
             "fail",
             "--timeout",
             "5s",
+            "--compute",
             "--",
             "python3",
             "train.py",
@@ -243,6 +242,7 @@ mod tests {
         assert_eq!(lookup(&env, "GPUD_POLICY").as_deref(), Some("fail"));
         assert_eq!(lookup(&env, "GPUD_TIMEOUT").as_deref(), Some("5000ms"));
         assert_eq!(lookup(&env, "GPUD_LABEL").as_deref(), Some("python3"));
+        assert_eq!(lookup(&env, "GPUD_COMPUTE").as_deref(), Some("auto"));
     }
 
     #[test]
@@ -252,6 +252,7 @@ mod tests {
         assert_eq!(lookup(&env, "LD_PRELOAD").as_deref(), Some("/l.so"));
         assert_eq!(lookup(&env, "GPUD_POLICY").as_deref(), Some("grow"));
         assert_eq!(lookup(&env, "GPUD_VRAM"), None);
+        assert_eq!(lookup(&env, "GPUD_COMPUTE"), None);
         assert!(
             lookup(&env, "GPUD_SOCKET").unwrap().ends_with("/s.sock"),
             "made absolute: the program may change directory"

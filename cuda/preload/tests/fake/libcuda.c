@@ -134,7 +134,21 @@ CUresult cuCtxGetDevice(CUdevice *dev) {
     *dev = current;
     return OK;
 }
+CUresult cuCtxGetCurrent(void **ctx) { *ctx = current < 0 ? NULL : (void *)(intptr_t)(current + 1); return OK; }
+/* Fails on a thread with no current context, as the real one does: whoever synchronises on
+ * the program's behalf must make its context current first. */
 CUresult cuCtxSynchronize(void) { return current < 0 ? INVALID_CONTEXT : OK; }
+static unsigned long long launches;
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shared, void *stream, void **params, void **extra) {
+    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared;
+    (void)stream; (void)params; (void)extra;
+    if (current < 0) return INVALID_CONTEXT;
+    __atomic_add_fetch(&launches, 1, __ATOMIC_SEQ_CST);
+    return OK;
+}
+CUresult cuMemPoolTrimTo(void *pool, size_t keep) { (void)pool; (void)keep; return OK; }
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return dev >= 0 && dev < ndev ? OK : INVALID_DEVICE; }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
     if (current < 0) return INVALID_CONTEXT;
@@ -223,6 +237,10 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuCtxSetCurrent", (void *)cuCtxSetCurrent},
     {"cuCtxGetDevice", (void *)cuCtxGetDevice},
     {"cuCtxSynchronize", (void *)cuCtxSynchronize},
+    {"cuCtxGetCurrent", (void *)cuCtxGetCurrent},
+    {"cuLaunchKernel", (void *)cuLaunchKernel},
+    {"cuMemPoolTrimTo", (void *)cuMemPoolTrimTo},
+    {"cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset_v2},
     {"cuMemAlloc", (void *)cuMemAlloc_v2},
     {"cuMemAllocPitch", (void *)cuMemAllocPitch_v2},
     {"cuMemAllocManaged", (void *)cuMemAllocManaged},

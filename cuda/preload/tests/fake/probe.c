@@ -5,7 +5,8 @@
  *                 at CUDA 12.0 (as a statically linked runtime does)
  *   probe-linked  linked against libcuda (built with -DLINKED): the symbols themselves
  * Commands: init | alloc BYTES | pitch WIDTH HEIGHT | managed BYTES | free I | async BYTES |
- *   pool BYTES | freeasync I | create BYTES | release I | info | total | used | quit
+ *   pool BYTES | freeasync I | create BYTES | release I | info | total | used | launch | sync |
+ *   quit
  * (I: the index an allocation answered with). */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -32,6 +33,9 @@ CUresult cuMemCreate(unsigned long long *, size_t, const void *, unsigned long l
 CUresult cuMemRelease(unsigned long long);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
 CUresult cuDeviceTotalMem_v2(size_t *, int);
+CUresult cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned, void *, void **, void **);
+CUresult cuCtxSynchronize(void);
 #endif
 
 static CUresult (*p_init)(unsigned int);
@@ -51,6 +55,9 @@ static CUresult (*p_release)(unsigned long long);
 static CUresult (*p_info)(size_t *, size_t *);
 static CUresult (*p_total)(size_t *, int);
 static unsigned long long (*p_used)(int);
+static CUresult (*p_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, void *, void **, void **);
+static CUresult (*p_sync)(void);
 
 __attribute__((unused)) static void *need(void *p, const char *name) {
     if (!p) {
@@ -88,6 +95,7 @@ static void resolve(const char *mode) {
     p_from_pool = cuMemAllocFromPoolAsync; p_free_async = cuMemFreeAsync;
     p_get_pool = cuDeviceGetMemPool; p_create = cuMemCreate; p_release = cuMemRelease;
     p_info = cuMemGetInfo_v2; p_total = cuDeviceTotalMem_v2;
+    p_launch = cuLaunchKernel; p_sync = cuCtxSynchronize;
     lib = dlopen("libcuda.so.1", RTLD_NOW);
 #else
     int proc = strcmp(mode, "proc") == 0;
@@ -113,6 +121,8 @@ static void resolve(const char *mode) {
     BIND(p_release, "cuMemRelease", "cuMemRelease");
     BIND(p_info, "cuMemGetInfo_v2", "cuMemGetInfo");
     BIND(p_total, "cuDeviceTotalMem_v2", "cuDeviceTotalMem");
+    BIND(p_launch, "cuLaunchKernel", "cuLaunchKernel");
+    BIND(p_sync, "cuCtxSynchronize", "cuCtxSynchronize");
 #endif
     p_used = lib ? dlsym(lib, "fakeCudaUsed") : NULL;
 }
@@ -179,6 +189,12 @@ int main(int argc, char **argv) {
             r = p_total(&t, 0);
             if (r) printf("err %d\n", r);
             else printf("ok %zu\n", t);
+        } else if (!strcmp(cmd, "launch")) {
+            r = p_launch((void *)0x1, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+            printf(r ? "err %d\n" : "ok\n", r);
+        } else if (!strcmp(cmd, "sync")) {
+            r = p_sync();
+            printf(r ? "err %d\n" : "ok\n", r);
         } else if (!strcmp(cmd, "used")) {
             printf("ok %llu\n", p_used ? p_used(0) : 0ULL);
         } else {
