@@ -114,6 +114,15 @@ section prover-bench 420 "$G/bin/gpud-bench" engines --sizes 20,22 --json "$OUT/
 #   bash gpu/run-suite.sh preload
 section preload 420 bash gpu/preload/run.sh "$G" "$OUT/preload"
 [ -f "$OUT/preload.log" ] && grep -E '^(PASS|FAIL|preload:)' "$OUT/preload.log"
+# preload-two (only when named; about 1 minute): two PyTorch processes started with 1 GiB
+# leases each grow to 80 GiB under grow (both must finish, gpud never over capacity), then the
+# same two without the interposer (one runs out of memory). Two tenants that each hold memory
+# and each wait to grow into the other's rely on gpud's grow-deadlock rule.
+#   bash gpu/run-suite.sh preload-two
+if named preload-two; then
+    section preload-two 300 bash gpu/preload/run.sh "$G" "$OUT/preload-two" two
+    [ -f "$OUT/preload-two.log" ] && grep -E '^(PASS|FAIL|INFO|preload-two:)' "$OUT/preload-two.log"
+fi
 
 # --- farm: the sharing benchmark (gpud vs the in-process ideal, no lock, flock) ---------------
 # Each is a run of its own (several minutes) and runs only when named:

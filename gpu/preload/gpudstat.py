@@ -1,6 +1,7 @@
-"""Prints the bytes gpud's leases of process PID and its descendants reserve (0 for none).
+"""What gpud reserves.
 
-    gpudstat.py SOCKET PID"""
+    gpudstat.py SOCKET PID      the bytes the leases of PID and its descendants reserve (0: none)
+    gpudstat.py SOCKET device   "RESERVED CAPACITY" of device 0"""
 
 import json
 import os
@@ -51,7 +52,7 @@ def family(pid):
 
 
 def main() -> int:
-    path, pid = sys.argv[1], int(sys.argv[2])
+    path, what = sys.argv[1], sys.argv[2]
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(path)
         frame(s, {"type": "hello", "version": 1, "client": "gpudstat"})
@@ -61,8 +62,13 @@ def main() -> int:
             m = read(s)
             if m.get("type") == "reply":
                 break
-        leases = m["outcome"]["ok"]["status"]["leases"]
-        pids = family(pid)
+        status = m["outcome"]["ok"]["status"]
+        if what == "device":
+            d = status["devices"][0]
+            print(d["reserved_bytes"], d["capacity_bytes"])
+            return 0
+        leases = status["leases"]
+        pids = family(int(what))
         print(sum(l["vram_bytes"] for l in leases if l["pid"] in pids))
     return 0
 

@@ -7,9 +7,14 @@
 # PyTorch with expandable segments; torch.cuda.mem_get_info() must report the lease; then the
 # latency of cudaMalloc/cudaFree with and without the interposer. One PASS/FAIL line per check,
 # a summary last; exit 1 when any check failed.
+#   bash gpu/preload/run.sh .gpu OUTDIR two   instead: two PyTorch processes started with 1 GiB
+#       leases each grow to 80 GiB (more than the card holds for both) under grow; both must
+#       finish without out-of-memory while gpud never reserves more than capacity; and the
+#       same two without the interposer, where one of them runs out of memory.
 set -uo pipefail
 G=${1:-.gpu}
 OUT=${2:-gpu-out/preload}
+WHAT=${3:-checks}
 mkdir -p "$OUT"
 LIB=$(realpath "$G/lib/libgpud_preload.so")
 HERE=$(dirname "$0")
@@ -37,6 +42,57 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 [ -S "$socket" ] || { fail "gpud did not start (see $OUT/gpud.log)"; exit 1; }
+
+if [ "$WHAT" = two ]; then
+    python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1 ||
+        { fail "PyTorch with CUDA is not importable"; exit 1; }
+    # gpud's reservations against capacity, every 100 ms, while the two run.
+    (while :; do python3 "$HERE/gpudstat.py" "$socket" device; sleep 0.1; done) >"$OUT/reserved.log" 2>/dev/null &
+    poller=$!
+    start=$SECONDS
+    pids=()
+    for who in a b; do
+        env LD_PRELOAD="$LIB" GPUD_SOCKET="$socket" GPUD_VRAM=1GiB GPUD_POLICY=grow \
+            GPUD_GROW_TIMEOUT=300s PRELOAD_CHECK_HOLD_MS=5000 \
+            python3 "$HERE/preload_torch.py" grow 80 4 >"$OUT/two-$who.log" 2>&1 &
+        pids+=($!)
+    done
+    rcs=()
+    for p in "${pids[@]}"; do
+        wait "$p"
+        rcs+=($?)
+    done
+    took=$((SECONDS - start))
+    kill "$poller" 2>/dev/null
+    over=$(awk '$1 > $2 {n++} END {print n + 0}' "$OUT/reserved.log")
+    peak=$(awk 'BEGIN {m = 0} $1 > m {m = $1; c = $2} END {printf "%.1f of %.1f GiB", m / 2^30, c / 2^30}' "$OUT/reserved.log")
+    if [ "${rcs[0]}" -eq 0 ] && [ "${rcs[1]}" -eq 0 ]; then
+        pass "two processes growing to 80 GiB from 1 GiB leases both finished in ${took} s (exits ${rcs[*]})"
+    else
+        fail "two processes growing to 80 GiB: exits ${rcs[*]} (10: out of memory; $OUT/two-*.log)"
+    fi
+    if [ "$over" -eq 0 ]; then
+        pass "gpud never reserved more than capacity (peak $peak, $(wc -l <"$OUT/reserved.log") samples)"
+    else
+        fail "gpud reserved more than capacity in $over samples ($OUT/reserved.log)"
+    fi
+    # Without gpud: both at once, no interposer; one of them is expected to run out of memory.
+    pids=()
+    for who in a b; do
+        PRELOAD_CHECK_HOLD_MS=5000 python3 "$HERE/preload_torch.py" grow 80 4 \
+            >"$OUT/two-plain-$who.log" 2>&1 &
+        pids+=($!)
+    done
+    rcs=()
+    for p in "${pids[@]}"; do
+        wait "$p"
+        rcs+=($?)
+    done
+    echo "INFO without the interposer the same two exit ${rcs[*]} (10: out of memory)"
+    echo "preload-two: $passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
+fi
 
 stubs=""
 for d in /usr/local/cuda/lib64/stubs /usr/local/cuda/targets/x86_64-linux/lib/stubs; do
