@@ -36,6 +36,11 @@ cargo build --release -p gpud --bin gpud -p gpud-client --bin gpudctl
 for b in "${BINS[@]}" "${BENCH_BINS[@]}" "${DAEMON_BINS[@]}"; do
     cp "$CARGO_TARGET_DIR/release/$b" "$out/bin/"
 done
+# The LD_PRELOAD interposer, for the preload section (gpu/preload/run.sh, which runs gpud from
+# gpud-bench and compiles its CUDA check program with the host's nvcc).
+cargo build --release -p gpud-preload
+mkdir -p "$out/lib"
+cp "$CARGO_TARGET_DIR/release/libgpud_preload.so" "$out/lib/"
 
 test_args=()
 for t in "${TESTS[@]}"; do test_args+=(--test "$t"); done
@@ -68,7 +73,7 @@ done
 # largest, which embed gpud and the prover and are never run under compute-sanitizer, keep
 # their symbols only (backtraces name functions, without lines): half their size again.
 SYMBOLS_ONLY=(bin/gpud-bench tests/prover_gpu bin/gpud bin/gpudctl)
-for f in "$out"/bin/* "$out"/tests/*; do
+for f in "$out"/bin/* "$out"/tests/* "$out"/lib/*; do
     if printf '%s\n' "${SYMBOLS_ONLY[@]}" | grep -qx "${f#"$out"/}"; then
         objcopy --strip-debug "$f"
     else

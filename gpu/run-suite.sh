@@ -117,6 +117,25 @@ if named mps-enforce; then
     [ -f "$OUT/mps-enforce.log" ] && grep -E "^(PASS|FAIL)" "$OUT/mps-enforce.log"
 fi
 
+# --- libgpud_preload.so, the LD_PRELOAD interposer -------------------------------------------
+# About 2 minutes: gpud (from gpud-bench) on the real device, nvcc compiles gpu/preload's check
+# program here; with a 20 GiB lease a 30 GiB allocation fails under GPUD_POLICY=fail and
+# succeeds after the lease grows under grow, for cudaMalloc, cudaMallocAsync, VMM, PyTorch and
+# PyTorch with expandable segments; torch.cuda.mem_get_info() equals the lease; cudaMalloc and
+# cudaFree latency with and without the interposer. Logs: $OUT/preload/.
+#   bash gpu/run-suite.sh preload
+section preload 420 bash gpu/preload/run.sh "$G" "$OUT/preload"
+[ -f "$OUT/preload.log" ] && grep -E '^(PASS|FAIL|preload:)' "$OUT/preload.log"
+# preload-two (only when named; about 1 minute): two PyTorch processes started with 1 GiB
+# leases each grow to 80 GiB under grow (both must finish, gpud never over capacity), then the
+# same two without the interposer (one runs out of memory). Two tenants that each hold memory
+# and each wait to grow into the other's rely on gpud's grow-deadlock rule.
+#   bash gpu/run-suite.sh preload-two
+if named preload-two; then
+    section preload-two 300 bash gpu/preload/run.sh "$G" "$OUT/preload-two" two
+    [ -f "$OUT/preload-two.log" ] && grep -E '^(PASS|FAIL|INFO|preload-two:)' "$OUT/preload-two.log"
+fi
+
 # --- farm: the sharing benchmark (gpud vs the in-process ideal, no lock, flock) ---------------
 # Each is a run of its own (several minutes) and runs only when named:
 #   bash gpu/run-suite.sh farm       (about 8 minutes: bundle + ballast ~40 s, 20 cells of 12 s

@@ -19,6 +19,7 @@ mod mps;
 mod multidev;
 mod notify;
 mod operator;
+mod preload;
 mod prover;
 mod reload;
 mod slurm;

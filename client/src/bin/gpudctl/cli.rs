@@ -124,27 +124,50 @@ pub struct RunArgs {
     /// Label shown in status (default: the program's name).
     #[arg(long)]
     pub label: Option<String>,
-    /// How the lease is enforced on the program: none (default: the lease is a promise the
-    /// program keeps), or mps (the program runs as a client of gpud's MPS control daemon, and
-    /// an allocation past its lease fails with out-of-memory; the lease cannot grow).
-    #[arg(long, value_enum, default_value_t = Enforce::None)]
-    pub enforce: Enforce,
     /// Report the wait (a line each time the place in the queue changes) and the grant on
     /// stderr. On a terminal the wait is always shown, on one line that goes at the grant.
     #[arg(short, long)]
     pub verbose: bool,
+    /// How the lease is enforced. none: gpudctl holds the lease for the program. preload:
+    /// libgpud_preload.so inside the program, where each CUDA process leases its own memory
+    /// at its first CUDA call (of --vram) and an allocation past its lease grows it or fails
+    /// (--policy), and --compute takes the interlock before a kernel launch and gives it back
+    /// once the program is idle; gpudctl then holds no lease. mps: the program runs as a
+    /// client of gpud's MPS control daemon, and an allocation past its lease fails with
+    /// out-of-memory (the lease cannot grow).
+    #[arg(long, value_enum, default_value = "none", value_name = "HOW")]
+    pub enforce: Enforce,
+    /// With --enforce preload: what an allocation past the lease does. grow: wait in gpud's
+    /// queue for a larger lease (the default); fail: CUDA_ERROR_OUT_OF_MEMORY at once.
+    #[arg(long, value_enum)]
+    pub policy: Option<GrowPolicy>,
+    /// With --enforce preload: the interposer (default: libgpud_preload.so beside gpudctl,
+    /// or in ../lib/gpud from it).
+    #[arg(long, value_name = "PATH")]
+    pub preload_lib: Option<PathBuf>,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
-/// `gpudctl run --enforce`.
+/// How `gpudctl run` enforces the lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Enforce {
-    /// Nothing stops the program from using more than its lease.
+    /// gpudctl holds the lease; the program is trusted to stay within it.
     None,
+    /// libgpud_preload.so in the program's processes.
+    Preload,
     /// Hard per-device limits through gpud's MPS control daemon.
     Mps,
+}
+
+/// What an allocation past a preloaded program's lease does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GrowPolicy {
+    /// Grow the lease, waiting in gpud's queue.
+    Grow,
+    /// Fail with CUDA_ERROR_OUT_OF_MEMORY.
+    Fail,
 }
 
 /// `gpudctl budget`.

@@ -6,6 +6,7 @@ mod exit;
 mod exposition;
 mod format;
 mod mps;
+mod preload;
 mod run;
 mod slurm;
 mod waiting;
@@ -108,6 +109,9 @@ async fn dispatch(args: Args) -> Result<ExitCode> {
             } else {
                 say(&text);
             }
+        }
+        Command::Run(run) if run.enforce == cli::Enforce::Preload => {
+            return preload::run(&client, run, &args.socket).await;
         }
         Command::Run(run) => return run::run(&client, run).await,
         Command::Budget(command) => budget::run(&client, command, &args.socket).await?,

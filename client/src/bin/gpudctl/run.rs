@@ -27,9 +27,18 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
         .into());
     }
     // Checked before the wait: a host without MPS refuses at once.
+    if args.enforce != Enforce::Preload && args.policy.is_some() {
+        return Err(Fail::new(
+            exit::USAGE,
+            "--policy is for --enforce preload: under MPS an allocation past the lease fails \
+             (the lease cannot grow), and without enforcement nothing is intercepted",
+        )
+        .into());
+    }
     let mps = match args.enforce {
         Enforce::Mps => Some(crate::mps::plan(client, vram).await?),
-        Enforce::None => None,
+        // --enforce preload runs through preload::run (main dispatches it there).
+        Enforce::None | Enforce::Preload => None,
     };
     let mut request = LeaseRequest::new()
         .vram(vram)
