@@ -82,6 +82,14 @@ struct RawConfig {
     dbus: RawDbus,
     #[serde(default)]
     metrics: RawMetrics,
+    #[serde(default)]
+    supervision: RawSupervision,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSupervision {
+    kill_grace: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -306,6 +314,23 @@ pub struct Config {
     pub dbus: Option<BusChoice>,
     /// Where to serve metrics; off when `None`.
     pub metrics: Option<MetricsListen>,
+    /// Programs attached to leases.
+    pub supervision: SupervisionConfig,
+}
+
+/// How gpud ends a program attached to a lease whose session ended without releasing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SupervisionConfig {
+    /// From SIGTERM to SIGKILL of the program's process group.
+    pub kill_grace: Duration,
+}
+
+impl Default for SupervisionConfig {
+    fn default() -> Self {
+        Self {
+            kill_grace: Duration::from_secs(10),
+        }
+    }
 }
 
 impl Default for Config {
@@ -330,6 +355,7 @@ impl Default for Config {
             kill_ignored_yield: false,
             dbus: None,
             metrics: None,
+            supervision: SupervisionConfig::default(),
         }
     }
 }
@@ -714,6 +740,10 @@ impl Config {
                     .map_err(|e: BusChoiceError| value_err("dbus.bus", e.to_string()))?,
             );
         }
+        if let Some(g) = raw.supervision.kill_grace {
+            c.supervision.kill_grace =
+                parse_duration(&g).map_err(|e| value_err("supervision.kill_grace", e))?;
+        }
         if let Some(listen) = raw.metrics.listen {
             c.metrics = Some(
                 listen
@@ -811,6 +841,18 @@ max_sessions = 10
         );
         assert_eq!(c.limits.max_sessions, 10);
         assert_eq!(c.poll_interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn the_supervision_kill_grace_defaults_to_ten_seconds_and_is_checked() {
+        assert_eq!(
+            parse("").unwrap().supervision.kill_grace,
+            Duration::from_secs(10)
+        );
+        let c = parse("[supervision]\nkill_grace = \"1500ms\"\n").unwrap();
+        assert_eq!(c.supervision.kill_grace, Duration::from_millis(1500));
+        let e = parse("[supervision]\nkill_grace = \"soon\"\n").unwrap_err();
+        assert!(e.to_string().contains("supervision.kill_grace"), "{e}");
     }
 
     #[test]

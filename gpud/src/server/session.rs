@@ -133,6 +133,7 @@ async fn run(
         features: vec![
             gpud_proto::FEATURE_QUEUED.into(),
             gpud_proto::FEATURE_MULTI_DEVICE.into(),
+            gpud_proto::FEATURE_ATTACH.into(),
         ],
     };
     writer.send(to_payload(&welcome)).await.map_err(io_closed)?;

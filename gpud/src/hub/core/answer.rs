@@ -202,6 +202,7 @@ impl Core {
             pid,
             start,
             signal: Signal::Kill,
+            group: false,
             why,
         });
     }
