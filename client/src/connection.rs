@@ -23,8 +23,9 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use crate::error::{ClientError, Result};
 use crate::proto::frame::{MAX_REQUEST_FRAME, MAX_SERVER_FRAME, codec, from_payload, to_payload};
 use crate::proto::{
-    ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_MULTI_DEVICE, FEATURE_QUEUED, LeaseInfo, Op,
-    Outcome, PROTOCOL_VERSION, Reply, RequestId, RevokeReason, ServerFrame,
+    AttachArgs, ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_ATTACH, FEATURE_MULTI_DEVICE,
+    FEATURE_QUEUED, LeaseInfo, Op, Outcome, PROTOCOL_VERSION, Reply, RequestId, RevokeReason,
+    ServerFrame,
 };
 use crate::reservation::LeaseId;
 
@@ -152,6 +153,8 @@ pub(crate) struct Handle {
     queued: Arc<AtomicBool>,
     /// The daemon's welcome listed [`FEATURE_MULTI_DEVICE`].
     multi_device: Arc<AtomicBool>,
+    /// The daemon's welcome listed [`FEATURE_ATTACH`].
+    attach: Arc<AtomicBool>,
 }
 
 impl Handle {
@@ -198,6 +201,11 @@ impl Handle {
         self.multi_device.load(Ordering::Relaxed)
     }
 
+    /// Whether the daemon records which program uses a lease ([`Op::Attach`]).
+    pub fn speaks_attach(&self) -> bool {
+        self.attach.load(Ordering::Relaxed)
+    }
+
     /// Sends a request and forgets it.
     pub fn fire(&self, op: Op) {
         let id = self.next_id();
@@ -222,6 +230,8 @@ struct Welcomed {
     queued: bool,
     /// The daemon grants leases of several devices ([`FEATURE_MULTI_DEVICE`]).
     multi_device: bool,
+    /// The daemon records which program uses a lease ([`FEATURE_ATTACH`]).
+    attach: bool,
 }
 
 /// Connects and says hello: the stream halves and what the welcome said.
@@ -250,6 +260,7 @@ async fn open(path: &Path, name: Option<String>) -> Result<(Reader, Writer, Welc
                 session,
                 queued: features.iter().any(|f| f == FEATURE_QUEUED),
                 multi_device: features.iter().any(|f| f == FEATURE_MULTI_DEVICE),
+                attach: features.iter().any(|f| f == FEATURE_ATTACH),
             },
             Ok(ServerFrame::Error { error }) => {
                 return Err(ClientError::Refused {
@@ -287,6 +298,7 @@ pub(crate) async fn connect(
         session: Arc::new(AtomicU64::new(welcomed.session)),
         queued: Arc::new(AtomicBool::new(welcomed.queued)),
         multi_device: Arc::new(AtomicBool::new(welcomed.multi_device)),
+        attach: Arc::new(AtomicBool::new(welcomed.attach)),
     };
     let driver = Driver {
         path: path.to_path_buf(),
@@ -299,6 +311,7 @@ pub(crate) async fn connect(
         session: handle.session.clone(),
         queued: handle.queued.clone(),
         multi_device: handle.multi_device.clone(),
+        attach: handle.attach.clone(),
         part_of: HashMap::new(),
     };
     Ok((handle, driver.run(reader, writer, rx)))
@@ -326,6 +339,9 @@ struct LeaseEntry {
     events: mpsc::UnboundedSender<Event>,
     flags: Arc<LeaseFlags>,
     token: String,
+    /// The program attached to it: attached again after a re-adoption (a restarted daemon
+    /// forgets attachments).
+    attached: Option<AttachArgs>,
 }
 
 impl LeaseEntry {
@@ -351,6 +367,7 @@ struct Driver {
     session: Arc<AtomicU64>,
     queued: Arc<AtomicBool>,
     multi_device: Arc<AtomicBool>,
+    attach: Arc<AtomicBool>,
     /// The parts of leases of several devices, other than the first: the lease (group) each
     /// belongs to, so that a notice about a part reaches its lease.
     part_of: HashMap<LeaseId, LeaseId>,
@@ -517,6 +534,7 @@ impl Driver {
                 self.queued.store(welcomed.queued, Ordering::Relaxed);
                 self.multi_device
                     .store(welcomed.multi_device, Ordering::Relaxed);
+                self.attach.store(welcomed.attach, Ordering::Relaxed);
                 if self.resume(&mut writer).await.is_ok() {
                     return Some((reader, writer));
                 }
@@ -558,7 +576,20 @@ impl Driver {
                 token: e.token.clone(),
             })
             .collect();
-        let first: Vec<RequestId> = adoptions.into_iter().map(|op| self.own(op)).collect();
+        // Each attach follows its adoption, which the daemon serves first.
+        let attachments: Vec<Op> = if self.attach.load(Ordering::Relaxed) {
+            self.leases
+                .values()
+                .filter_map(|e| e.attached.clone().map(Op::Attach))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let first: Vec<RequestId> = adoptions
+            .into_iter()
+            .chain(attachments)
+            .map(|op| self.own(op))
+            .collect();
         for id in first {
             self.write(writer, id).await?;
         }
@@ -613,11 +644,17 @@ impl Driver {
                                 events,
                                 flags: flags.clone(),
                                 token: info.token.clone(),
+                                attached: None,
                             },
                         );
                         Ok(Answer::Granted(info, LeaseChannel { events: rx, flags }))
                     }
-                    (Outcome::Ok(reply), _) => {
+                    (Outcome::Ok(reply), op) => {
+                        if let (Reply::Attached { lease, .. }, Op::Attach(args)) = (&reply, op)
+                            && let Some(e) = self.leases.get_mut(lease)
+                        {
+                            e.attached = Some(args.clone());
+                        }
                         if let Reply::Released { lease } = &reply {
                             self.leases.remove(lease);
                             self.part_of.retain(|_, group| group != lease);

@@ -21,4 +21,5 @@ mod operator;
 mod prover;
 mod reload;
 mod slurm;
+mod supervision;
 mod systemd;

@@ -71,7 +71,9 @@ pub enum Command {
         json: bool,
     },
     /// Run a program under a lease: sets CUDA_VISIBLE_DEVICES and GPUD_LEASE_ID, releases when
-    /// it exits, and passes its exit status through.
+    /// it exits, and passes its exit status through. The program runs in its own process group,
+    /// which is stopped (SIGTERM, then SIGKILL) when the lease is revoked or lost, and which gpud
+    /// ends if gpudctl dies.
     Run(RunArgs),
     /// Budgets: jobs' shares of devices that their processes lease from.
     #[command(subcommand)]
@@ -93,6 +95,37 @@ fn watch_interval(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d)
+}
+
+/// Signals a program may be sent on a yield notice, by name, with their Linux numbers.
+const SIGNALS: [(&str, i32); 9] = [
+    ("HUP", 1),
+    ("INT", 2),
+    ("QUIT", 3),
+    ("USR1", 10),
+    ("USR2", 12),
+    ("ALRM", 14),
+    ("TERM", 15),
+    ("CONT", 18),
+    ("WINCH", 28),
+];
+
+/// A signal by name (`SIGUSR1`, `usr1`) or number (`10`).
+pub fn signal_number(text: &str) -> Result<i32, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let known = |n: i32| SIGNALS.iter().any(|&(_, m)| m == n);
+    match name.parse::<i32>() {
+        Ok(n) if known(n) => Ok(n),
+        _ => SIGNALS
+            .iter()
+            .find(|(s, _)| *s == name)
+            .map(|&(_, n)| n)
+            .ok_or_else(|| {
+                let names: Vec<String> = SIGNALS.iter().map(|(s, _)| format!("SIG{s}")).collect();
+                format!("{text:?} is not one of {}", names.join(", "))
+            }),
+    }
 }
 
 /// Arguments of `gpudctl run`.
@@ -128,6 +161,15 @@ pub struct RunArgs {
     /// stderr. On a terminal the wait is always shown, on one line that goes at the grant.
     #[arg(short, long)]
     pub verbose: bool,
+    /// Forward a yield notice (a critical request waits, or the lease's maximum hold passed)
+    /// to the program's process group as this signal, e.g. SIGUSR1; without it a notice is
+    /// logged and ignored.
+    #[arg(long, value_name = "SIGNAL", value_parser = signal_number)]
+    pub on_yield: Option<i32>,
+    /// When the lease is revoked or lost, the program gets SIGTERM, and SIGKILL this long
+    /// after if it still runs.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub kill_after: Duration,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
