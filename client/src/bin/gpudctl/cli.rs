@@ -263,3 +263,21 @@ pub enum SlurmCommand {
     /// Slurm TaskProlog (the job's uid): `export` lines for the job's processes.
     TaskProlog,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::signal_number;
+
+    #[test]
+    fn yield_signals_are_named_either_way_or_numbered() {
+        assert_eq!(signal_number("SIGUSR1"), Ok(10));
+        assert_eq!(signal_number("usr2"), Ok(12));
+        assert_eq!(signal_number("15"), Ok(15));
+        assert!(
+            signal_number("SIGKILL").is_err(),
+            "not one a program can handle"
+        );
+        assert!(signal_number("99").is_err());
+        assert!(signal_number("").is_err());
+    }
+}
