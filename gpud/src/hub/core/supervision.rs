@@ -173,6 +173,24 @@ impl Core {
         Ok(start)
     }
 
+    /// Whether the session attached a program to any of its leases.
+    pub(super) fn supervises(&self, session: SessionId) -> bool {
+        self.supervision
+            .attached
+            .values()
+            .any(|a| a.session == session)
+    }
+
+    /// SIGKILL to the process group of the program attached to `lease` (a compute holder that
+    /// ignored its yield notice until revoked); nothing when none is (a part of a group: its
+    /// first lease's revocation, in the same step, kills the group's program).
+    pub(super) fn kill_attached_program(&mut self, lease: LeaseId) {
+        if let Some(a) = self.supervision.attached.get(&lease) {
+            let (pid, start) = (a.pid, a.start);
+            self.signal_group(pid, start, Signal::Kill, KillReason::YieldIgnored { lease });
+        }
+    }
+
     /// A lease was released: its program is no longer this daemon's business.
     pub(super) fn detach(&mut self, lease: LeaseId) {
         self.supervision.attached.remove(&lease);
@@ -423,6 +441,52 @@ mod tests {
         assert_eq!(signals(&b.actions()), [(11, 111, Signal::Kill, true)]);
         b.advance(Duration::from_secs(60));
         assert_eq!(signals(&b.actions()), [], "once");
+    }
+
+    #[test]
+    fn kill_ignored_yield_kills_the_attached_program_s_group_not_its_supervisor() {
+        use crate::ledger::LedgerConfig;
+        let config = Config {
+            scheduler: LedgerConfig {
+                revoke_after_yield: Some(Duration::from_millis(50)),
+                ..LedgerConfig::default()
+            },
+            kill_ignored_yield: true,
+            ..Config::default()
+        };
+        let mut b = Bench::new(&config);
+        b.open(1, peer(10, 0)).unwrap();
+        let phase = gpud_proto::AcquireArgs {
+            compute: true,
+            device: gpud_proto::Placement::Index(0),
+            ..Default::default()
+        };
+        b.request(1, 0, Op::Acquire(phase.clone()));
+        b.actions();
+        attach(&mut b, 1, 11, child_facts(), true);
+        // A critical waiter makes the holder yield; it does not, and is revoked.
+        b.open(2, peer(20, 0)).unwrap();
+        let critical = gpud_proto::AcquireArgs {
+            class: gpud_proto::Class::Critical,
+            ..phase
+        };
+        b.request(2, 0, Op::Acquire(critical));
+        b.advance(Duration::from_millis(60));
+        let kills: Vec<(u32, bool)> = b
+            .actions()
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Signal {
+                    pid,
+                    signal: Signal::Kill,
+                    group,
+                    why: KillReason::YieldIgnored { lease: 1 },
+                    ..
+                } => Some((pid, group)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kills, [(11, true)], "the program's group, not pid 10");
     }
 
     #[test]
