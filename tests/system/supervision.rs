@@ -452,3 +452,34 @@ fn gpudctl_run_forwards_hup_and_quit_and_exits_128_plus_the_signal_while_waiting
     }
     full.release().unwrap();
 }
+
+#[test]
+fn a_restarted_gpud_hears_the_attach_again_with_the_re_adoption() {
+    let mut daemon = Daemon::start_with("16GiB", "[supervision]\nkill_grace = \"1s\"\n");
+    let program_file = daemon.dir.path().join("program.pid");
+    let script = format!("echo $$ > {}; exec sleep 300", program_file.display());
+    let mut gpudctl = daemon
+        .gpudctl_command(&[
+            "run", "--vram", "1GiB", "--label", "survivor", "--", "sh", "-c", &script,
+        ])
+        .spawn()
+        .unwrap();
+    let program = read_pid(&program_file);
+    let before = attached_lease(&daemon, "survivor");
+    daemon.kill_and_restart();
+    // gpudctl re-adopts its lease from the journal and attaches its program again.
+    let after = attached_lease(&daemon, "survivor");
+    assert_eq!(after.id, before.id);
+    assert_eq!(after.program_pid, Some(program), "log:\n{}", daemon.log());
+    assert!(
+        !gone(program),
+        "a restart of gpud does not stop the program"
+    );
+    gpudctl.kill().unwrap();
+    gpudctl.wait().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || gone(program)),
+        "the restarted gpud ends the program of the session that died; log:\n{}",
+        daemon.log()
+    );
+}
