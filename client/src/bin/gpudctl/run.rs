@@ -105,8 +105,8 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
             duration_ms(started.elapsed().as_millis() as u64)
         );
     }
-    let started = match child::spawn(program_command(&args, &lease)) {
-        Ok(started) => started,
+    let program = match child::spawn(program_command(&args, &lease)) {
+        Ok(program) => program,
         Err(e) => {
             let code = match e.kind() {
                 std::io::ErrorKind::NotFound => exit::NOT_FOUND,
@@ -117,8 +117,10 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
                 .context(Fail::new(code, format!("cannot run {:?}", args.command[0]))));
         }
     };
-    attach(&lease, started.pid, args.verbose).await;
-    let supervised = supervise(&mut lease, started, &args, &mut signals).await?;
+    // What keeps the program within the lease, as status and metrics show it.
+    let enforced_by = EnforcedBy::Supervised;
+    attach(&lease, program.pid, enforced_by, args.verbose).await;
+    let supervised = supervise(&mut lease, program, &args, &mut signals).await?;
     if !lease.is_lost() {
         lease.release().await.context("release")?;
     }
@@ -148,7 +150,7 @@ pub fn program_command(args: &RunArgs, lease: &Lease) -> std::process::Command {
 
 /// Tells gpud that the program uses the lease, so that gpud ends its process group if
 /// gpudctl's session ends without releasing the lease (gpudctl killed with SIGKILL).
-async fn attach(lease: &Lease, pid: Pid, verbose: bool) {
+async fn attach(lease: &Lease, pid: Pid, enforced_by: EnforcedBy, verbose: bool) {
     if !lease.can_attach() {
         if verbose {
             eprintln!(
@@ -157,10 +159,7 @@ async fn attach(lease: &Lease, pid: Pid, verbose: bool) {
         }
         return;
     }
-    if let Err(e) = lease
-        .attach(pid.as_raw() as u32, EnforcedBy::Supervised, true)
-        .await
-    {
+    if let Err(e) = lease.attach(pid.as_raw() as u32, enforced_by, true).await {
         eprintln!(
             "gpudctl: warning: gpud did not record the program ({e}); if gpudctl dies, only its parent-death signal (SIGTERM) stops it"
         );
@@ -178,11 +177,11 @@ struct Supervised {
 /// of its group once it exited is stopped the same way before the lease is released.
 async fn supervise(
     lease: &mut Lease,
-    mut started: Started,
+    mut program: Started,
     args: &RunArgs,
     signals: &mut Signals,
 ) -> Result<Supervised> {
-    let group = started.pid;
+    let group = program.pid;
     let on_yield = args.on_yield.and_then(|n| Signal::try_from(n).ok());
     let mut listening = true;
     // Why gpudctl stopped the program, when it did.
@@ -192,7 +191,7 @@ async fn supervise(
     let mut killed = false;
     let status = loop {
         tokio::select! {
-            status = started.child.wait() => break status.context("wait for the program")?,
+            status = program.child.wait() => break status.context("wait for the program")?,
             sig = signals.recv() => signal_group(group, sig),
             () = &mut kill_at, if ended.is_some() && !killed => {
                 eprintln!(
@@ -236,7 +235,7 @@ async fn supervise(
             }
         }
     };
-    started.done();
+    program.done();
     // Its children in its group go with it: nothing started under the lease outlives it.
     let deadline = if ended.is_some() && !killed {
         Some(kill_at.deadline())
