@@ -483,3 +483,51 @@ fn a_restarted_gpud_hears_the_attach_again_with_the_re_adoption() {
         daemon.log()
     );
 }
+
+/// The state letter of /proc/PID/stat (`S`, `T`, …).
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+#[test]
+fn a_program_stopped_on_the_terminal_stops_gpudctl_and_continues_with_it() {
+    let daemon = Daemon::start("16GiB");
+    let resumed = daemon.dir.path().join("resumed");
+    // gpudctl on a terminal of its own, in its foreground, as from an interactive shell.
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let tty = || Stdio::from(pty.slave.try_clone().unwrap());
+    let script = format!("kill -STOP $$; echo yes > {}", resumed.display());
+    let mut command = daemon.gpudctl_command(&[
+        "run", "--vram", "1GiB", "--label", "job", "--", "sh", "-c", &script,
+    ]);
+    command.stdin(tty()).stdout(tty()).stderr(tty());
+    // SAFETY: setsid and the TIOCSCTTY ioctl are async-signal-safe system calls; they make the
+    // child a session leader whose controlling terminal is its standard input.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut gpudctl = command.spawn().unwrap();
+    let pid = gpudctl.id();
+    let program = attached_lease(&daemon, "job")
+        .program_pid
+        .unwrap_or_default();
+    if !wait_until(Duration::from_secs(10), || state(pid) == Some('T')) {
+        let state = state(pid);
+        let _ = nix::sys::signal::killpg(Pid::from_raw(program as i32), Signal::SIGKILL);
+        let _ = gpudctl.kill();
+        panic!("gpudctl did not stop with its program (state {state:?})");
+    }
+    assert!(!resumed.exists());
+    kill(Pid::from_raw(pid as i32), Signal::SIGCONT).unwrap();
+    let status = gpudctl.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "the program ran on after the stop");
+    assert!(resumed.exists());
+    drop(pty);
+}

@@ -1,7 +1,8 @@
 //! Starting the program of `gpudctl run` under supervision: its own process group, so that a
 //! signal reaches everything it started; a parent-death signal, so that it does not outlive a
 //! gpudctl killed with SIGKILL; and the terminal, when gpudctl had it, so that an interactive
-//! program can read it from its own group.
+//! program can read it from its own group. A program that stops on the terminal (Ctrl-Z) stops
+//! gpudctl too, so that the shell gets its terminal back, and continues when gpudctl does.
 //!
 //! The one unsafe call of gpudctl, `pre_exec`, is here.
 
@@ -9,7 +10,8 @@ use std::io::IsTerminal;
 use std::os::fd::BorrowedFd;
 use std::os::unix::process::CommandExt;
 
-use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, raise, sigprocmask};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid, tcgetpgrp, tcsetpgrp};
 
 /// The signal the program gets when gpudctl dies: the same as on a revocation, so that it can
@@ -69,6 +71,35 @@ pub fn spawn(mut command: std::process::Command) -> std::io::Result<Started> {
 }
 
 impl Started {
+    /// Whether gpudctl gave the program the terminal (job control then follows it).
+    pub fn has_terminal(&self) -> bool {
+        self.took_terminal
+    }
+
+    /// Whether the program has stopped since the last look (the stop is reported once).
+    /// Waits only for stops: its exit stays for [`tokio::process::Child::wait`].
+    pub fn stopped(&self) -> bool {
+        let flags = WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG;
+        matches!(
+            waitid(Id::Pid(self.pid), flags),
+            Ok(WaitStatus::Stopped(..))
+        )
+    }
+
+    /// The program stopped on the terminal, as a job does at Ctrl-Z: gpudctl takes the
+    /// terminal back and stops itself, so that the shell sees its job stopped. Once continued
+    /// (`fg`, `bg`), it gives the terminal back if it is in the foreground again, and continues
+    /// the program's group.
+    pub fn follow_stop(&self) {
+        self.done();
+        // SIGSTOP cannot be caught: gpudctl stops here until a SIGCONT.
+        let _ = raise(Signal::SIGSTOP);
+        if tcgetpgrp(terminal()).is_ok_and(|g| g == getpgrp()) {
+            let _ = with_sigttou_blocked(|| tcsetpgrp(terminal(), self.pid));
+        }
+        let _ = killpg(self.pid, Signal::SIGCONT);
+    }
+
     /// The program ended: gpudctl's own group takes the terminal back.
     pub fn done(&self) {
         if self.took_terminal {

@@ -189,9 +189,19 @@ async fn supervise(
     let kill_at = tokio::time::sleep(Duration::from_secs(u32::MAX.into()));
     tokio::pin!(kill_at);
     let mut killed = false;
+    let mut children = signal(SignalKind::child()).context("signal handler")?;
+    // A stop before the handler was there is still waiting to be seen.
+    if program.has_terminal() && program.stopped() {
+        program.follow_stop();
+    }
     let status = loop {
         tokio::select! {
             status = program.child.wait() => break status.context("wait for the program")?,
+            _ = children.recv(), if program.has_terminal() => {
+                if program.stopped() {
+                    program.follow_stop();
+                }
+            }
             sig = signals.recv() => signal_group(group, sig),
             () = &mut kill_at, if ended.is_some() && !killed => {
                 eprintln!(
