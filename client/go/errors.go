@@ -55,6 +55,12 @@ const (
 	// CodeGrowDeadlock: a waiting resize failed because its lease and others each waited to
 	// grow into memory only the others hold; the lease keeps its size.
 	CodeGrowDeadlock Code = "grow_deadlock"
+	// CodeNoSuchProcess: `attach` of a pid no process has.
+	CodeNoSuchProcess Code = "no_such_process"
+	// CodeNotProcessOwner: `attach` of another user's process by a caller that is not root.
+	CodeNotProcessOwner Code = "not_process_owner"
+	// CodeNotDescendant: `attach` of a process that is neither the caller nor its descendant.
+	CodeNotDescendant Code = "not_descendant"
 	// CodeInternal: a bug in the daemon.
 	CodeInternal Code = "internal"
 )
@@ -65,7 +71,7 @@ var Codes = []Code{
 	CodeNotAllowed, CodePermissionDenied, CodeInvalidRequest, CodeUnknownDevice,
 	CodeNeverFits, CodeUnknownLease, CodeUnknownRequest, CodeDuplicateRequest,
 	CodeResizePending, CodeTimedOut, CodeCancelled, CodeLimitExceeded, CodeShuttingDown,
-	CodeInternal, CodeGrowDeadlock,
+	CodeInternal, CodeGrowDeadlock, CodeNoSuchProcess, CodeNotProcessOwner, CodeNotDescendant,
 }
 
 // Error is an error the daemon answered with (a reply's error outcome, or a session error
@@ -134,6 +140,12 @@ var (
 	ErrShuttingDown = &Error{Code: CodeShuttingDown}
 	// ErrGrowDeadlock matches errors with CodeGrowDeadlock.
 	ErrGrowDeadlock = &Error{Code: CodeGrowDeadlock}
+	// ErrNoSuchProcess matches errors with CodeNoSuchProcess.
+	ErrNoSuchProcess = &Error{Code: CodeNoSuchProcess}
+	// ErrNotProcessOwner matches errors with CodeNotProcessOwner.
+	ErrNotProcessOwner = &Error{Code: CodeNotProcessOwner}
+	// ErrNotDescendant matches errors with CodeNotDescendant.
+	ErrNotDescendant = &Error{Code: CodeNotDescendant}
 	// ErrInternal matches errors with CodeInternal.
 	ErrInternal = &Error{Code: CodeInternal}
 )

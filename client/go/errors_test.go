@@ -26,7 +26,10 @@ var sentinels = map[Code]*Error{
 	CodeUnknownRequest: ErrUnknownRequest, CodeDuplicateRequest: ErrDuplicateRequest,
 	CodeResizePending: ErrResizePending, CodeTimedOut: ErrTimedOut, CodeCancelled: ErrCancelled,
 	CodeLimitExceeded: ErrLimitExceeded, CodeShuttingDown: ErrShuttingDown, CodeInternal: ErrInternal,
-	CodeGrowDeadlock: ErrGrowDeadlock,
+	CodeGrowDeadlock:    ErrGrowDeadlock,
+	CodeNoSuchProcess:   ErrNoSuchProcess,
+	CodeNotProcessOwner: ErrNotProcessOwner,
+	CodeNotDescendant:   ErrNotDescendant,
 }
 
 func snake(camel string) string {
@@ -243,6 +246,26 @@ func TestEveryReachableCodeFromTheDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	must(a.Resize(ctx, 0), CodeInvalidRequest) // a memory-only lease cannot shrink to nothing
+	// attach (by hand: the Go client does not supervise programs): a pid that has exited, and
+	// a process that is not the caller's descendant (init).
+	attach := func(pid int) error {
+		return direct(map[string]interface{}{"attach": map[string]interface{}{
+			"lease": a.ID(), "pid": pid, "enforced_by": "supervised", "end_with_session": false,
+		}})
+	}
+	gone, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gone.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	must(attach(gone.Pid), CodeNoSuchProcess)
+	if os.Geteuid() == 0 {
+		must(attach(1), CodeNotDescendant)
+	} else {
+		must(attach(1), CodeNotProcessOwner)
+	}
 	b, err := other.Acquire(ctx, Request{VRAM: 8 * gib})
 	if err != nil {
 		t.Fatal(err)
@@ -411,7 +434,13 @@ func TestEveryReachableCodeFromTheDaemon(t *testing.T) {
 	}
 
 	for _, code := range Codes {
-		if !seen[code] && code != CodeInternal && (os.Geteuid() == 0 || (code != CodeNotAllowed && code != CodePermissionDenied)) {
+		// Root may attach any user's process, so not_process_owner needs a caller that is not
+		// root (checked then, above), and not_descendant one that is.
+		byRoot := code != CodeNotProcessOwner
+		if os.Geteuid() != 0 {
+			byRoot = code != CodeNotAllowed && code != CodePermissionDenied && code != CodeNotDescendant
+		}
+		if !seen[code] && code != CodeInternal && byRoot {
 			t.Errorf("code %s was not produced", code)
 		}
 	}

@@ -260,6 +260,22 @@ impl Lease {
         self.runtime.block_on(self.inner.release())
     }
 
+    /// Whether the daemon records which program uses a lease; see [`crate::Lease::can_attach`].
+    pub fn can_attach(&self) -> bool {
+        self.inner.can_attach()
+    }
+
+    /// Tells the daemon which program uses the lease; see [`crate::Lease::attach`].
+    pub fn attach(
+        &self,
+        pid: u32,
+        enforced_by: crate::proto::EnforcedBy,
+        end_with_session: bool,
+    ) -> Result<()> {
+        self.runtime
+            .block_on(self.inner.attach(pid, enforced_by, end_with_session))
+    }
+
     /// Changes the reserved VRAM; see [`crate::Lease::resize`].
     pub fn resize(&mut self, vram_bytes: u64, timeout: Option<Duration>) -> Result<u64> {
         self.runtime

@@ -23,8 +23,9 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use crate::error::{ClientError, Result};
 use crate::proto::frame::{MAX_REQUEST_FRAME, MAX_SERVER_FRAME, codec, from_payload, to_payload};
 use crate::proto::{
-    ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_MPS, FEATURE_MULTI_DEVICE, FEATURE_QUEUED,
-    LeaseInfo, Op, Outcome, PROTOCOL_VERSION, Reply, RequestId, RevokeReason, ServerFrame,
+    AttachArgs, ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_ATTACH, FEATURE_MPS,
+    FEATURE_MULTI_DEVICE, FEATURE_QUEUED, LeaseInfo, Op, Outcome, PROTOCOL_VERSION, Reply,
+    RequestId, RevokeReason, ServerFrame,
 };
 use crate::reservation::LeaseId;
 
@@ -154,6 +155,8 @@ pub(crate) struct Handle {
     multi_device: Arc<AtomicBool>,
     /// The daemon's last welcome listed [`FEATURE_MPS`].
     mps: Arc<AtomicBool>,
+    /// The daemon's welcome listed [`FEATURE_ATTACH`].
+    attach: Arc<AtomicBool>,
 }
 
 impl Handle {
@@ -205,6 +208,11 @@ impl Handle {
         self.mps.load(Ordering::Relaxed)
     }
 
+    /// Whether the daemon records which program uses a lease ([`Op::Attach`]).
+    pub fn speaks_attach(&self) -> bool {
+        self.attach.load(Ordering::Relaxed)
+    }
+
     /// Sends a request and forgets it.
     pub fn fire(&self, op: Op) {
         let id = self.next_id();
@@ -231,6 +239,8 @@ struct Welcomed {
     multi_device: bool,
     /// The daemon's MPS control daemon is up ([`FEATURE_MPS`]).
     mps: bool,
+    /// The daemon records which program uses a lease ([`FEATURE_ATTACH`]).
+    attach: bool,
 }
 
 /// Connects and says hello: the stream halves and what the welcome said.
@@ -260,6 +270,7 @@ async fn open(path: &Path, name: Option<String>) -> Result<(Reader, Writer, Welc
                 queued: features.iter().any(|f| f == FEATURE_QUEUED),
                 multi_device: features.iter().any(|f| f == FEATURE_MULTI_DEVICE),
                 mps: features.iter().any(|f| f == FEATURE_MPS),
+                attach: features.iter().any(|f| f == FEATURE_ATTACH),
             },
             Ok(ServerFrame::Error { error }) => {
                 return Err(ClientError::Refused {
@@ -298,6 +309,7 @@ pub(crate) async fn connect(
         queued: Arc::new(AtomicBool::new(welcomed.queued)),
         multi_device: Arc::new(AtomicBool::new(welcomed.multi_device)),
         mps: Arc::new(AtomicBool::new(welcomed.mps)),
+        attach: Arc::new(AtomicBool::new(welcomed.attach)),
     };
     let driver = Driver {
         path: path.to_path_buf(),
@@ -311,6 +323,7 @@ pub(crate) async fn connect(
         queued: handle.queued.clone(),
         multi_device: handle.multi_device.clone(),
         mps: handle.mps.clone(),
+        attach: handle.attach.clone(),
         part_of: HashMap::new(),
     };
     Ok((handle, driver.run(reader, writer, rx)))
@@ -338,6 +351,9 @@ struct LeaseEntry {
     events: mpsc::UnboundedSender<Event>,
     flags: Arc<LeaseFlags>,
     token: String,
+    /// The program attached to it: attached again after a re-adoption (a restarted daemon
+    /// forgets attachments).
+    attached: Option<AttachArgs>,
 }
 
 impl LeaseEntry {
@@ -364,6 +380,7 @@ struct Driver {
     queued: Arc<AtomicBool>,
     multi_device: Arc<AtomicBool>,
     mps: Arc<AtomicBool>,
+    attach: Arc<AtomicBool>,
     /// The parts of leases of several devices, other than the first: the lease (group) each
     /// belongs to, so that a notice about a part reaches its lease.
     part_of: HashMap<LeaseId, LeaseId>,
@@ -531,6 +548,7 @@ impl Driver {
                 self.multi_device
                     .store(welcomed.multi_device, Ordering::Relaxed);
                 self.mps.store(welcomed.mps, Ordering::Relaxed);
+                self.attach.store(welcomed.attach, Ordering::Relaxed);
                 if self.resume(&mut writer).await.is_ok() {
                     return Some((reader, writer));
                 }
@@ -572,7 +590,20 @@ impl Driver {
                 token: e.token.clone(),
             })
             .collect();
-        let first: Vec<RequestId> = adoptions.into_iter().map(|op| self.own(op)).collect();
+        // Each attach follows its adoption, which the daemon serves first.
+        let attachments: Vec<Op> = if self.attach.load(Ordering::Relaxed) {
+            self.leases
+                .values()
+                .filter_map(|e| e.attached.clone().map(Op::Attach))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let first: Vec<RequestId> = adoptions
+            .into_iter()
+            .chain(attachments)
+            .map(|op| self.own(op))
+            .collect();
         for id in first {
             self.write(writer, id).await?;
         }
@@ -627,11 +658,17 @@ impl Driver {
                                 events,
                                 flags: flags.clone(),
                                 token: info.token.clone(),
+                                attached: None,
                             },
                         );
                         Ok(Answer::Granted(info, LeaseChannel { events: rx, flags }))
                     }
-                    (Outcome::Ok(reply), _) => {
+                    (Outcome::Ok(reply), op) => {
+                        if let (Reply::Attached { lease, .. }, Op::Attach(args)) = (&reply, op)
+                            && let Some(e) = self.leases.get_mut(lease)
+                        {
+                            e.attached = Some(args.clone());
+                        }
                         if let Reply::Released { lease } = &reply {
                             self.leases.remove(lease);
                             self.part_of.retain(|_, group| group != lease);

@@ -206,6 +206,45 @@ impl Lease {
         self.core.resized(answer)
     }
 
+    /// Whether the daemon records which program uses a lease (its welcome lists `attach`):
+    /// [`Lease::attach`] works only then.
+    pub fn can_attach(&self) -> bool {
+        self.core.handle.speaks_attach()
+    }
+
+    /// Tells the daemon that program `pid` (this process or one of its descendants, of this
+    /// user) uses the lease, and how its use is enforced. With `end_with_session` the daemon
+    /// ends the program's process group (SIGTERM, then SIGKILL after its
+    /// `supervision.kill_grace`) if this session ends without releasing the lease: a
+    /// supervisor killed with SIGKILL does not leave its program running. After a reconnect the
+    /// attach is made again. Refused with [`ClientError::Invalid`] by a daemon too old for it
+    /// (see [`Lease::can_attach`]).
+    pub async fn attach(
+        &self,
+        pid: u32,
+        enforced_by: crate::proto::EnforcedBy,
+        end_with_session: bool,
+    ) -> Result<()> {
+        if !self.can_attach() {
+            return Err(ClientError::Invalid(
+                "this gpud does not record programs of leases (attach; it is older than this client)"
+                    .into(),
+            ));
+        }
+        let op = Op::Attach(crate::proto::AttachArgs {
+            lease: self.id(),
+            pid,
+            enforced_by,
+            end_with_session,
+        });
+        let id = self.core.handle.next_id();
+        let rx = self.core.handle.call(id, op)?;
+        match rx.await.map_err(|_| ClientError::Disconnected)?? {
+            Answer::Reply(Reply::Attached { .. }) => Ok(()),
+            _ => Err(ClientError::Protocol("unexpected answer to attach".into())),
+        }
+    }
+
     /// Waits for the next event (yield request, revocation, shutdown). `None` when the
     /// connection is gone.
     pub async fn next_event(&mut self) -> Option<Event> {

@@ -41,6 +41,22 @@ pub fn parent_pid(pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The process group of a process (field 5 of /proc/PID/stat).
+pub fn process_group(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // State, ppid, then pgrp.
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// A process's real and effective uids (the `Uid:` line of /proc/PID/status).
+pub fn uids(pid: u32) -> Option<(u32, u32)> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let mut ids = line.split_whitespace().map(|x| x.parse::<u32>());
+    Some((ids.next()?.ok()?, ids.next()?.ok()?))
+}
+
 /// Whether `pid` is `ancestor` or descends from it (within 32 generations).
 pub fn descends_from(pid: u32, ancestor: u32) -> bool {
     lineage(pid).contains(&ancestor)
@@ -134,6 +150,12 @@ mod tests {
         assert!(process_start(me).is_some());
         assert!(owner_alive(me, process_start(me).unwrap_or(0)));
         assert!(descends_from(me, me));
+        let uid = nix::unistd::getuid().as_raw();
+        assert_eq!(uids(me), Some((uid, nix::unistd::geteuid().as_raw())));
+        assert_eq!(
+            process_group(me),
+            Some(nix::unistd::getpgrp().as_raw() as u32)
+        );
         let parent = parent_pid(me).expect("a parent");
         assert!(descends_from(me, parent));
         assert!(!descends_from(parent, me));

@@ -106,6 +106,59 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         job: Option<String>,
     },
+    /// Tell the daemon which program uses a lease of this session and how its use is
+    /// enforced; with `end_with_session`, the daemon ends that program's process group when
+    /// the session ends without releasing the lease. Only for daemons whose welcome lists
+    /// [`FEATURE_ATTACH`]. The reply is [`Reply::Attached`].
+    Attach(AttachArgs),
+}
+
+/// What an attach says: the program, the lease it uses, how its use is enforced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttachArgs {
+    /// A lease this session holds (for a lease of several devices: its first lease).
+    pub lease: LeaseId,
+    /// The program: the caller itself or one of its descendants, of the caller's uid.
+    pub pid: u32,
+    /// What keeps the program within the lease.
+    pub enforced_by: EnforcedBy,
+    /// End the program (SIGTERM to its process group, SIGKILL after the daemon's
+    /// `supervision.kill_grace`) when the session ends without releasing the lease.
+    #[serde(default)]
+    pub end_with_session: bool,
+}
+
+/// What keeps a program within its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnforcedBy {
+    /// A supervisor (`gpudctl run`) stops it when the lease ends; its memory use is not capped.
+    Supervised,
+    /// An MPS client whose pinned device memory limit is the lease.
+    Mps,
+    /// The LD_PRELOAD interposer, which accounts its allocations against the lease.
+    Preload,
+}
+
+impl EnforcedBy {
+    /// Every value, in the order metrics list them.
+    pub const ALL: [EnforcedBy; 3] = [EnforcedBy::Supervised, EnforcedBy::Mps, EnforcedBy::Preload];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnforcedBy::Supervised => "supervised",
+            EnforcedBy::Mps => "mps",
+            EnforcedBy::Preload => "preload",
+        }
+    }
+}
+
+impl std::fmt::Display for EnforcedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What a budget is for and whom.
@@ -220,6 +273,8 @@ pub const FEATURE_MULTI_DEVICE: &str = "multi_device";
 /// program started as an MPS client (with [`MpsStatus::pipe_directory`] from status) gets its
 /// lease as a hard per-device memory limit. Listed only while the daemon runs.
 pub const FEATURE_MPS: &str = "mps";
+/// The welcome's feature name for [`Op::Attach`].
+pub const FEATURE_ATTACH: &str = "attach";
 
 /// Frames the daemon sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -305,6 +360,13 @@ pub enum Reply {
     },
     /// Budgets.
     Budgets(Vec<BudgetInfo>),
+    /// An attach was recorded.
+    Attached {
+        /// The lease.
+        lease: LeaseId,
+        /// The program.
+        pid: u32,
+    },
 }
 
 /// A budget: a job's share of a device.
@@ -522,6 +584,13 @@ pub enum ErrorCode {
     /// A waiting grow failed: its lease and others were each waiting to grow into memory only
     /// the others hold, and this lease was the youngest of them.
     GrowDeadlock,
+    /// Attach: no process has that pid (it exited, or never was).
+    NoSuchProcess,
+    /// Attach: the process belongs to another user than the caller (only root may attach
+    /// another user's process).
+    NotProcessOwner,
+    /// Attach: the process is neither the caller nor one of its descendants.
+    NotDescendant,
 }
 
 /// An error code with a human explanation.
@@ -806,6 +875,12 @@ pub struct LeaseStatus {
     /// The group (lease of several devices) it is a part of: the group's first lease id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<LeaseId>,
+    /// The program attached to the lease ([`Op::Attach`]), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_pid: Option<u32>,
+    /// How the attached program's use of the lease is enforced; absent when none is attached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforced_by: Option<EnforcedBy>,
 }
 
 /// One waiting request.
@@ -905,6 +980,31 @@ mod tests {
         assert_eq!(args.parts[1].device, Placement::Index(1));
         assert_eq!(args.placement, Some(PlacementPolicy::Spread));
         let bad = r#"{"type":"request","id":2,"op":{"acquire":{"parts":[{"vram":8}]}}}"#;
+        assert!(serde_json::from_str::<ClientFrame>(bad).is_err());
+    }
+
+    #[test]
+    fn attach_round_trips_and_end_with_session_defaults_to_false() {
+        let text = r#"{"type":"request","id":3,"op":{"attach":{"lease":5,"pid":42,"enforced_by":"supervised"}}}"#;
+        let frame: ClientFrame = serde_json::from_str(text).unwrap();
+        let ClientFrame::Request {
+            op: Op::Attach(args),
+            ..
+        } = &frame
+        else {
+            panic!("not an attach: {frame:?}")
+        };
+        assert_eq!((args.lease, args.pid), (5, 42));
+        assert_eq!(args.enforced_by, EnforcedBy::Supervised);
+        assert!(!args.end_with_session);
+        let again: ClientFrame =
+            serde_json::from_str(&serde_json::to_string(&frame).unwrap()).unwrap();
+        assert_eq!(again, frame);
+        for by in EnforcedBy::ALL {
+            let wire = serde_json::to_string(&by).unwrap();
+            assert_eq!(wire, format!("\"{by}\""));
+        }
+        let bad = r#"{"type":"request","id":3,"op":{"attach":{"lease":5,"pid":42,"enforced_by":"hope"}}}"#;
         assert!(serde_json::from_str::<ClientFrame>(bad).is_err());
     }
 

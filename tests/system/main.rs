@@ -23,4 +23,5 @@ mod preload;
 mod prover;
 mod reload;
 mod slurm;
+mod supervision;
 mod systemd;

@@ -143,6 +143,18 @@ enum gpud_code
    */
   GPUD_E_GROW_DEADLOCK = 19,
   /**
+   * `no_such_process`: `attach` of a pid no process has.
+   */
+  GPUD_E_NO_SUCH_PROCESS = 20,
+  /**
+   * `not_process_owner`: `attach` of another user's process by a caller that is not root.
+   */
+  GPUD_E_NOT_PROCESS_OWNER = 21,
+  /**
+   * `not_descendant`: `attach` of a process that is neither the caller nor its descendant.
+   */
+  GPUD_E_NOT_DESCENDANT = 22,
+  /**
    * `connect_failed`: no daemon answers on the socket (wrong path, gpud not running, no
    * permission on the socket).
    */

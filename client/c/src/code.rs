@@ -56,6 +56,12 @@ pub enum GpudCode {
     /// `grow_deadlock`: a waiting grow failed because its lease and others each waited to
     /// grow into memory only the others hold (the lease keeps its size).
     GPUD_E_GROW_DEADLOCK = 19,
+    /// `no_such_process`: `attach` of a pid no process has.
+    GPUD_E_NO_SUCH_PROCESS = 20,
+    /// `not_process_owner`: `attach` of another user's process by a caller that is not root.
+    GPUD_E_NOT_PROCESS_OWNER = 21,
+    /// `not_descendant`: `attach` of a process that is neither the caller nor its descendant.
+    GPUD_E_NOT_DESCENDANT = 22,
     /// `connect_failed`: no daemon answers on the socket (wrong path, gpud not running, no
     /// permission on the socket).
     GPUD_E_CONNECT_FAILED = 100,
@@ -129,6 +135,9 @@ impl GpudCode {
             GpudCode::GPUD_E_SHUTTING_DOWN => c"shutting_down",
             GpudCode::GPUD_E_INTERNAL => c"internal",
             GpudCode::GPUD_E_GROW_DEADLOCK => c"grow_deadlock",
+            GpudCode::GPUD_E_NO_SUCH_PROCESS => c"no_such_process",
+            GpudCode::GPUD_E_NOT_PROCESS_OWNER => c"not_process_owner",
+            GpudCode::GPUD_E_NOT_DESCENDANT => c"not_descendant",
             GpudCode::GPUD_E_CONNECT_FAILED => c"connect_failed",
             GpudCode::GPUD_E_CONNECTION_LOST => c"connection_lost",
             GpudCode::GPUD_E_NULL_ARGUMENT => c"null_argument",
@@ -173,6 +182,9 @@ impl GpudCode {
             ErrorCode::ShuttingDown => GpudCode::GPUD_E_SHUTTING_DOWN,
             ErrorCode::Internal => GpudCode::GPUD_E_INTERNAL,
             ErrorCode::GrowDeadlock => GpudCode::GPUD_E_GROW_DEADLOCK,
+            ErrorCode::NoSuchProcess => GpudCode::GPUD_E_NO_SUCH_PROCESS,
+            ErrorCode::NotProcessOwner => GpudCode::GPUD_E_NOT_PROCESS_OWNER,
+            ErrorCode::NotDescendant => GpudCode::GPUD_E_NOT_DESCENDANT,
             _ => GpudCode::GPUD_E_PROTOCOL,
         }
     }
@@ -268,7 +280,7 @@ mod tests {
     #[test]
     fn every_protocol_code_has_its_own_c_code_of_the_same_name() {
         let documented = documented_codes();
-        assert_eq!(documented.len(), 19, "{documented:?}");
+        assert_eq!(documented.len(), 22, "{documented:?}");
         let mut seen = std::collections::HashSet::new();
         for name in &documented {
             let code: ErrorCode = serde_json::from_value(serde_json::json!(name))

@@ -86,6 +86,8 @@ struct RawConfig {
     metrics: RawMetrics,
     #[serde(default)]
     enforce: RawEnforce,
+    #[serde(default)]
+    supervision: RawSupervision,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -95,6 +97,12 @@ struct RawEnforce {
     mps_control: Option<PathBuf>,
     mps_directory: Option<PathBuf>,
     mps_stop_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSupervision {
+    kill_grace: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -321,6 +329,23 @@ pub struct Config {
     pub metrics: Option<MetricsListen>,
     /// Enforcement gpud provides to programs that never ask it (the MPS control daemon).
     pub enforce: EnforceConfig,
+    /// Programs attached to leases.
+    pub supervision: SupervisionConfig,
+}
+
+/// How gpud ends a program attached to a lease whose session ended without releasing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SupervisionConfig {
+    /// From SIGTERM to SIGKILL of the program's process group.
+    pub kill_grace: Duration,
+}
+
+impl Default for SupervisionConfig {
+    fn default() -> Self {
+        Self {
+            kill_grace: Duration::from_secs(10),
+        }
+    }
 }
 
 impl Default for Config {
@@ -346,6 +371,7 @@ impl Default for Config {
             dbus: None,
             metrics: None,
             enforce: EnforceConfig::default(),
+            supervision: SupervisionConfig::default(),
         }
     }
 }
@@ -755,6 +781,10 @@ impl Config {
                     )
                 })?;
         }
+        if let Some(g) = raw.supervision.kill_grace {
+            c.supervision.kill_grace =
+                parse_duration(&g).map_err(|e| value_err("supervision.kill_grace", e))?;
+        }
         if let Some(listen) = raw.metrics.listen {
             c.metrics = Some(
                 listen
@@ -852,6 +882,18 @@ max_sessions = 10
         );
         assert_eq!(c.limits.max_sessions, 10);
         assert_eq!(c.poll_interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn the_supervision_kill_grace_defaults_to_ten_seconds_and_is_checked() {
+        assert_eq!(
+            parse("").unwrap().supervision.kill_grace,
+            Duration::from_secs(10)
+        );
+        let c = parse("[supervision]\nkill_grace = \"1500ms\"\n").unwrap();
+        assert_eq!(c.supervision.kill_grace, Duration::from_millis(1500));
+        let e = parse("[supervision]\nkill_grace = \"soon\"\n").unwrap_err();
+        assert!(e.to_string().contains("supervision.kill_grace"), "{e}");
     }
 
     #[test]

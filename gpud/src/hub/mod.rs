@@ -27,7 +27,7 @@ use crate::procfs;
 
 pub use self::core::{ADMIN_SESSIONS, Core, EndReason, Notice, ORPHANS, Peer, wire_name};
 use self::core::{Action, Facts, JournalEntry, KillReason, Now, ProcessSample, Restorable};
-use self::core::{ProcessState, Watched};
+use self::core::{ProcessFacts, ProcessState, Watched};
 use self::core::{Settings, Signal};
 use self::outbox::{Outbox, Undelivered};
 pub use command::{Command, Credentials, Inspect, QueueRoom, Refused, SessionIds, inspect, open};
@@ -144,6 +144,14 @@ impl Hub {
                 // The session may have gone already; nothing to do then.
                 let _ = reply.send(verdict);
             }
+            Command::Request {
+                session,
+                id,
+                op: gpud_proto::Op::Attach(args),
+            } => {
+                let facts = process_facts(args.pid);
+                self.core.attach(now, session, id, args, facts);
+            }
             Command::Request { session, id, op } => self.core.request(now, session, id, op),
             Command::Close { session } => self.close(now, session),
             Command::Usage(usage) => self.core.usage(now, samples(usage)),
@@ -214,9 +222,10 @@ impl Hub {
                 Action::Signal {
                     pid,
                     start,
-                    signal: Signal::Kill,
+                    signal,
+                    group,
                     why,
-                } => kill(pid, start, why),
+                } => send_signal(pid, start, signal, group, why),
                 Action::Notify(notice) => {
                     // No watcher is not an error.
                     let _ = self.notices.send(notice);
@@ -319,8 +328,21 @@ fn samples(usage: Vec<Vec<ProcessUsage>>) -> Vec<Vec<ProcessSample>> {
         .collect()
 }
 
-/// Sends SIGKILL, unless the pid now names another process than the one the core meant.
-fn kill(pid: u32, start: u64, why: KillReason) {
+/// What /proc says of the process an attach names.
+fn process_facts(pid: u32) -> ProcessFacts {
+    if pid == 0 {
+        return ProcessFacts::default();
+    }
+    ProcessFacts {
+        start: procfs::process_start(pid),
+        uids: procfs::uids(pid),
+        lineage: procfs::lineage(pid),
+    }
+}
+
+/// Sends a signal to a process, or to the process group it leads, unless the pid now names
+/// another process than the one the core meant.
+fn send_signal(pid: u32, start: u64, signal: Signal, group: bool, why: KillReason) {
     // Without the start time recorded when the process was met, the pid cannot be told apart
     // from a process that reused it: such a process is never signalled.
     if start == 0 || procfs::process_start(pid) != Some(start) {
@@ -330,11 +352,34 @@ fn kill(pid: u32, start: u64, why: KillReason) {
         );
         return;
     }
-    let r = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    let target = nix::unistd::Pid::from_raw(pid as i32);
+    let sig = match signal {
+        Signal::Term => nix::sys::signal::Signal::SIGTERM,
+        Signal::Kill => nix::sys::signal::Signal::SIGKILL,
+    };
+    // A process that leads no group of its own is signalled alone: its group is someone
+    // else's (a shell's job), which the attach never vouched for.
+    let leads_group = group && procfs::process_group(pid) == Some(pid);
+    let r = if leads_group {
+        nix::sys::signal::killpg(target, sig)
+    } else {
+        nix::sys::signal::kill(target, sig)
+    };
     match (why, r) {
+        (KillReason::SessionEnded { lease }, Ok(())) => warn!(
+            lease,
+            pid,
+            signal = %sig,
+            group = leads_group,
+            "signalled a program whose session ended without releasing its lease"
+        ),
+        (KillReason::SessionEnded { lease }, Err(e)) => warn!(
+            lease,
+            pid,
+            signal = %sig,
+            error = %e,
+            "cannot signal a program whose session ended without releasing its lease"
+        ),
         (KillReason::YieldIgnored { lease }, Ok(())) => warn!(
             lease,
             pid, "killed a compute holder that ignored its yield notice"
@@ -467,6 +512,7 @@ mod tests {
         let pid = meant.id();
         let start = procfs::process_start(pid).expect("a start time");
         // A start time that is not this process's: the pid names another process now.
+        let kill = |pid, start, why| send_signal(pid, start, Signal::Kill, false, why);
         kill(pid, start + 1, KillReason::YieldIgnored { lease: 1 });
         assert_eq!(meant.try_wait().unwrap(), None, "another process is spared");
         kill(pid, 0, KillReason::YieldIgnored { lease: 1 });

@@ -373,6 +373,20 @@ impl Metrics {
     }
 }
 
+/// Appends the leases with an attached program, by how the program's use is enforced (every
+/// way is written, with 0 when none).
+pub fn render_enforced(out: &mut String, counts: &[(gpud_proto::EnforcedBy, usize)]) {
+    header(
+        out,
+        "gpud_leases_enforced",
+        "gauge",
+        "Granted leases with an attached program, by what enforces its use (attach).",
+    );
+    for (by, n) in counts {
+        let _ = writeln!(out, "gpud_leases_enforced{{enforced_by=\"{by}\"}} {n}");
+    }
+}
+
 /// A per-device gauge: name, help, and how to read it from a sample.
 type Gauge = (&'static str, &'static str, fn(&DeviceSample) -> u64);
 

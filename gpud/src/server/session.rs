@@ -191,6 +191,7 @@ fn features(mps_up: bool) -> Vec<String> {
     let mut features = vec![
         gpud_proto::FEATURE_QUEUED.into(),
         gpud_proto::FEATURE_MULTI_DEVICE.into(),
+        gpud_proto::FEATURE_ATTACH.into(),
     ];
     if mps_up {
         features.push(gpud_proto::FEATURE_MPS.into());

@@ -5,8 +5,10 @@
 //! - `gpud-chaos-client hold SOCKET VRAM_MIB COMPUTE`: takes one lease and holds it across
 //!   daemon restarts (the client library re-adopts it); prints `lease ID` once granted and
 //!   `lost ID` (then exits 3) if it is ever lost.
+//! - `gpud-chaos-client attach SOCKET PID`: takes a 1 MiB lease and attaches process PID to
+//!   it; prints `attached`, or `refused CODE` with the daemon's error code.
 //!
-//! Both print `ready` once connected, and exit when their stdin closes, so a test that dies
+//! All print `ready` once connected, and exit when their stdin closes, so a test that dies
 //! leaves no clients behind.
 
 use std::io::{BufRead, Write};
@@ -131,6 +133,25 @@ fn hold(socket: &str, vram_mib: u64, compute: bool) -> Result<()> {
     }
 }
 
+/// Attaches `pid` to a fresh lease and says what gpud answered.
+fn attach(socket: &str, pid: u32) -> Result<()> {
+    let client = Client::connect(socket)?;
+    println!("ready");
+    let lease = client.acquire(&LeaseRequest::new().vram(1 << 20))?;
+    match lease.attach(pid, gpud_client::proto::EnforcedBy::Supervised, false) {
+        Ok(()) => println!("attached"),
+        Err(gpud_client::ClientError::Daemon(body)) => {
+            println!(
+                "refused {}",
+                serde_json::to_string(&body.code)?.trim_matches('"')
+            )
+        }
+        Err(e) => return Err(e.into()),
+    }
+    std::io::stdout().flush()?;
+    Ok(())
+}
+
 fn main() -> Result<()> {
     exit_when_stdin_closes();
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -146,6 +167,9 @@ fn main() -> Result<()> {
             vram.parse().context("VRAM_MIB")?,
             compute.parse().context("COMPUTE (true/false)")?,
         ),
-        _ => bail!("usage: gpud-chaos-client random SOCKET SEED | hold SOCKET VRAM_MIB COMPUTE"),
+        ["attach", socket, pid] => attach(socket, pid.parse().context("PID")?),
+        _ => bail!(
+            "usage: gpud-chaos-client random SOCKET SEED | hold SOCKET VRAM_MIB COMPUTE | attach SOCKET PID"
+        ),
     }
 }

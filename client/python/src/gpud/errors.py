@@ -40,6 +40,9 @@ __all__ = [
     "ShuttingDown",
     "Internal",
     "GrowDeadlock",
+    "NoSuchProcess",
+    "NotProcessOwner",
+    "NotDescendant",
     "ConnectError",
     "ConnectionLost",
     "ProtocolError",
@@ -178,6 +181,24 @@ class GrowDeadlock(Error):
     code = "grow_deadlock"
 
 
+class NoSuchProcess(Error):
+    """`attach` of a pid no process has."""
+
+    code = "no_such_process"
+
+
+class NotProcessOwner(Error):
+    """`attach` of another user's process by a caller that is not root."""
+
+    code = "not_process_owner"
+
+
+class NotDescendant(Error):
+    """`attach` of a process that is neither the caller nor its descendant."""
+
+    code = "not_descendant"
+
+
 class ConnectError(Error, ConnectionError):
     """Nothing answers on the socket (client side; is gpud running? which socket?)."""
 
@@ -219,6 +240,9 @@ ERRORS: Dict[str, Type[Error]] = {
         ShuttingDown,
         Internal,
         GrowDeadlock,
+        NoSuchProcess,
+        NotProcessOwner,
+        NotDescendant,
     )
 }
 

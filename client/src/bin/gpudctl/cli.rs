@@ -71,7 +71,9 @@ pub enum Command {
         json: bool,
     },
     /// Run a program under a lease: sets CUDA_VISIBLE_DEVICES and GPUD_LEASE_ID, releases when
-    /// it exits, and passes its exit status through.
+    /// it exits, and passes its exit status through. The program runs in its own process group,
+    /// which is stopped (SIGTERM, then SIGKILL) when the lease is revoked or lost, and which gpud
+    /// ends if gpudctl dies.
     Run(RunArgs),
     /// Budgets: jobs' shares of devices that their processes lease from.
     #[command(subcommand)]
@@ -93,6 +95,37 @@ fn watch_interval(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d)
+}
+
+/// Signals a program may be sent on a yield notice, by name, with their Linux numbers.
+const SIGNALS: [(&str, i32); 9] = [
+    ("HUP", 1),
+    ("INT", 2),
+    ("QUIT", 3),
+    ("USR1", 10),
+    ("USR2", 12),
+    ("ALRM", 14),
+    ("TERM", 15),
+    ("CONT", 18),
+    ("WINCH", 28),
+];
+
+/// A signal by name (`SIGUSR1`, `usr1`) or number (`10`).
+pub fn signal_number(text: &str) -> Result<i32, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let known = |n: i32| SIGNALS.iter().any(|&(_, m)| m == n);
+    match name.parse::<i32>() {
+        Ok(n) if known(n) => Ok(n),
+        _ => SIGNALS
+            .iter()
+            .find(|(s, _)| *s == name)
+            .map(|&(_, n)| n)
+            .ok_or_else(|| {
+                let names: Vec<String> = SIGNALS.iter().map(|(s, _)| format!("SIG{s}")).collect();
+                format!("{text:?} is not one of {}", names.join(", "))
+            }),
+    }
 }
 
 /// Arguments of `gpudctl run`.
@@ -145,6 +178,15 @@ pub struct RunArgs {
     /// or in ../lib/gpud from it).
     #[arg(long, value_name = "PATH")]
     pub preload_lib: Option<PathBuf>,
+    /// Forward a yield notice (a critical request waits, or the lease's maximum hold passed)
+    /// to the program's process group as this signal, e.g. SIGUSR1; without it a notice is
+    /// logged and ignored.
+    #[arg(long, value_name = "SIGNAL", value_parser = signal_number)]
+    pub on_yield: Option<i32>,
+    /// When the lease is revoked or lost, the program gets SIGTERM, and SIGKILL this long
+    /// after if it still runs.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub kill_after: Duration,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -257,4 +299,22 @@ pub enum SlurmCommand {
     Epilog,
     /// Slurm TaskProlog (the job's uid): `export` lines for the job's processes.
     TaskProlog,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::signal_number;
+
+    #[test]
+    fn yield_signals_are_named_either_way_or_numbered() {
+        assert_eq!(signal_number("SIGUSR1"), Ok(10));
+        assert_eq!(signal_number("usr2"), Ok(12));
+        assert_eq!(signal_number("15"), Ok(15));
+        assert!(
+            signal_number("SIGKILL").is_err(),
+            "not one a program can handle"
+        );
+        assert!(signal_number("99").is_err());
+        assert!(signal_number("").is_err());
+    }
 }

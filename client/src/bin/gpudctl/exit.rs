@@ -45,6 +45,7 @@ Exit status:
   10   run --enforce: that enforcement is not available on this host (the message says why)
   126  run: the program cannot be executed
   127  run: the program was not found
+  128+N  run: signal N (HUP, INT, QUIT, TERM) reached gpudctl while it waited
   run otherwise exits with the program's status (128+N when killed by signal N)";
 
 /// An outcome of gpudctl's own, with its code.

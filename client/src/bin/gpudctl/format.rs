@@ -192,6 +192,15 @@ pub fn status(s: &StatusReport) -> String {
 }
 
 /// The lease and waiter tables.
+/// The program attached to a lease and what enforces it (`4242 (supervised)`), or `-`.
+fn program(l: &gpud_client::proto::LeaseStatus) -> String {
+    match (l.program_pid, l.enforced_by) {
+        (Some(pid), Some(by)) => format!("{pid} ({by})"),
+        (Some(pid), None) => pid.to_string(),
+        _ => "-".into(),
+    }
+}
+
 pub fn leases(s: &StatusReport) -> String {
     let mut out = String::new();
     if s.leases.is_empty() {
@@ -199,7 +208,8 @@ pub fn leases(s: &StatusReport) -> String {
     } else {
         let mut rows = vec![
             [
-                "LEASE", "DEV", "VRAM", "COMPUTE", "CLASS", "PID", "PROCESS", "HELD", "LABEL",
+                "LEASE", "DEV", "VRAM", "COMPUTE", "CLASS", "PID", "PROCESS", "PROGRAM", "HELD",
+                "LABEL",
             ]
             .map(String::from)
             .to_vec(),
@@ -228,6 +238,7 @@ pub fn leases(s: &StatusReport) -> String {
                     Some(ms) => format!("{} (stopped {})", l.process, duration_ms(ms)),
                     None => l.process.clone(),
                 },
+                program(l),
                 duration_ms(l.held_ms),
                 match (l.within, &l.label) {
                     (Some(b), Some(label)) => format!("{label} (budget {b})"),

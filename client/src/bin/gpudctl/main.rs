@@ -1,6 +1,7 @@
 //! `gpudctl`: operate and inspect gpud.
 
 mod budget;
+mod child;
 mod cli;
 mod exit;
 mod exposition;

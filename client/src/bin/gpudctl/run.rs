@@ -5,18 +5,20 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use gpud_client::proto::{Event, RevokeReason};
-use gpud_client::{Client, LeaseRequest};
-use nix::sys::signal::{Signal, kill};
+use gpud_client::proto::{EnforcedBy, Event, RevokeReason};
+use gpud_client::{Client, Lease, LeaseRequest};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal as Stream, SignalKind, signal};
 
+use crate::child::{self, Started};
 use crate::cli::{Enforce, RunArgs};
 use crate::exit::{self, Fail};
 use crate::format::duration_ms;
 use crate::waiting::Progress;
 
-/// Acquires, runs, releases; returns the program's exit status (128 + signal when killed).
+/// Acquires, runs, releases; returns the program's exit status (128 + signal when killed), or
+/// gpudctl's own outcome when it stopped the program (revoked, lost).
 pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
     let vram = args.vram.unwrap_or(0);
     if vram == 0 && !args.compute {
@@ -66,8 +68,7 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
     if let Some(policy) = args.placement {
         request = request.placement(policy);
     }
-    let mut interrupt = signal(SignalKind::interrupt()).context("signal handler")?;
-    let mut terminate = signal(SignalKind::terminate()).context("signal handler")?;
+    let mut signals = Signals::new()?;
     let started = Instant::now();
     let mut progress = Progress::new(
         std::io::stderr(),
@@ -91,13 +92,9 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
             }
             Some(place) = heard.recv() => progress.place(place, Instant::now()),
             _ = ticks.tick() => progress.tick(Instant::now()),
-            _ = interrupt.recv() => {
+            sig = signals.recv() => {
                 progress.done(Instant::now());
-                return Ok(ExitCode::from(130));
-            }
-            _ = terminate.recv() => {
-                progress.done(Instant::now());
-                return Ok(ExitCode::from(143));
+                return Ok(ExitCode::from(128 + sig as u8));
             }
         }
     };
@@ -122,17 +119,12 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
             duration_ms(started.elapsed().as_millis() as u64)
         );
     }
-    let enforcement = mps
-        .map(|plan| plan.environment(&crate::mps::lease_devices(lease.info())))
-        .unwrap_or_default();
-    let mut child = match tokio::process::Command::new(&args.command[0])
-        .args(&args.command[1..])
-        .env("CUDA_VISIBLE_DEVICES", lease.cuda_visible_devices())
-        .env("GPUD_LEASE_ID", lease.id().to_string())
-        .envs(enforcement)
-        .spawn()
-    {
-        Ok(child) => child,
+    let mut command = program_command(&args, &lease);
+    if let Some(plan) = &mps {
+        command.envs(plan.environment(&crate::mps::lease_devices(lease.info())));
+    }
+    let program = match child::spawn(command) {
+        Ok(program) => program,
         Err(e) => {
             let code = match e.kind() {
                 std::io::ErrorKind::NotFound => exit::NOT_FOUND,
@@ -143,53 +135,217 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
                 .context(Fail::new(code, format!("cannot run {:?}", args.command[0]))));
         }
     };
-    let pid = child.id().map(|p| Pid::from_raw(p as i32));
-    let forward = |sig: Signal| {
-        if let Some(pid) = pid {
-            let _ = kill(pid, sig);
-        }
+    // What keeps the program within the lease, as status and metrics show it.
+    let enforced_by = if mps.is_some() {
+        EnforcedBy::Mps
+    } else {
+        EnforcedBy::Supervised
     };
-    let mut listening = true;
-    // Why gpudctl stopped the program, when it did.
-    let mut ended: Option<Fail> = None;
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status.context("wait for the program")?,
-            _ = interrupt.recv() => forward(Signal::SIGINT),
-            _ = terminate.recv() => forward(Signal::SIGTERM),
-            event = lease.next_event(), if listening => match event {
-                // The library's word for a lease it could not keep over a lost connection.
-                Some(Event::Revoked { reason: RevokeReason::Lost, .. }) | None => {
-                    eprintln!("gpudctl: connection to gpud lost; stopping the program");
-                    ended = Some(Fail::new(exit::LOST, "the program was stopped: the connection to gpud was lost"));
-                    forward(Signal::SIGTERM);
-                    listening = false;
-                }
-                Some(Event::Revoked { reason, .. }) => {
-                    let why = serde_json::to_value(reason)
-                        .ok()
-                        .and_then(|v| v.as_str().map(String::from))
-                        .unwrap_or_else(|| format!("{reason:?}"));
-                    eprintln!("gpudctl: lease {} revoked ({why}); stopping the program", lease.id());
-                    ended = Some(Fail::new(exit::REVOKED, format!("the program was stopped: lease {} was revoked ({why})", lease.id())));
-                    forward(Signal::SIGTERM);
-                    listening = false;
-                }
-                Some(_) => {}
-            },
-        }
-    };
+    attach(&lease, program.pid, enforced_by, args.verbose).await;
+    let supervised = supervise(&mut lease, program, &args, &mut signals).await?;
     if !lease.is_lost() {
         lease.release().await.context("release")?;
     }
-    if let Some(fail) = ended {
+    if let Some(fail) = supervised.ended {
         return Err(fail.into());
     }
     use std::os::unix::process::ExitStatusExt;
+    let status = supervised.status;
     let code = match (status.code(), status.signal()) {
         (Some(c), _) => c,
         (None, Some(s)) => 128 + s,
         _ => 1,
     };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// The program's command: its arguments and the environment that names the lease. Ways of
+/// enforcing the lease add their own environment to it.
+pub fn program_command(args: &RunArgs, lease: &Lease) -> std::process::Command {
+    let mut command = std::process::Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env("CUDA_VISIBLE_DEVICES", lease.cuda_visible_devices())
+        .env("GPUD_LEASE_ID", lease.id().to_string());
+    command
+}
+
+/// Tells gpud that the program uses the lease, so that gpud ends its process group if
+/// gpudctl's session ends without releasing the lease (gpudctl killed with SIGKILL).
+async fn attach(lease: &Lease, pid: Pid, enforced_by: EnforcedBy, verbose: bool) {
+    if !lease.can_attach() {
+        if verbose {
+            eprintln!(
+                "gpudctl: this gpud does not supervise programs (no attach); if gpudctl dies, only its parent-death signal (SIGTERM) stops the program"
+            );
+        }
+        return;
+    }
+    if let Err(e) = lease.attach(pid.as_raw() as u32, enforced_by, true).await {
+        eprintln!(
+            "gpudctl: warning: gpud did not record the program ({e}); if gpudctl dies, only its parent-death signal (SIGTERM) stops it"
+        );
+    }
+}
+
+/// How the program ended: its status, and gpudctl's reason when gpudctl stopped it.
+struct Supervised {
+    status: std::process::ExitStatus,
+    ended: Option<Fail>,
+}
+
+/// Waits for the program while forwarding signals and yield notices to its group, and stops
+/// it (SIGTERM, SIGKILL after `--kill-after`) when the lease is revoked or lost. What is left
+/// of its group once it exited is stopped the same way before the lease is released.
+async fn supervise(
+    lease: &mut Lease,
+    mut program: Started,
+    args: &RunArgs,
+    signals: &mut Signals,
+) -> Result<Supervised> {
+    let group = program.pid;
+    let on_yield = args.on_yield.and_then(|n| Signal::try_from(n).ok());
+    let mut listening = true;
+    // Why gpudctl stopped the program, when it did.
+    let mut ended: Option<Fail> = None;
+    let kill_at = tokio::time::sleep(Duration::from_secs(u32::MAX.into()));
+    tokio::pin!(kill_at);
+    let mut killed = false;
+    let mut children = signal(SignalKind::child()).context("signal handler")?;
+    // A stop before the handler was there is still waiting to be seen.
+    if program.has_terminal() && program.stopped() {
+        program.follow_stop();
+    }
+    let status = loop {
+        tokio::select! {
+            status = program.child.wait() => break status.context("wait for the program")?,
+            _ = children.recv(), if program.has_terminal() => {
+                if program.stopped() {
+                    program.follow_stop();
+                }
+            }
+            sig = signals.recv() => signal_group(group, sig),
+            () = &mut kill_at, if ended.is_some() && !killed => {
+                eprintln!(
+                    "gpudctl: the program still runs {} after SIGTERM; sending SIGKILL",
+                    duration_ms(args.kill_after.as_millis() as u64)
+                );
+                signal_group(group, Signal::SIGKILL);
+                killed = true;
+            }
+            event = lease.next_event(), if listening => {
+                let stop = match event {
+                    // The library's word for a lease it could not keep over a lost connection.
+                    Some(Event::Revoked { reason: RevokeReason::Lost, .. }) | None => {
+                        eprintln!("gpudctl: connection to gpud lost; stopping the program");
+                        Some(Fail::new(exit::LOST, "the program was stopped: the connection to gpud was lost"))
+                    }
+                    Some(Event::Revoked { reason, .. }) => {
+                        let why = wire_name(&reason);
+                        eprintln!("gpudctl: lease {} revoked ({why}); stopping the program", lease.id());
+                        Some(Fail::new(exit::REVOKED, format!("the program was stopped: lease {} was revoked ({why})", lease.id())))
+                    }
+                    Some(Event::YieldRequested { reason, .. }) => {
+                        let why = wire_name(&reason);
+                        match on_yield {
+                            Some(sig) => {
+                                eprintln!("gpudctl: lease {} asked to yield ({why}); sending {sig} to the program", lease.id());
+                                signal_group(group, sig);
+                            }
+                            None => eprintln!("gpudctl: lease {} asked to yield ({why}); ignored (see --on-yield)", lease.id()),
+                        }
+                        None
+                    }
+                    Some(_) => None,
+                };
+                if let Some(fail) = stop {
+                    signal_group(group, Signal::SIGTERM);
+                    kill_at.as_mut().reset(tokio::time::Instant::now() + args.kill_after);
+                    ended = Some(fail);
+                    listening = false;
+                }
+            }
+        }
+    };
+    program.done();
+    // Its children in its group go with it: nothing started under the lease outlives it.
+    let deadline = if ended.is_some() && !killed {
+        Some(kill_at.deadline())
+    } else {
+        None
+    };
+    end_group(group, deadline, args.kill_after, killed).await;
+    Ok(Supervised { status, ended })
+}
+
+/// Stops what is left of the program's process group after the program exited: SIGTERM
+/// (unless it had it already, when `term_deadline` says when SIGKILL is due), SIGKILL after the
+/// grace. The group id cannot name another group while any of its members lives.
+async fn end_group(
+    group: Pid,
+    term_deadline: Option<tokio::time::Instant>,
+    grace: Duration,
+    killed: bool,
+) {
+    let alive = || killpg(group, None).is_ok();
+    if killed || !alive() {
+        return;
+    }
+    let deadline = match term_deadline {
+        Some(at) => at,
+        None => {
+            eprintln!("gpudctl: the program exited and left processes in its group; stopping them");
+            signal_group(group, Signal::SIGTERM);
+            tokio::time::Instant::now() + grace
+        }
+    };
+    while alive() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if alive() {
+        signal_group(group, Signal::SIGKILL);
+    }
+}
+
+/// Sends a signal to the program's process group; a group that is gone already is no error.
+fn signal_group(group: Pid, sig: Signal) {
+    let _ = killpg(group, sig);
+}
+
+/// A reason as the protocol spells it.
+fn wire_name<T: serde::Serialize + std::fmt::Debug>(reason: &T) -> String {
+    serde_json::to_value(reason)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_else(|| format!("{reason:?}"))
+}
+
+/// The signals gpudctl forwards to the program: SIGINT, SIGTERM, SIGHUP and SIGQUIT.
+struct Signals {
+    interrupt: Stream,
+    terminate: Stream,
+    hangup: Stream,
+    quit: Stream,
+}
+
+impl Signals {
+    fn new() -> Result<Self> {
+        let listen = |kind| signal(kind).context("signal handler");
+        Ok(Self {
+            interrupt: listen(SignalKind::interrupt())?,
+            terminate: listen(SignalKind::terminate())?,
+            hangup: listen(SignalKind::hangup())?,
+            quit: listen(SignalKind::quit())?,
+        })
+    }
+
+    /// The next signal gpudctl got.
+    async fn recv(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.interrupt.recv() => Signal::SIGINT,
+            _ = self.terminate.recv() => Signal::SIGTERM,
+            _ = self.hangup.recv() => Signal::SIGHUP,
+            _ = self.quit.recv() => Signal::SIGQUIT,
+        }
+    }
 }

@@ -165,11 +165,15 @@ impl Core {
                 }
                 // A kernel of a compute holder may still run; a memory lease's holder is only
                 // told (its memory is the audit's business).
+                // A supervised session's kernels run in its attached program, not in the
+                // supervisor: the program's group is killed, and the supervisor lives to report.
                 if reason == RevokeReason::YieldIgnored
                     && self.settings.kill_ignored_yield
                     && !memory_only
                 {
-                    if let Some(peer) = self.peer(session) {
+                    if self.supervises(session) {
+                        self.kill_attached_program(lease);
+                    } else if let Some(peer) = self.peer(session) {
                         let (pid, start) = (peer.pid, peer.start);
                         self.signal(pid, start, KillReason::YieldIgnored { lease });
                     }
@@ -214,6 +218,7 @@ impl Core {
             pid,
             start,
             signal: Signal::Kill,
+            group: false,
             why,
         });
     }

@@ -24,6 +24,7 @@ mod ops;
 mod queued;
 mod sessions;
 mod status;
+mod supervision;
 mod timers;
 mod usage;
 mod wire;
@@ -55,6 +56,7 @@ pub use journaling::{LeaseRecord, Restorable};
 pub use liveness::{ProcessState, Watched};
 pub use observer::{EndReason, Notice, wire_name};
 pub use sessions::{ADMIN_SESSIONS, Access, Peer};
+pub use supervision::ProcessFacts;
 pub use usage::ProcessSample;
 
 /// The placeholder session that holds leases restored from the journal until their owners
@@ -98,6 +100,8 @@ pub enum Action {
         start: u64,
         /// Which signal.
         signal: Signal,
+        /// Signal the process group it leads (the process alone when it leads none).
+        group: bool,
         /// Why, for the log.
         why: KillReason,
     },
@@ -124,6 +128,8 @@ pub enum JournalEntry {
 /// Signals the hub sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
+    /// SIGTERM.
+    Term,
     /// SIGKILL.
     Kill,
 }
@@ -143,6 +149,12 @@ pub enum KillReason {
         owner: u32,
         /// The device.
         device: usize,
+    },
+    /// It was attached to a lease with `end_with_session`, and the session ended without
+    /// releasing the lease.
+    SessionEnded {
+        /// The lease.
+        lease: LeaseId,
     },
 }
 
@@ -166,6 +178,8 @@ pub struct Settings {
     pub audit: crate::config::AuditConfig,
     /// Kill a compute holder that ignored its yield notice until revoked.
     pub kill_ignored_yield: bool,
+    /// From SIGTERM to SIGKILL when an attached program's session ends.
+    pub kill_grace: Duration,
 }
 
 impl Settings {
@@ -176,6 +190,7 @@ impl Settings {
             limits: config.limits,
             audit: config.audit,
             kill_ignored_yield: config.kill_ignored_yield,
+            kill_grace: config.supervision.kill_grace,
         }
     }
 }
@@ -210,6 +225,8 @@ pub struct Core {
     places: queued::Places,
     /// The means of enforcement the daemon runs (the MPS control daemon), as last reported.
     enforcement: gpud_proto::EnforcementStatus,
+    /// Programs attached to leases.
+    supervision: supervision::Supervision,
 }
 
 impl Core {
@@ -244,6 +261,7 @@ impl Core {
             budgets: budgets::Budgets::default(),
             places: queued::Places::default(),
             enforcement: gpud_proto::EnforcementStatus::default(),
+            supervision: supervision::Supervision::default(),
         }
     }
 
@@ -271,6 +289,7 @@ impl Core {
                 Timer::Orphans => self.drop_orphans(now),
                 Timer::Journal => self.flush_journal(),
                 Timer::JournalRetry => self.retry_journal(),
+                Timer::Supervision => self.kill_due_programs(now),
             }
         }
         self.end_step(now);

@@ -105,6 +105,7 @@ impl Core {
         self.budgets.session_closed(session);
         if let Some(peer) = self.sessions.remove(&session) {
             let gone = self.ledger.disconnect(now.at, session);
+            self.end_programs_of(now, session);
             self.observer.closed(now.at, session, &gone.leases);
             debug!(
                 session,

@@ -79,6 +79,8 @@ impl Core {
             .take(entries.max(1))
             .map(|l| {
                 let p = peer(l.session);
+                // A part of a group shows the program attached to the group's first lease.
+                let attached = self.supervision.of(l.group.unwrap_or(l.id));
                 LeaseStatus {
                     id: l.id,
                     device: self
@@ -102,6 +104,8 @@ impl Core {
                     reclaim_requested: l.reclaim_by.is_some(),
                     holder_stopped_ms: self.ledger.stopped_since(l.session).map(since),
                     group: l.group,
+                    program_pid: attached.map(|a| a.pid),
+                    enforced_by: attached.map(|a| a.enforced_by),
                 }
             })
             .collect();
@@ -198,13 +202,17 @@ impl Core {
                     .sum()
             })
             .collect();
-        self.observer.render(
+        let mut text = self.observer.render(
             now.at,
             &self.ledger,
             &self.names,
             self.sessions.len(),
             &over_use,
-        )
+        );
+        let ledger = &self.ledger;
+        let enforced = self.supervision.counts(|id| ledger.lease(id).is_some());
+        crate::metrics::render_enforced(&mut text, &enforced);
+        text
     }
 
     /// Processes using memory on a device at the last poll, with their owners.

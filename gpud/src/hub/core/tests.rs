@@ -472,6 +472,7 @@ fn over_use_is_warned_revoked_and_killed_and_unmanaged_memory_lowers_capacity() 
                 pid,
                 start,
                 signal: Signal::Kill,
+                group: false,
                 why:
                     KillReason::KeptMemory {
                         owner: 4242,

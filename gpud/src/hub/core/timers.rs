@@ -1,5 +1,6 @@
 //! The hub's one timer table: the ledger's next deadline, the end of the re-adoption grace,
-//! and the latest time a journaled release may stay unwritten. The shell sleeps until the
+//! the latest time a journaled release may stay unwritten, and the next SIGKILL of an ended
+//! session's program. The shell sleeps until the
 //! earliest of them.
 
 use std::time::Instant;
@@ -15,13 +16,16 @@ pub(super) enum Timer {
     Journal,
     /// A journal write that failed is tried again.
     JournalRetry,
+    /// Programs whose session ended get SIGKILL once their grace passed.
+    Supervision,
 }
 
-const ALL: [Timer; 4] = [
+const ALL: [Timer; 5] = [
     Timer::Ledger,
     Timer::Orphans,
     Timer::Journal,
     Timer::JournalRetry,
+    Timer::Supervision,
 ];
 
 /// When each timer fires, if armed.

@@ -59,6 +59,15 @@ impl Core {
             Op::CreateBudget(args) => self.create_budget(now, ticket, args),
             Op::EndBudget(args) => Some(self.end_budget(now, ticket.session, args)),
             Op::Budgets { job } => Some(Ok(self.list_budgets(ticket.session, job.as_deref()))),
+            // The shell reads the process's facts and calls `Core::attach`; an attach that
+            // reaches here came through a path that read nothing.
+            Op::Attach(args) => {
+                tracing::error!(lease = args.lease, "attach without the process's facts");
+                Some(Err(ErrorBody::new(
+                    gpud_proto::ErrorCode::Internal,
+                    "attach reached the hub without what /proc says of the process",
+                )))
+            }
         }
     }
 }

@@ -21,6 +21,7 @@ impl Core {
         for part in ended {
             self.observer.released(now.at, part);
         }
+        self.detach(lease);
         Ok(Reply::Released { lease })
     }
 }
