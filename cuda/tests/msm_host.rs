@@ -833,9 +833,19 @@ fn g2_msm_matches_multi_exp_on_random_and_witness_scalars() {
         let bases = random_g2_bases(&mut rng, n);
         let plan = MsmPlan::new(n, 132).expect("plan");
         let scalars = random_scalars(&mut rng, n);
-        check_msm_g2(&bases, &scalars, Shape::of(&plan), "G2 random, planned shape");
+        check_msm_g2(
+            &bases,
+            &scalars,
+            Shape::of(&plan),
+            "G2 random, planned shape",
+        );
         let scalars = witness_scalars(&mut rng, n);
-        check_msm_g2(&bases, &scalars, Shape::of(&plan), "G2 witness, planned shape");
+        check_msm_g2(
+            &bases,
+            &scalars,
+            Shape::of(&plan),
+            "G2 witness, planned shape",
+        );
     }
 }
 

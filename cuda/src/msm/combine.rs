@@ -13,7 +13,10 @@ pub fn jacobian_from_limbs(p: &JacobianLimbs) -> G1Projective {
 
 /// sum_j 2^(c j) * windows[j] over any group's window sums, by Horner from the top window:
 /// (W - 1) * c doublings.
-pub fn combine_window_sums<C: MsmCurve>(windows: &[C::Jacobian], window_bits: u32) -> C::Projective {
+pub fn combine_window_sums<C: MsmCurve>(
+    windows: &[C::Jacobian],
+    window_bits: u32,
+) -> C::Projective {
     let mut acc = C::Projective::identity();
     for (j, w) in windows.iter().enumerate().rev() {
         if j + 1 != windows.len() {
@@ -115,6 +118,9 @@ mod g2_tests {
         assert_eq!(got, want);
         let inf = limbs(&G2Projective::identity());
         assert_eq!(inf[48..72], [0u32; 24]);
-        assert_eq!(combine_windows_g2(&[inf, limbs(&g)], 3), g * Scalar::from(8u64));
+        assert_eq!(
+            combine_windows_g2(&[inf, limbs(&g)], 3),
+            g * Scalar::from(8u64)
+        );
     }
 }

@@ -272,11 +272,7 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
 
     /// sum_i scalars[i] * bases[i] over the first `scalars.len()` bases: uploads the scalars,
     /// runs the kernels and waits.
-    pub fn msm(
-        &self,
-        bases: &Bases<'_, C>,
-        scalars: &[Scalar],
-    ) -> Result<C::Projective, MsmError> {
+    pub fn msm(&self, bases: &Bases<'_, C>, scalars: &[Scalar]) -> Result<C::Projective, MsmError> {
         if scalars.len() > bases.len() {
             return Err(MsmError::TooManyScalars {
                 scalars: scalars.len(),

@@ -332,7 +332,10 @@ mod tests {
             assert_eq!(g1.len(), g2.len());
             let keys = u64::from(p.keys());
             // Buckets are the largest point allocation: 192 bytes each in G1, 384 in G2.
-            assert!(g1.contains(&(keys * 192)) && g2.contains(&(keys * 384)), "n = {n}");
+            assert!(
+                g1.contains(&(keys * 192)) && g2.contains(&(keys * 384)),
+                "n = {n}"
+            );
             // Small MSMs round to the same 2 MiB pages; large ones charge more for G2.
             assert!(p.temp_bytes_of::<G2>() >= p.temp_bytes(), "n = {n}");
             if n >= 1 << 16 {

@@ -374,6 +374,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         let engine = CudaEngine::new(CudaOptions {
             resident_bases: a.warm,
             pin_bases: true,
+            ..CudaOptions::default()
         })
         .context("starting the CUDA engine")?;
         // Every device's context and kernels now, not inside the first GPU phase; and the
