@@ -154,6 +154,24 @@ pub fn estimate_with_g2(
     e
 }
 
+/// The `auto` G2 placement's rule: the B_G2 MSM goes on the GPU when the key has a B query and
+/// the resident bases with B_G2 (when `resident_bases`) plus the phase lease with the G2 step
+/// fit `device_mem` bytes. The domain is the key's own (`m = |H| + 1`).
+pub fn g2_fits_on_gpu(
+    shape: &KeyShape,
+    multiprocessors: u32,
+    resident_bases: bool,
+    device_mem: u64,
+) -> bool {
+    if shape.b_g2 == 0 {
+        return false;
+    }
+    let log_domain = (shape.h + 1).next_power_of_two().trailing_zeros();
+    let e = estimate_with_g2(shape, log_domain, multiprocessors, true);
+    let resident = if resident_bases { e.resident } else { 0 };
+    resident.saturating_add(e.phase_lease(resident_bases)) <= device_mem
+}
+
 fn estimate_g1(shape: &KeyShape, log_domain: u32, multiprocessors: u32) -> VramEstimate {
     let m = 1usize << log_domain;
     let resident = [shape.h, shape.l, shape.a, shape.b_g1]
@@ -262,6 +280,26 @@ mod tests {
             e2.msm_step,
             e1.msm_step
         );
+    }
+
+    #[test]
+    fn auto_puts_g2_on_the_gpu_exactly_when_the_phase_with_it_fits() {
+        let s = shape(1 << 20);
+        let sms = DEFAULT_MULTIPROCESSORS;
+        let e = estimate_with_g2(&s, 20, sms, true);
+        let resident_need = e.resident + e.phase_lease(true);
+        assert!(g2_fits_on_gpu(&s, sms, true, resident_need));
+        assert!(!g2_fits_on_gpu(&s, sms, true, resident_need - 1));
+        let upload_need = e.phase_lease(false);
+        assert!(g2_fits_on_gpu(&s, sms, false, upload_need));
+        assert!(!g2_fits_on_gpu(&s, sms, false, upload_need - 1));
+        // No B query: nothing to move.
+        let no_b = KeyShape { b_g2: 0, ..s };
+        assert!(!g2_fits_on_gpu(&no_b, sms, true, u64::MAX));
+        // 2^22 on an H200 (141 GiB) fits; on a 1 GiB card it does not.
+        let big = shape(1 << 22);
+        assert!(g2_fits_on_gpu(&big, sms, true, 141 << 30));
+        assert!(!g2_fits_on_gpu(&big, sms, true, 1 << 30));
     }
 
     #[test]

@@ -244,18 +244,12 @@ impl CudaEngine {
         match self.opts.g2 {
             G2Placement::Cpu => false,
             G2Placement::Gpu => true,
-            G2Placement::Auto => {
-                let shape = key.shape();
-                if shape.b_g2 == 0 {
-                    return false;
-                }
-                let log_domain = (shape.h + 1).next_power_of_two().trailing_zeros();
-                let e = vram::estimate_with_g2(&shape, log_domain, self.multiprocessors, true);
-                let resident = self.opts.resident_bases;
-                let need =
-                    if resident { e.resident } else { 0 }.saturating_add(e.phase_lease(resident));
-                need <= self.smallest_device_mem
-            }
+            G2Placement::Auto => vram::g2_fits_on_gpu(
+                &key.shape(),
+                self.multiprocessors,
+                self.opts.resident_bases,
+                self.smallest_device_mem,
+            ),
         }
     }
 

@@ -64,8 +64,9 @@ pub use cuda::{CudaEngine, CudaOptions, process_device};
 #[serde(rename_all = "lowercase")]
 pub enum G2Placement {
     /// On the GPU, inside the phase and under its lease, when the phase with it fits the
-    /// smallest visible GPU's memory; else in the CPU tail. (Measured on an H200 host, the GPU
-    /// G2 MSM is tens of times faster than blst's on 16 cores, so wherever it fits it wins.)
+    /// smallest visible GPU's memory; else in the CPU tail. A fixed rule, not a timing: the
+    /// GPU G2 MSM is expected to beat blst's on a 16-core host by far wherever it fits (the
+    /// `msm-g2` benchmark measures both; see prover/README.md).
     #[default]
     Auto,
     /// On the GPU, inside the phase: its bases join the resident set, its temporaries the

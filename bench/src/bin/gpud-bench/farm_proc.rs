@@ -385,6 +385,9 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
             let dev = process_device(&d.uuid)?;
             dev.module(&gpud_cuda::kernels::NTT)?;
             dev.module(&gpud_cuda::kernels::MSM)?;
+            if engine.g2_on_gpu(&work.key) {
+                dev.module(&gpud_cuda::kernels::MSM_G2)?;
+            }
             first.get_or_insert(dev);
         }
         if let Some(dev) = first {
