@@ -85,19 +85,33 @@ section cuda-bench 240 "$G/bin/gpud-cuda-bench" --bench --json "$OUT/cuda-bench.
 # --- gpud-cuda: BLS12-381 G1 MSM -------------------------------------------------------------
 # About 560 s together: run them on their own,
 #   bash gpu/run-suite.sh msm-tests msm-memcheck msm-check msm-bench
-section msm-tests 150 "$G/tests/msm_gpu" --ignored --test-threads=1
+section msm-tests 240 "$G/tests/msm_gpu" --ignored --test-threads=1
 section msm-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$G/bin/gpud-msm-bench" --check --quick
 section msm-check 150 "$G/bin/gpud-msm-bench" --check --max-log 24 --json "$OUT/msm-check.json"
 section msm-bench 200 "$G/bin/gpud-msm-bench" --bench --json "$OUT/msm-bench.json"
 [ -f "$OUT/msm-bench.log" ] && grep -A 40 "== MSM summary" "$OUT/msm-bench.log" | head -n 45
 
+# --- gpud-cuda: BLS12-381 G2 MSM -------------------------------------------------------------
+# About 4 minutes together:   bash gpu/run-suite.sh msm-g2 msm-g2-memcheck
+# msm-g2: the G2 MSM against blstrs G2Projective::multi_exp for sizes 1..2^22 (random and
+# witness-shaped scalars, poisoned temporaries) and the edge cases, then timed 2^16..2^24
+# against blstrs on all cores (up to 2^22), and our G1 MSM at 2^22 for the ratio. Prints
+# "PASS/FAIL G2 MSM equals blstrs ...", a timing table and two RATIO lines (G2/G1 at 2^22,
+# target <= 3; witness/random, target <= 1.05). msm-g2-memcheck: small sizes under
+# compute-sanitizer. (The msm-tests section runs the G2 GPU tests too.)
+section msm-g2 300 "$G/bin/gpud-msm-bench" --g2 --check --bench --json "$OUT/msm-g2.json"
+[ -f "$OUT/msm-g2.log" ] && grep -E "^(PASS|FAIL|RATIO)|== G2 MSM timing" -A 0 "$OUT/msm-g2.log"
+[ -f "$OUT/msm-g2.log" ] && grep -A 20 "== G2 MSM timing" "$OUT/msm-g2.log" | head -n 22
+section msm-g2-memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$G/bin/gpud-msm-bench" --g2 --check --quick --max-log 10
+
 # --- gpud-prover and gpud-bench: the CUDA engine end to end ----------------------------------
 # About 5 minutes together; on their own, or split in two:
 #   bash gpu/run-suite.sh prover-tests prover-bench
 # prover-tests: GPU proofs equal bellperson's create_proof bit for bit (synthetic 2^9..2^14,
 # poseidon 2^12, sha256 2^15; resident bases and per-phase uploads), the pipeline on the CUDA
-# engine, typed errors for a lease below the formula, GPU-generated parameters equal the CPU
+# engine, G2 on the GPU and on the CPU (both bit for bit), typed errors for a lease below the formula, GPU-generated parameters equal the CPU
 # path, evicted resident bases freeing their memory and proving again once reloaded. prover-bench: full proofs of 2^20 and 2^22 on the CPU and CUDA engines, by stage, with
 # parameters from the fast generator (G1 on the GPU), JSON in $OUT/prover-bench.json.
 export GPUD_PROVER_TEST_PARAMS=${GPUD_PROVER_TEST_PARAMS:-/tmp/gpud-prover-test-params}

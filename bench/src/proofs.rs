@@ -259,6 +259,7 @@ pub fn engines(
             msm_l: pick(&|s| s.1.msm_l),
             msm_a: pick(&|s| s.1.msm_a),
             msm_b: pick(&|s| s.1.msm_b),
+            msm_b_g2: pick(&|s| s.1.msm_b_g2),
             bases_upload: pick(&|s| s.1.bases_upload),
             finish: pick(&|s| s.1.finish),
             total: pick(&|s| s.1.total),

@@ -207,6 +207,21 @@ inline
     return r;
 }
 
+// The point operations the generic Pippenger steps of msm.cuh use, for G1.
+struct g1_ops {
+    typedef g1_affine affine;
+    typedef g1_xyzz xyzz;
+    typedef g1_jacobian jacobian;
+    GPUD_HD static affine neg(const affine& p) { return g1_affine_neg(p); }
+    GPUD_HD static xyzz inf() { return g1_xyzz_inf(); }
+    GPUD_HD static bool is_inf(const xyzz& p) { return g1_xyzz_is_inf(p); }
+    GPUD_HD static void add_affine(xyzz& acc, const affine& q) { g1_xyzz_add_affine(acc, q); }
+    GPUD_HD static void add(xyzz& acc, const xyzz& q) { g1_xyzz_add(acc, q); }
+    GPUD_HD static xyzz dbl(const xyzz& p) { return g1_xyzz_dbl(p); }
+    GPUD_HD static xyzz mul_small(const xyzz& p, uint32_t k) { return g1_xyzz_mul_small(p, k); }
+    GPUD_HD static jacobian to_jacobian(const xyzz& p) { return g1_xyzz_to_jacobian(p); }
+};
+
 }  // namespace gpud
 
 #endif  // GPUD_G1_CUH

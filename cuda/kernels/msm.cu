@@ -1,15 +1,27 @@
-// MSM kernels over BLS12-381 G1: thin wrappers over the per-thread steps of msm.cuh (which the
-// host tests run on the CPU), one thread per index. The launcher (cuda/src/msm/gpu.rs) queues
-// them in the order of the plan (cuda/src/msm/plan.rs).
+// MSM kernels over BLS12-381 G1 (or G2, with GPUD_MSM_G2=1: msm_g2.cu): thin wrappers over the
+// per-thread steps of msm.cuh (which the host tests run on the CPU), one thread per index. The
+// launcher (cuda/src/msm/gpu.rs) queues them in the order of the plan (cuda/src/msm/plan.rs).
+// Both groups' modules export the same kernel names with the group's point types.
 //
 // Heavy kernels (point arithmetic) run 128 threads a block; the light ones (scalars, scan) 256.
 // msm_noinline.cu and msm_nocap.cu include this file with other settings, to compare builds.
 #ifndef GPUD_MSM_CU
 #define GPUD_MSM_CU
 
+#if defined(GPUD_MSM_G2) && GPUD_MSM_G2
+#include "g2.cuh"
+typedef gpud::g2_ops msm_curve;
+#else
+#include "g1.cuh"
+typedef gpud::g1_ops msm_curve;
+#endif
 #include "msm.cuh"
 
 using namespace gpud;
+
+typedef msm_curve::affine msm_affine;
+typedef msm_curve::xyzz msm_xyzz;
+typedef msm_curve::jacobian msm_jacobian;
 
 // Minimum resident blocks per multiprocessor asked of ptxas for the accumulation and combining
 // kernels (a register cap of 65536 / (128 * GPUD_MSM_MIN_BLOCKS)); 0 leaves it to ptxas.
@@ -55,11 +67,11 @@ extern "C" __global__ void __launch_bounds__(256)
 // (offsets[keys]) so that nothing waits for the host.
 extern "C" __global__ void GPUD_MSM_HOT_BOUNDS
     msm_accumulate_kernel(uint32_t threads, uint32_t seg, const uint32_t* total,
-                          const uint64_t* entries, const g1_affine* bases, g1_xyzz* buckets,
-                          uint32_t* out_keys, g1_xyzz* out_points) {
+                          const uint64_t* entries, const msm_affine* bases, msm_xyzz* buckets,
+                          uint32_t* out_keys, msm_xyzz* out_points) {
     uint32_t t = msm_tid();
     if (t >= threads) return;
-    msm_entry_source src;
+    msm_entry_source<msm_curve> src;
     src.entries = entries;
     src.bases = bases;
     msm_segment_accumulate(t, seg, *total, src, buckets, out_keys, out_points);
@@ -68,11 +80,11 @@ extern "C" __global__ void GPUD_MSM_HOT_BOUNDS
 // Step 5: one combining pass over the slots of the previous pass.
 extern "C" __global__ void GPUD_MSM_HOT_BOUNDS
     msm_combine_kernel(uint32_t threads, uint32_t seg, uint32_t count, const uint32_t* in_keys,
-                       const g1_xyzz* in_points, g1_xyzz* buckets, uint32_t* out_keys,
-                       g1_xyzz* out_points) {
+                       const msm_xyzz* in_points, msm_xyzz* buckets, uint32_t* out_keys,
+                       msm_xyzz* out_points) {
     uint32_t t = msm_tid();
     if (t >= threads) return;
-    msm_slot_source src;
+    msm_slot_source<msm_curve> src;
     src.keys = in_keys;
     src.points = in_points;
     msm_segment_accumulate(t, seg, count, src, buckets, out_keys, out_points);
@@ -81,20 +93,20 @@ extern "C" __global__ void GPUD_MSM_HOT_BOUNDS
 // Step 6: weighted bucket sums per chunk of buckets, then group sums down to one per window.
 extern "C" __global__ void __launch_bounds__(128)
     msm_bucket_reduce_kernel(uint32_t windows, uint32_t b, uint32_t m, const uint32_t* offsets,
-                             const g1_xyzz* buckets, g1_xyzz* out) {
-    msm_bucket_reduce(msm_tid(), windows, b, m, offsets, buckets, out);
+                             const msm_xyzz* buckets, msm_xyzz* out) {
+    msm_bucket_reduce<msm_curve>(msm_tid(), windows, b, m, offsets, buckets, out);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-    msm_group_sum_kernel(uint32_t windows, uint32_t per, uint32_t group, const g1_xyzz* in,
-                         g1_xyzz* out) {
-    msm_group_sum(msm_tid(), windows, per, group, in, out);
+    msm_group_sum_kernel(uint32_t windows, uint32_t per, uint32_t group, const msm_xyzz* in,
+                         msm_xyzz* out) {
+    msm_group_sum<msm_curve>(msm_tid(), windows, per, group, in, out);
 }
 
-// Step 7: window sums to Jacobian (blst_p1 layout) for the host.
+// Step 7: window sums to Jacobian (blst_p1 / blst_p2 layout) for the host.
 extern "C" __global__ void __launch_bounds__(128)
-    msm_to_jacobian_kernel(uint32_t count, const g1_xyzz* in, g1_jacobian* out) {
-    msm_to_jacobian(msm_tid(), count, in, out);
+    msm_to_jacobian_kernel(uint32_t count, const msm_xyzz* in, msm_jacobian* out) {
+    msm_to_jacobian<msm_curve>(msm_tid(), count, in, out);
 }
 
 #endif  // GPUD_MSM_CU

@@ -1,4 +1,9 @@
-// Pippenger MSM over BLS12-381 G1: the per-thread steps.
+// Pippenger MSM over BLS12-381 G1 and G2: the per-thread steps.
+//
+// The steps are generic over a point-operations struct `C` (g1_ops in g1.cuh, g2_ops in
+// g2.cuh: the affine, XYZZ and Jacobian types and their additions), so both groups share one
+// Pippenger; the scalar steps (1-3) do not depend on the group at all. The including module
+// includes the curve header first (msm.cu does).
 //
 // Every step is a `__host__ __device__` function of a thread index; the kernels in msm.cu are
 // thin wrappers that call them with their global thread index, and the host test harness
@@ -26,7 +31,7 @@
 #ifndef GPUD_MSM_CUH
 #define GPUD_MSM_CUH
 
-#include "g1.cuh"
+#include "fq.cuh"
 
 namespace gpud {
 
@@ -245,12 +250,14 @@ GPUD_HD void msm_scan_chunk_apply(uint32_t t, uint32_t len, uint32_t chunk, uint
 // ---------------------------------------------------------------------------------------------
 
 // Entries of step 3 as the source of the first pass: affine bases, sign in bit 31.
+template <class C>
 struct msm_entry_source {
+    typedef C ops;
     const uint64_t* entries;
-    const g1_affine* bases;
+    const typename C::affine* bases;
     struct item {
         uint32_t key;
-        g1_affine p;
+        typename C::affine p;
     };
     GPUD_HD uint32_t key(uint32_t i) const { return (uint32_t)(entries[i] >> 32); }
     GPUD_HD item load(uint32_t i) const {
@@ -259,23 +266,25 @@ struct msm_entry_source {
         it.key = (uint32_t)(e >> 32);
         uint32_t idx = (uint32_t)e & 0x7fffffffu;
         it.p = bases[idx];
-        if ((uint32_t)e >> 31) it.p = g1_affine_neg(it.p);
+        if ((uint32_t)e >> 31) it.p = C::neg(it.p);
         return it;
     }
-    GPUD_HD static void add(g1_xyzz& acc, bool& real, const item& it) {
-        g1_xyzz_add_affine(acc, it.p);
+    GPUD_HD static void add(typename C::xyzz& acc, bool& real, const item& it) {
+        C::add_affine(acc, it.p);
         real = true;
     }
 };
 
 // Slots of a previous pass as the source: XYZZ partial sums, filler flag in the key.
+template <class C>
 struct msm_slot_source {
+    typedef C ops;
     const uint32_t* keys;
-    const g1_xyzz* points;
+    const typename C::xyzz* points;
     struct item {
         uint32_t key;
         uint32_t filler;
-        g1_xyzz p;
+        typename C::xyzz p;
     };
     GPUD_HD uint32_t key(uint32_t i) const { return keys[i] & GPUD_MSM_KEY_MASK; }
     GPUD_HD item load(uint32_t i) const {
@@ -283,12 +292,12 @@ struct msm_slot_source {
         uint32_t k = keys[i];
         it.key = k & GPUD_MSM_KEY_MASK;
         it.filler = k & GPUD_MSM_FILLER;
-        it.p = it.filler ? g1_xyzz_inf() : points[i];
+        it.p = it.filler ? C::inf() : points[i];
         return it;
     }
-    GPUD_HD static void add(g1_xyzz& acc, bool& real, const item& it) {
+    GPUD_HD static void add(typename C::xyzz& acc, bool& real, const item& it) {
         if (it.filler) return;
-        g1_xyzz_add(acc, it.p);
+        C::add(acc, it.p);
         real = true;
     }
 };
@@ -300,7 +309,9 @@ struct msm_slot_source {
 // first (2t) or last (2t+1) run, so the slot array stays sorted by key.
 template <class Src>
 GPUD_HD void msm_segment_accumulate(uint32_t t, uint32_t seg, uint32_t count, const Src& src,
-                                    g1_xyzz* buckets, uint32_t* out_keys, g1_xyzz* out_points) {
+                                    typename Src::ops::xyzz* buckets, uint32_t* out_keys,
+                                    typename Src::ops::xyzz* out_points) {
+    typedef typename Src::ops C;
     uint64_t begin64 = (uint64_t)t * seg;
     if (begin64 >= count) {
         out_keys[2 * (uint64_t)t] = GPUD_MSM_SENTINEL | GPUD_MSM_FILLER;
@@ -317,7 +328,7 @@ GPUD_HD void msm_segment_accumulate(uint32_t t, uint32_t seg, uint32_t count, co
     uint32_t key0 = first_key | GPUD_MSM_FILLER;
     uint32_t key1 = last_key | GPUD_MSM_FILLER;
 
-    g1_xyzz acc = g1_xyzz_inf();
+    typename C::xyzz acc = C::inf();
     bool real = false;
     bool first_run = true;
     uint32_t cur = first_key;
@@ -335,7 +346,7 @@ GPUD_HD void msm_segment_accumulate(uint32_t t, uint32_t seg, uint32_t count, co
             }
             first_run = false;
             cur = it.key;
-            acc = g1_xyzz_inf();
+            acc = C::inf();
             real = false;
         }
         Src::add(acc, real, it);
@@ -362,45 +373,50 @@ GPUD_HD void msm_segment_accumulate(uint32_t t, uint32_t seg, uint32_t count, co
 
 // Thread t = window * (B/m) + k handles buckets of magnitude k*m + 1 .. (k+1)*m of its window:
 // out[t] = sum_i (k*m + i + 1) * S(k*m + i) over its buckets, empty buckets (count 0) skipped.
+template <class C>
 GPUD_HD void msm_bucket_reduce(uint32_t t, uint32_t windows, uint32_t b, uint32_t m,
-                               const uint32_t* offsets, const g1_xyzz* buckets, g1_xyzz* out) {
+                               const uint32_t* offsets, const typename C::xyzz* buckets,
+                               typename C::xyzz* out) {
     uint32_t chunks = b / m;
     if (t >= windows * chunks) return;
     uint32_t j = t / chunks;
     uint32_t k = t % chunks;
     uint32_t base = j * b + k * m;
-    g1_xyzz running = g1_xyzz_inf();
-    g1_xyzz sum = g1_xyzz_inf();
+    typename C::xyzz running = C::inf();
+    typename C::xyzz sum = C::inf();
     for (uint32_t i = m; i-- > 0;) {
         uint32_t key = base + i;
-        if (offsets[key + 1] != offsets[key]) g1_xyzz_add(running, buckets[key]);
-        g1_xyzz_add(sum, running);
+        if (offsets[key + 1] != offsets[key]) C::add(running, buckets[key]);
+        C::add(sum, running);
     }
     // sum = sum_i (i+1) S_i; add (k*m) * (sum_i S_i).
-    if (k != 0 && !g1_xyzz_is_inf(running)) {
-        g1_xyzz shifted = g1_xyzz_mul_small(running, k * m);
-        g1_xyzz_add(sum, shifted);
+    if (k != 0 && !C::is_inf(running)) {
+        typename C::xyzz shifted = C::mul_small(running, k * m);
+        C::add(sum, shifted);
     }
     out[t] = sum;
 }
 
 // Thread t = window * groups + g: out[t] = sum of in[window * per + g*G .. + G) (clamped).
+template <class C>
 GPUD_HD void msm_group_sum(uint32_t t, uint32_t windows, uint32_t per, uint32_t group,
-                           const g1_xyzz* in, g1_xyzz* out) {
+                           const typename C::xyzz* in, typename C::xyzz* out) {
     uint32_t groups = (per + group - 1) / group;
     if (t >= windows * groups) return;
     uint32_t j = t / groups;
     uint32_t g = t % groups;
     uint32_t begin = g * group;
     uint32_t end = msm_min(begin + group, per);
-    g1_xyzz acc = g1_xyzz_inf();
-    for (uint32_t i = begin; i < end; i++) g1_xyzz_add(acc, in[(uint64_t)j * per + i]);
+    typename C::xyzz acc = C::inf();
+    for (uint32_t i = begin; i < end; i++) C::add(acc, in[(uint64_t)j * per + i]);
     out[t] = acc;
 }
 
-GPUD_HD void msm_to_jacobian(uint32_t t, uint32_t count, const g1_xyzz* in, g1_jacobian* out) {
+template <class C>
+GPUD_HD void msm_to_jacobian(uint32_t t, uint32_t count, const typename C::xyzz* in,
+                             typename C::jacobian* out) {
     if (t >= count) return;
-    out[t] = g1_xyzz_to_jacobian(in[t]);
+    out[t] = C::to_jacobian(in[t]);
 }
 
 }  // namespace gpud

@@ -138,20 +138,31 @@ pub const G1_CUH: Header = Header {
     source: include_str!("../kernels/g1.cuh"),
 };
 
+/// BLS12-381 Fq2 over Fq (host and device).
+pub const FQ2_CUH: Header = Header {
+    name: "fq2.cuh",
+    source: include_str!("../kernels/fq2.cuh"),
+};
+
+/// BLS12-381 G2 in XYZZ coordinates (host and device).
+pub const G2_CUH: Header = Header {
+    name: "g2.cuh",
+    source: include_str!("../kernels/g2.cuh"),
+};
+
 /// The per-thread steps of the MSM (host and device).
 pub const MSM_CUH: Header = Header {
     name: "msm.cuh",
     source: include_str!("../kernels/msm.cuh"),
 };
 
-/// The MSM kernels, as a header for the variant build below.
-#[cfg(feature = "bench-variants")]
+/// The MSM kernels, as a header for the G2 build and the variant builds below.
 pub const MSM_CU: Header = Header {
     name: "msm.cu",
     source: include_str!("../kernels/msm.cu"),
 };
 
-/// The kernels of the G1 MSM, in launch order.
+/// The kernels of the G1 and of the G2 MSM, in launch order.
 pub const MSM_KERNELS: &[&str] = &[
     "msm_prepare_kernel",
     "msm_scan_sum_kernel",
@@ -169,6 +180,14 @@ pub static MSM: KernelModule = KernelModule {
     name: "msm",
     source: include_str!("../kernels/msm.cu"),
     headers: &[FQ_CUH, G1_CUH, MSM_CUH],
+    kernels: MSM_KERNELS,
+};
+
+/// G2 MSM: the same Pippenger steps over G2's point operations (msm.cu built with g2.cuh).
+pub static MSM_G2: KernelModule = KernelModule {
+    name: "msm_g2",
+    source: include_str!("../kernels/msm_g2.cu"),
+    headers: &[FQ_CUH, FQ2_CUH, G2_CUH, MSM_CUH, MSM_CU],
     kernels: MSM_KERNELS,
 };
 
@@ -204,8 +223,8 @@ pub static FIXED_BASE: KernelModule = KernelModule {
     kernels: &["g1_fixed_base_kernel"],
 };
 
-/// The modules the product runs: NTT, MSM and fixed-base multiplication.
-pub static PRODUCT_MODULES: &[&KernelModule] = &[&NTT, &MSM, &FIXED_BASE];
+/// The modules the product runs: NTT, the G1 and G2 MSMs and fixed-base multiplication.
+pub static PRODUCT_MODULES: &[&KernelModule] = &[&NTT, &MSM, &MSM_G2, &FIXED_BASE];
 
 /// Every module, for the compile test and for warming the cache: the product's, plus (with the
 /// `bench-variants` feature) the variants the benchmark binaries time against them.
@@ -223,6 +242,7 @@ pub static ALL_MODULES: &[&KernelModule] = &[
     &FR_BENCH_V0,
     &FR_BENCH_KARA,
     &MSM,
+    &MSM_G2,
     &MSM_NOINLINE,
     &MSM_NOCAP,
     &FIXED_BASE,

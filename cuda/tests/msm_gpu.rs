@@ -1,13 +1,13 @@
-//! GPU tests of the G1 MSM: run with `--ignored` on a machine with an NVIDIA GPU
+//! GPU tests of the G1 and G2 MSMs: run with `--ignored` on a machine with an NVIDIA GPU
 //! (gpu/run-suite.sh does). Without a GPU they are skipped visibly (ignored, with the reason).
 //! The full-size checks and the benchmark are in the `gpud-msm-bench` binary.
 
-use blstrs::{G1Affine, G1Projective, Scalar};
+use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective, Scalar};
 use ff::Field;
 use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_cuda::ledger::charge_for;
 use gpud_cuda::msm::plan::MsmPlan;
-use gpud_cuda::msm::{G1Bases, MsmEngine, MsmError, MsmVariant};
+use gpud_cuda::msm::{G1Bases, G2, G2Bases, MsmEngine, MsmError, MsmVariant};
 use gpud_cuda::{Device, Error, driver};
 use group::prime::PrimeCurveAffine;
 use group::{Curve, Group};
@@ -274,5 +274,167 @@ fn pipelined_upload_matches_the_plain_upload_and_blstrs() {
     drop((b, engine));
     if let Some(t) = lease.compute_token() {
         dev.close(&t).unwrap();
+    }
+}
+
+// --- G2 ------------------------------------------------------------------------------------------
+
+fn g2_bases(rng: &mut ChaCha20Rng, n: usize) -> Vec<G2Affine> {
+    let steps: Vec<G2Projective> = (0..8)
+        .map(|_| G2Projective::generator() * Scalar::random(&mut *rng))
+        .collect();
+    let mut acc = G2Projective::generator() * Scalar::random(&mut *rng);
+    let proj: Vec<G2Projective> = (0..n)
+        .map(|_| {
+            acc += steps[rng.gen_range(0..steps.len())];
+            acc
+        })
+        .collect();
+    let mut out = vec![G2Affine::identity(); n];
+    G2Projective::batch_normalize(&proj, &mut out);
+    out
+}
+
+fn cpu_g2(bases: &[G2Affine], s: &[Scalar]) -> G2Projective {
+    let proj: Vec<G2Projective> = bases[..s.len()].iter().map(G2Projective::from).collect();
+    G2Projective::multi_exp(&proj, s)
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn g2_msm_matches_blstrs_at_small_sizes() {
+    let lease = claim(4096 * MIB);
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
+    let mut rng = fresh_rng();
+    let host = g2_bases(&mut rng, 1 << 14);
+    let resident = G2Bases::upload(&dev, &host).unwrap();
+    let mut engine = MsmEngine::<G2>::for_group(&dev).unwrap();
+    engine.set_poison(true);
+    for n in [
+        1usize,
+        2,
+        3,
+        5,
+        8,
+        31,
+        33,
+        100,
+        256,
+        1000,
+        4096,
+        9999,
+        1 << 14,
+    ] {
+        let random: Vec<Scalar> = (0..n).map(|_| Scalar::random(&mut rng)).collect();
+        assert_eq!(
+            engine.msm(&resident, &random).unwrap(),
+            cpu_g2(&host, &random),
+            "G2 random n = {n}"
+        );
+        let w = witness(&mut rng, n);
+        assert_eq!(
+            engine.msm(&resident, &w).unwrap(),
+            cpu_g2(&host, &w),
+            "G2 witness n = {n}"
+        );
+    }
+    drop((resident, engine));
+    if let Some(t) = lease.compute_token() {
+        dev.close(&t).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn g2_msm_edge_cases_on_the_gpu() {
+    let lease = claim(4096 * MIB);
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
+    let mut rng = fresh_rng();
+    let mut engine = MsmEngine::<G2>::for_group(&dev).unwrap();
+    engine.set_poison(true);
+    let n = 3000;
+    let host = g2_bases(&mut rng, n);
+    let b = G2Bases::upload(&dev, &host).unwrap();
+    assert_eq!(
+        engine.msm(&b, &vec![Scalar::ZERO; n]).unwrap(),
+        G2Projective::identity()
+    );
+    let one = vec![Scalar::ONE; n];
+    assert_eq!(
+        engine.msm(&b, &one).unwrap(),
+        host.iter().map(G2Projective::from).sum::<G2Projective>()
+    );
+    let s: Vec<Scalar> = (0..n).map(|_| Scalar::random(&mut rng)).collect();
+    let want = cpu_g2(&host, &s);
+    for c in [2, 3, 5, 8, 11, 13, 16, 17] {
+        engine.set_window_bits(Some(c));
+        assert_eq!(engine.msm(&b, &s).unwrap(), want, "G2 c = {c}");
+    }
+    engine.set_window_bits(None);
+    let mut inf = host.clone();
+    for i in (0..n).step_by(2) {
+        inf[i] = G2Affine::identity();
+    }
+    let bi = G2Bases::upload(&dev, &inf).unwrap();
+    assert_eq!(engine.msm(&bi, &s).unwrap(), cpu_g2(&inf, &s));
+    let dup = vec![host[7]; n];
+    let bd = G2Bases::upload(&dev, &dup).unwrap();
+    assert_eq!(
+        engine.msm(&bd, &one).unwrap(),
+        G2Projective::from(host[7]) * Scalar::from(n as u64)
+    );
+    assert_eq!(engine.msm(&bd, &s).unwrap(), cpu_g2(&dup, &s));
+    let pm: Vec<G2Affine> = (0..n)
+        .map(|i| if i % 2 == 0 { host[i] } else { -host[i - 1] })
+        .collect();
+    let ps: Vec<Scalar> = (0..n).map(|i| s[i - i % 2]).collect();
+    let bp = G2Bases::upload(&dev, &pm).unwrap();
+    assert_eq!(engine.msm(&bp, &ps).unwrap(), G2Projective::identity());
+    assert_eq!(engine.msm(&b, &s[..10]).unwrap(), cpu_g2(&host, &s[..10]));
+    assert!(matches!(
+        engine.msm(&G2Bases::upload(&dev, &host[..3]).unwrap(), &s[..4]),
+        Err(MsmError::TooManyScalars {
+            scalars: 4,
+            bases: 3
+        })
+    ));
+    assert_eq!(engine.msm(&b, &[]).unwrap(), G2Projective::identity());
+    drop((b, bi, bd, bp, engine));
+    if let Some(t) = lease.compute_token() {
+        dev.close(&t).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn g2_plans_estimate_holds_and_the_pipelined_upload_is_right() {
+    // Each size in a fresh arena of exactly G2 bases + scalars + the G2 temporaries; the last
+    // size is above one upload chunk (pipelined, with a partial last chunk).
+    let info = driver::list_devices().unwrap().remove(0);
+    let device = Device::open(&info.uuid).unwrap();
+    let mut rng = fresh_rng();
+    let top = (1usize << 20) + 777;
+    let host = g2_bases(&mut rng, top);
+    for n in [1usize, 2, 100, 4097, (1 << 17) - 1, top] {
+        let need = charge_for(192 * n as u64)
+            + charge_for(32 * n as u64)
+            + MsmPlan::new(n, info.multiprocessors)
+                .unwrap()
+                .temp_bytes_of::<G2>();
+        let lease = ExclusiveDevice::assume_unshared(info.uuid.clone(), info.ordinal as u32, need);
+        let arena = device.reserve(&lease).unwrap();
+        let b = G2Bases::upload(&arena, &host[..n]).unwrap();
+        let engine = MsmEngine::<G2>::for_group(&arena).unwrap();
+        for s in [
+            (0..n).map(|_| Scalar::random(&mut rng)).collect::<Vec<_>>(),
+            witness(&mut rng, n),
+        ] {
+            assert_eq!(engine.msm(&b, &s).unwrap(), cpu_g2(&host, &s), "G2 n = {n}");
+        }
+        assert!(arena.ledger().peak <= need, "G2 n = {n}");
+        drop((b, engine));
+        arena.close(&lease.compute_token().unwrap()).unwrap();
     }
 }

@@ -1,7 +1,8 @@
 //! A Groth16 proof in three steps: synthesis, the GPU phase (on an [`Engine`]), the CPU tail.
 //!
 //! The split is the pipeline's: only [`gpu_phase`] runs under a gpud lease; [`cpu_tail`] (the
-//! G2 MSM for B and the assembly) runs after the lease is released, overlapping the next
+//! assembly, and the G2 MSM for B unless the engine ran it in the phase) runs after the lease
+//! is released, overlapping the next
 //! partition's GPU phase. The arithmetic is bellperson 0.27's, so with the same `r` and `s`
 //! the proof is bit-for-bit the one `bellperson::groth16::create_proof` makes.
 
@@ -70,6 +71,8 @@ pub struct GpuPhaseOutput {
     pub msm_secs: f64,
     /// The engine's own split of the phase.
     pub timings: PhaseTimings,
+    /// The B sum over G2 when the engine computed it in the phase (else the CPU tail does).
+    pub b_g2: Option<G2Projective>,
     input: Vec<Scalar>,
     aux: Vec<Scalar>,
     b_input_density: Density,
@@ -137,6 +140,7 @@ pub fn gpu_phase_with_safe_points<E: Engine + ?Sized>(
         h_secs: out.timings.h,
         msm_secs: total - out.timings.h,
         timings: out.timings,
+        b_g2: out.b_g2,
         public_inputs: input[1..].to_vec(),
         input,
         aux,
@@ -145,8 +149,18 @@ pub fn gpu_phase_with_safe_points<E: Engine + ?Sized>(
     })
 }
 
-/// The G2 MSM for B over the key's dense B bases.
+/// The G2 MSM for B over the key's dense B bases: the phase's result when the engine ran it
+/// on the GPU, else computed here on the CPU.
 pub fn b_g2_msm(key: &ProvingKey, out: &GpuPhaseOutput) -> G2Projective {
+    match out.b_g2 {
+        Some(b) => b,
+        None => b_g2_on_cpu(key, out),
+    }
+}
+
+/// The G2 MSM for B computed on the CPU (blst), whatever the engine did: the tail's fallback,
+/// and the reference for a phase's own G2 sum.
+pub fn b_g2_on_cpu(key: &ProvingKey, out: &GpuPhaseOutput) -> G2Projective {
     b_g2_sum(
         &key.params().b_g2,
         &out.input,
@@ -169,7 +183,8 @@ pub fn b_g2_sum(
         + msm::g2(&bases[b_in..], &b_aux_density.select(aux))
 }
 
-/// The host work after the lease: the G2 MSM and the assembly with the blinding `r`, `s`.
+/// The host work after the lease: the G2 MSM (unless the phase computed it) and the assembly
+/// with the blinding `r`, `s`.
 pub fn cpu_tail(
     key: &ProvingKey,
     out: GpuPhaseOutput,

@@ -9,7 +9,7 @@ use bellperson::groth16;
 use blstrs::Scalar;
 use ff::Field;
 use gpud_client::{ExclusiveDevice, Reservation};
-use gpud_prover::engine::{CudaEngine, CudaOptions, Engine};
+use gpud_prover::engine::{CudaEngine, CudaOptions, Engine, G2Placement};
 use gpud_prover::lease::LocalLeaser;
 use gpud_prover::pipeline::{self, PipelineConfig};
 use gpud_prover::synthesis::SynthesisOptions;
@@ -31,9 +31,14 @@ fn claim(vram: u64) -> ExclusiveDevice {
 }
 
 fn engine(resident: bool, pin_bases: bool) -> CudaEngine {
+    engine_g2(resident, pin_bases, G2Placement::Auto)
+}
+
+fn engine_g2(resident: bool, pin_bases: bool, g2: G2Placement) -> CudaEngine {
     CudaEngine::new(CudaOptions {
         resident_bases: resident,
         pin_bases,
+        g2,
     })
     .expect("CUDA engine")
 }
@@ -83,6 +88,58 @@ fn cuda_proofs_equal_bellpersons_create_proof_bit_for_bit_and_verify() {
                 assert_eq!(a, b, "{spec} seed {seed} resident {resident} pinned {pin}");
                 assert!(key.verify(&ours, &inputs).unwrap(), "{spec} seed {seed}");
             }
+            if resident {
+                cuda.unload_resident(&key, Some(&lease)).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn g2_on_the_gpu_gives_bellpersons_proof_and_g2_on_the_cpu_too() {
+    let mut rng = ChaCha8Rng::seed_from_u64(78);
+    for (g2, resident, pin) in [
+        (G2Placement::Gpu, true, false),
+        (G2Placement::Gpu, false, true),
+        (G2Placement::Gpu, false, false),
+        (G2Placement::Cpu, true, false),
+    ] {
+        let cuda = engine_g2(resident, pin, g2);
+        for (circuit, k) in [("synthetic", 12), ("poseidon", 12), ("synthetic", 16)] {
+            let (spec, key) = common::key(circuit, k);
+            let on_gpu = g2 == G2Placement::Gpu;
+            assert_eq!(cuda.g2_on_gpu(&key), on_gpu);
+            let without = engine_g2(resident, pin, G2Placement::Cpu);
+            // The G2 bases join the resident set (and the G2 step the phase) only on the GPU.
+            if on_gpu {
+                assert!(cuda.resident_bytes(&key) > without.resident_bytes(&key) || !resident);
+            }
+            let syn =
+                prove::synthesize(&key, spec.with_witness(5), SynthesisOptions::default()).unwrap();
+            let log = syn.log_domain();
+            let resident_lease = claim(cuda.resident_bytes(&key));
+            if resident {
+                cuda.load_resident(&key, &resident_lease).unwrap();
+            }
+            let lease = claim(cuda.vram_bytes(&key, log));
+            let out = prove::gpu_phase(&cuda, &lease, &key, syn).unwrap();
+            assert_eq!(out.b_g2.is_some(), on_gpu, "{spec} {g2:?}");
+            if on_gpu {
+                assert_eq!(out.b_g2, Some(prove::b_g2_on_cpu(&key, &out)));
+                assert!(out.timings.msm_b_g2 > 0.0);
+            } else {
+                assert_eq!(out.timings.msm_b_g2, 0.0);
+            }
+            let (r, s) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
+            let inputs = out.public_inputs().to_vec();
+            let ours = prove::cpu_tail(&key, out, r, s).unwrap();
+            let theirs = groth16::create_proof(spec.with_witness(5), key.params(), r, s).unwrap();
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            ours.write(&mut a).unwrap();
+            theirs.write(&mut b).unwrap();
+            assert_eq!(a, b, "{spec} {g2:?} resident {resident} pinned {pin}");
+            assert!(key.verify(&ours, &inputs).unwrap(), "{spec} {g2:?}");
             if resident {
                 cuda.unload_resident(&key, Some(&lease)).unwrap();
             }

@@ -1,7 +1,14 @@
-//! GPU check and benchmark of gpud-cuda's BLS12-381 G1 MSM, in one run on the GPU machine.
+//! GPU check and benchmark of gpud-cuda's BLS12-381 G1 and G2 MSMs, in one run on the GPU
+//! machine.
 //!
-//! `gpud-msm-bench [--check] [--bench] [--min-log N] [--max-log N] [--cpu-max-log N]
+//! `gpud-msm-bench [--g2] [--check] [--bench] [--min-log N] [--max-log N] [--cpu-max-log N]
 //!                 [--sweep-log N] [--quick] [--json PATH]`
+//!
+//! --g2: the G2 MSM instead (see `run_g2`): --check against blstrs `G2Projective::multi_exp`
+//!   for sizes 1..2^max-log (default 22), random and witness-shaped, and the edge cases;
+//!   --bench 2^min-log..2^max-log (default 16..24) against blstrs on all cores up to
+//!   2^cpu-max-log (default 22), then the G1 MSM at 2^22 for the ratio G2 / G1 (target 3).
+//!   Prints `PASS`/`FAIL` and `RATIO` lines. `--quick` keeps the check to small sizes.
 //!
 //! --check: the GPU MSM against blstrs `G1Projective::multi_exp` on fresh random inputs: sizes
 //!   1, 2, 3, odd sizes, and every power of two up to 2^max-log (default 24), each with random
@@ -24,11 +31,11 @@
 
 use std::time::Instant;
 
-use blstrs::{G1Affine, G1Projective, Scalar};
+use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective, Scalar};
 use ff::Field;
 use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_cuda::msm::plan::MsmPlan;
-use gpud_cuda::msm::{G1Bases, MsmEngine, MsmVariant};
+use gpud_cuda::msm::{G1Bases, G2, G2Bases, MsmEngine, MsmVariant};
 use gpud_cuda::{Arena, Device, driver};
 use group::prime::PrimeCurveAffine;
 use group::{Curve, Group};
@@ -40,6 +47,7 @@ use serde_json::{Value, json};
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 struct Args {
+    g2: bool,
     check: bool,
     bench: bool,
     quick: bool,
@@ -50,11 +58,12 @@ struct Args {
     json: Option<String>,
 }
 
-const USAGE: &str = "usage: gpud-msm-bench [--check] [--bench] [--min-log N] [--max-log N] \
+const USAGE: &str = "usage: gpud-msm-bench [--g2] [--check] [--bench] [--min-log N] [--max-log N] \
                      [--cpu-max-log N] [--sweep-log N] [--quick] [--json PATH]";
 
 fn parse_args() -> Res<Args> {
     let mut a = Args {
+        g2: false,
         check: false,
         bench: false,
         quick: false,
@@ -70,6 +79,7 @@ fn parse_args() -> Res<Args> {
     };
     while let Some(arg) = it.next() {
         match arg.as_str() {
+            "--g2" => a.g2 = true,
             "--check" => a.check = true,
             "--bench" => a.bench = true,
             "--quick" => a.quick = true,
@@ -727,6 +737,9 @@ fn main() -> Res<()> {
         info.multiprocessors,
         info.total_mem >> 20
     );
+    if args.g2 {
+        return run_g2(&args, &info);
+    }
     let max_log = args
         .max_log
         .unwrap_or(if args.bench { 26 } else { 24 })
@@ -802,4 +815,274 @@ fn main() -> Res<()> {
         dev.close(&token)?;
     }
     result
+}
+
+// --- G2 ----------------------------------------------------------------------------------------
+
+/// `n` distinct G2 bases, as [`random_bases`] does for G1 (chunks walking by random steps).
+fn random_g2_bases(n: usize) -> Vec<G2Affine> {
+    let s = seed();
+    let mut rng = ChaCha20Rng::seed_from_u64(s);
+    let steps: Vec<G2Affine> = (0..16)
+        .map(|_| (G2Projective::generator() * Scalar::random(&mut rng)).to_affine())
+        .collect();
+    let mut out = vec![G2Affine::identity(); n];
+    out.par_chunks_mut(1 << 14)
+        .enumerate()
+        .for_each(|(i, chunk)| {
+            let mut rng =
+                ChaCha20Rng::seed_from_u64(s ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut acc = G2Projective::generator() * Scalar::random(&mut rng);
+            let mut proj = Vec::with_capacity(chunk.len());
+            for _ in 0..chunk.len() {
+                acc += &steps[rng.gen_range(0..steps.len())];
+                proj.push(acc);
+            }
+            G2Projective::batch_normalize(&proj, chunk);
+        });
+    out
+}
+
+fn cpu_g2(bases: &[G2Affine], scalars: &[Scalar]) -> G2Projective {
+    let proj: Vec<G2Projective> = bases.par_iter().map(G2Projective::from).collect();
+    G2Projective::multi_exp(&proj, scalars)
+}
+
+/// The G2 check and benchmark (`--g2`), under one lease of most of the device.
+fn run_g2(args: &Args, info: &driver::DeviceInfo) -> Res<()> {
+    let check_log = args.max_log.unwrap_or(22).min(24);
+    let check_log = if args.quick {
+        check_log.min(12)
+    } else {
+        check_log
+    };
+    let bench_log = args.max_log.unwrap_or(24).min(24);
+    let cpu_log = args.cpu_max_log.min(22);
+    let need_log = match (args.check, args.bench) {
+        (_, true) => bench_log.max(22).max(check_log),
+        _ => check_log,
+    };
+    let vram = info.total_mem - (info.total_mem / 16);
+    let lease = ExclusiveDevice::assume_unshared(info.uuid.clone(), info.ordinal as u32, vram);
+    let device = Device::open(lease.device_uuid())?;
+    let dev = device.reserve(&lease)?;
+    let t = Instant::now();
+    let mut engine = MsmEngine::<G2>::for_group(&dev)?;
+    println!("G2 kernels loaded in {:.1} s", t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    let host = random_g2_bases(1 << need_log);
+    println!(
+        "2^{need_log} G2 bases generated in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let bases = G2Bases::upload(&dev, &host)?;
+    let mut report = json!({
+        "device": info.name, "multiprocessors": info.multiprocessors,
+        "cpu_threads": rayon::current_num_threads(),
+    });
+    let mut failures: Vec<String> = Vec::new();
+    fn check(failures: &mut Vec<String>, what: String, got: G2Projective, want: G2Projective) {
+        if got != want {
+            println!("{what}: MISMATCH");
+            failures.push(what);
+        }
+    }
+    if args.check {
+        println!("== G2 check against blstrs multi_exp (poisoned temporaries)");
+        engine.set_poison(true);
+        let mut sizes: Vec<usize> = vec![1, 2, 3, 5, 7, 31, 33, 100, 255, 257, 1000, 4097];
+        if !args.quick {
+            sizes.extend([65_537, 1_000_003]);
+        }
+        sizes.extend((0..=check_log).map(|l| 1usize << l));
+        sizes.sort_unstable();
+        sizes.dedup();
+        for &n in sizes.iter().filter(|&&n| n <= host.len()) {
+            for kind in [Kind::Random, Kind::Witness] {
+                let s = scalars(kind, n);
+                let t = Instant::now();
+                let got = engine.msm(&bases, &s)?;
+                let gpu = ms(t);
+                let t = Instant::now();
+                let want = cpu_g2(&host[..n], &s);
+                let cpu = ms(t);
+                let ok = got == want;
+                println!(
+                    "G2 {:<8} n = {:>9}  {}  (gpu {:.1} ms, cpu {:.1} ms)",
+                    kind.name(),
+                    n,
+                    if ok { "ok" } else { "MISMATCH" },
+                    gpu,
+                    cpu
+                );
+                check(
+                    &mut failures,
+                    format!("G2 {} n = {n}", kind.name()),
+                    got,
+                    want,
+                );
+            }
+        }
+        // Edge cases over 5000 bases: zero and one scalars, identity bases, one point
+        // repeated, P and -P, the negation threshold.
+        let n = 5000.min(host.len());
+        let h = &host[..n];
+        let zero = vec![Scalar::ZERO; n];
+        check(
+            &mut failures,
+            "G2 zero scalars".into(),
+            engine.msm(&bases, &zero)?,
+            G2Projective::identity(),
+        );
+        let one = vec![Scalar::ONE; n];
+        check(
+            &mut failures,
+            "G2 one scalars".into(),
+            engine.msm(&bases, &one)?,
+            h.iter().map(G2Projective::from).sum(),
+        );
+        let s = scalars(Kind::Random, n);
+        let mut inf = h.to_vec();
+        for p in inf.iter_mut().step_by(3) {
+            *p = G2Affine::identity();
+        }
+        let b = G2Bases::upload(&dev, &inf)?;
+        check(
+            &mut failures,
+            "G2 identity bases".into(),
+            engine.msm(&b, &s)?,
+            cpu_g2(&inf, &s),
+        );
+        let dup = vec![h[1]; n];
+        let b = G2Bases::upload(&dev, &dup)?;
+        check(
+            &mut failures,
+            "G2 repeated point".into(),
+            engine.msm(&b, &s)?,
+            cpu_g2(&dup, &s),
+        );
+        check(
+            &mut failures,
+            "G2 repeated point, one scalars".into(),
+            engine.msm(&b, &one)?,
+            G2Projective::from(h[1]) * Scalar::from(n as u64),
+        );
+        let pm: Vec<G2Affine> = (0..n)
+            .map(|i| if i % 2 == 0 { h[i] } else { -h[i - 1] })
+            .collect();
+        let ps: Vec<Scalar> = (0..n).map(|i| s[i - i % 2]).collect();
+        let b = G2Bases::upload(&dev, &pm)?;
+        check(
+            &mut failures,
+            "G2 P and -P".into(),
+            engine.msm(&b, &ps)?,
+            G2Projective::identity(),
+        );
+        let threshold: Vec<Scalar> = (0..n)
+            .map(|i| match i % 4 {
+                0 => -Scalar::ONE,
+                // 1/2 - 1 = (r - 1) / 2: the negation threshold.
+                1 => Scalar::from(2u64).invert().unwrap_or(Scalar::ONE) - Scalar::ONE,
+                2 => -Scalar::from(2u64),
+                _ => Scalar::from(u64::MAX),
+            })
+            .collect();
+        check(
+            &mut failures,
+            "G2 threshold scalars".into(),
+            engine.msm(&bases, &threshold)?,
+            cpu_g2(h, &threshold),
+        );
+        engine.set_poison(false);
+        let verdict = if failures.is_empty() { "PASS" } else { "FAIL" };
+        println!("{verdict} G2 MSM equals blstrs for sizes 1..2^{check_log} and the edge cases");
+        report["g2_check"] = json!({ "max_log": check_log, "failures": failures.clone() });
+    }
+    if args.bench && failures.is_empty() {
+        println!("== G2 MSM timing (median after a warm-up; host scalars in, point out)");
+        println!(
+            "{:<5} {:<8} {:<4} {:>10} {:>10} {:>8}",
+            "n", "scalars", "c", "gpu ms", "cpu ms", "cpu/gpu"
+        );
+        let mut rows = Vec::new();
+        let mut at22 = [0.0f64; 2];
+        for log in args.min_log..=bench_log {
+            let n = 1usize << log;
+            for (ki, kind) in [Kind::Random, Kind::Witness].into_iter().enumerate() {
+                let s = scalars(kind, n);
+                let reps = if log <= 22 { 5 } else { 3 };
+                let mut got = G2Projective::identity();
+                let gpu = time_runs(reps, || {
+                    got = engine.msm(&bases, &s)?;
+                    Ok(())
+                })?;
+                if log == 22 {
+                    at22[ki] = gpu;
+                }
+                let cpu = if log <= cpu_log {
+                    let t = Instant::now();
+                    let want = cpu_g2(&host[..n], &s);
+                    let cpu = ms(t);
+                    check(
+                        &mut failures,
+                        format!("G2 bench {} 2^{log}", kind.name()),
+                        got,
+                        want,
+                    );
+                    Some(cpu)
+                } else {
+                    None
+                };
+                let c = engine.plan(n)?.window_bits;
+                println!(
+                    "2^{:<3} {:<8} {:<4} {:>10.2} {:>10} {:>8}",
+                    log,
+                    kind.name(),
+                    c,
+                    gpu,
+                    cpu.map_or("-".into(), |v| format!("{v:.1}")),
+                    cpu.map_or("-".into(), |v| format!("{:.1}x", v / gpu)),
+                );
+                rows.push(json!({ "log": log, "scalars": kind.name(), "c": c,
+                    "gpu_ms": gpu, "cpu_ms": cpu }));
+            }
+        }
+        report["g2_bench"] = json!({ "rows": rows });
+        if bench_log >= 22 {
+            // Our G1 MSM at 2^22 (random scalars, host scalars in), for the ratio.
+            let g1_bases = G1Bases::upload(&dev, &random_bases(1 << 22))?;
+            let g1 = MsmEngine::new(&dev)?;
+            let s = scalars(Kind::Random, 1 << 22);
+            let g1_ms = time_runs(5, || {
+                g1.msm(&g1_bases, &s)?;
+                Ok(())
+            })?;
+            drop((g1_bases, g1));
+            let ratio = at22[0] / g1_ms;
+            let witness = at22[1] / at22[0];
+            println!(
+                "RATIO G2/G1 at 2^22 (random): {ratio:.2} (G2 {:.1} ms, G1 {g1_ms:.1} ms; target <= 3) {}",
+                at22[0],
+                if ratio <= 3.0 { "PASS" } else { "FAIL" }
+            );
+            println!(
+                "RATIO G2 witness/random at 2^22: {witness:.2} (target <= 1.05) {}",
+                if witness <= 1.05 { "PASS" } else { "FAIL" }
+            );
+            report["g2_ratio"] = json!({ "g2_ms": at22[0], "g2_witness_ms": at22[1],
+                "g1_ms": g1_ms, "ratio": ratio, "witness_over_random": witness });
+        }
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    drop(bases);
+    if let Some(token) = lease.compute_token() {
+        dev.close(&token)?;
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("G2 MSM results wrong: {failures:?}").into())
+    }
 }

@@ -1,22 +1,27 @@
 //! The launcher: queues the MSM kernels of msm.cu on a device's main stream in the order of an
-//! [`MsmPlan`], with every temporary charged to the device's lease.
+//! [`MsmPlan`], with every temporary charged to the device's lease. One launcher for both
+//! groups: the kernels of each group's module take the same arguments, only the point buffers'
+//! element types differ ([`MsmCurve`]).
 
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use blstrs::{G1Affine, G1Projective, Scalar};
+use blstrs::Scalar;
 use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use group::Group;
 use rayon::prelude::*;
 
 use super::MsmError;
-use super::combine::{JacobianLimbs, combine_windows};
-use super::layout::XyzzLimbs;
+use super::combine::combine_window_sums;
+use super::curve::{G1, G2, MsmCurve};
 use super::plan::MsmPlan;
 use crate::arena::Arena;
 use crate::buffer::DeviceBuffer;
 use crate::device::Device;
-use crate::kernels::{KernelModule, MSM};
+use crate::kernels::KernelModule;
+#[cfg(feature = "bench-variants")]
+use crate::kernels::MSM;
 use crate::pinned::{PinnedBuffer, is_pinned};
 
 /// Threads per block of the point-arithmetic kernels (their `__launch_bounds__`).
@@ -83,18 +88,24 @@ impl MsmPhases {
     }
 }
 
-/// BLS12-381 G1 bases resident on a device, in blstrs' affine layout. Upload them once and run
+/// Bases of group `C` resident on a device, in blstrs' affine layout. Upload them once and run
 /// any number of MSMs over them (a proving key's bases stay on the GPU across proofs).
 #[derive(Debug)]
-pub struct G1Bases<'d> {
-    points: DeviceBuffer<'d, G1Affine>,
+pub struct Bases<'d, C: MsmCurve> {
+    points: DeviceBuffer<'d, C::Affine>,
     len: usize,
 }
 
-impl<'d> G1Bases<'d> {
+/// BLS12-381 G1 bases resident on a device.
+pub type G1Bases<'d> = Bases<'d, G1>;
+
+/// BLS12-381 G2 bases resident on a device (192 bytes each).
+pub type G2Bases<'d> = Bases<'d, G2>;
+
+impl<'d, C: MsmCurve> Bases<'d, C> {
     /// Copies `points` to `dev`'s device (charged to its lease) and waits.
-    pub fn upload(dev: &'d Arena<'d>, points: &[G1Affine]) -> Result<Self, MsmError> {
-        let mut buf = dev.alloc::<G1Affine>(points.len().max(1))?;
+    pub fn upload(dev: &'d Arena<'d>, points: &[C::Affine]) -> Result<Self, MsmError> {
+        let mut buf = dev.alloc::<C::Affine>(points.len().max(1))?;
         buf.copy_from_host_at(0, points)?;
         Ok(Self {
             points: buf,
@@ -130,9 +141,10 @@ struct Kernels {
     to_jacobian: CudaFunction,
 }
 
-/// Runs G1 MSMs on one device. Cheap to keep: it holds the loaded kernels only; every MSM
-/// allocates its temporaries ([`MsmPlan::temp_bytes`]) and frees them before returning.
-pub struct MsmEngine<'d> {
+/// Runs MSMs over group `C` (G1 unless named) on one device. Cheap to keep: it holds the loaded
+/// kernels only; every MSM allocates its temporaries ([`MsmPlan::temp_bytes_of`]) and frees
+/// them before returning.
+pub struct MsmEngine<'d, C: MsmCurve = G1> {
     dev: &'d Arena<'d>,
     k: Kernels,
     #[cfg(feature = "bench-variants")]
@@ -145,11 +157,13 @@ pub struct MsmEngine<'d> {
     /// Page-locked staging buffers of the pipelined upload (allocated on first use; host
     /// memory, not charged to the lease).
     staging: Mutex<Vec<PinnedBuffer<Scalar>>>,
+    group: PhantomData<C>,
 }
 
-impl std::fmt::Debug for MsmEngine<'_> {
+impl<C: MsmCurve> std::fmt::Debug for MsmEngine<'_, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("MsmEngine");
+        d.field("group", &C::NAME);
         #[cfg(feature = "bench-variants")]
         d.field("variant", &self.variant);
         d.field("window_bits", &self.window_bits)
@@ -171,19 +185,27 @@ fn grid(threads: u64, block: u32) -> Result<LaunchConfig, MsmError> {
     })
 }
 
-impl<'d> MsmEngine<'d> {
-    /// Loads (compiling on first use) the default kernels on `dev`'s device; temporaries are
+impl<'d> MsmEngine<'d, G1> {
+    /// Loads (compiling on first use) the default G1 kernels on `dev`'s device; temporaries are
     /// charged to `dev`.
     pub fn new(dev: &'d Arena<'d>) -> Result<Self, MsmError> {
-        Self::load(dev, &MSM)
+        Self::for_group(dev)
     }
 
-    /// Loads the given build of the kernels.
+    /// Loads the given build of the G1 kernels.
     #[cfg(feature = "bench-variants")]
     pub fn with_variant(dev: &'d Arena<'d>, variant: MsmVariant) -> Result<Self, MsmError> {
         let mut engine = Self::load(dev, variant.module())?;
         engine.variant = variant;
         Ok(engine)
+    }
+}
+
+impl<'d, C: MsmCurve> MsmEngine<'d, C> {
+    /// Loads (compiling on first use) the kernels of group `C` on `dev`'s device (e.g.
+    /// `MsmEngine::<G2>::for_group(&arena)`); temporaries are charged to `dev`.
+    pub fn for_group(dev: &'d Arena<'d>) -> Result<Self, MsmError> {
+        Self::load(dev, C::module())
     }
 
     fn load(dev: &'d Arena<'d>, m: &'static KernelModule) -> Result<Self, MsmError> {
@@ -210,6 +232,7 @@ impl<'d> MsmEngine<'d> {
             pipelined_upload: true,
             copy,
             staging: Mutex::new(Vec::new()),
+            group: PhantomData,
         })
     }
 
@@ -249,7 +272,7 @@ impl<'d> MsmEngine<'d> {
 
     /// sum_i scalars[i] * bases[i] over the first `scalars.len()` bases: uploads the scalars,
     /// runs the kernels and waits.
-    pub fn msm(&self, bases: &G1Bases<'_>, scalars: &[Scalar]) -> Result<G1Projective, MsmError> {
+    pub fn msm(&self, bases: &Bases<'_, C>, scalars: &[Scalar]) -> Result<C::Projective, MsmError> {
         if scalars.len() > bases.len() {
             return Err(MsmError::TooManyScalars {
                 scalars: scalars.len(),
@@ -257,7 +280,7 @@ impl<'d> MsmEngine<'d> {
             });
         }
         if scalars.is_empty() {
-            return Ok(G1Projective::identity());
+            return Ok(C::Projective::identity());
         }
         let mut dev_scalars = self.dev.alloc::<Scalar>(scalars.len())?;
         let plan = self.plan(scalars.len())?;
@@ -272,9 +295,9 @@ impl<'d> MsmEngine<'d> {
     /// output), over the first `scalars.len()` bases; waits for the result.
     pub fn msm_device(
         &self,
-        bases: &G1Bases<'_>,
+        bases: &Bases<'_, C>,
         scalars: &DeviceBuffer<'_, Scalar>,
-    ) -> Result<G1Projective, MsmError> {
+    ) -> Result<C::Projective, MsmError> {
         let plan = self.plan(scalars.len())?;
         self.run(bases, scalars, &plan, None)
     }
@@ -283,10 +306,10 @@ impl<'d> MsmEngine<'d> {
     /// coefficients of an H polynomial held in a buffer of `m`).
     pub fn msm_device_prefix(
         &self,
-        bases: &G1Bases<'_>,
+        bases: &Bases<'_, C>,
         scalars: &DeviceBuffer<'_, Scalar>,
         n: usize,
-    ) -> Result<G1Projective, MsmError> {
+    ) -> Result<C::Projective, MsmError> {
         if n > scalars.len() {
             return Err(MsmError::TooManyScalars {
                 scalars: n,
@@ -301,10 +324,10 @@ impl<'d> MsmEngine<'d> {
     /// phase (events between the phases; for benchmarks).
     pub fn msm_device_profiled(
         &self,
-        bases: &G1Bases<'_>,
+        bases: &Bases<'_, C>,
         scalars: &DeviceBuffer<'_, Scalar>,
         plan: &MsmPlan,
-    ) -> Result<(G1Projective, MsmPhases), MsmError> {
+    ) -> Result<(C::Projective, MsmPhases), MsmError> {
         let mut phases = MsmPhases::default();
         let p = self.run(bases, scalars, plan, Some(&mut phases))?;
         Ok((p, phases))
@@ -338,11 +361,11 @@ impl<'d> MsmEngine<'d> {
 
     fn run(
         &self,
-        bases: &G1Bases<'_>,
+        bases: &Bases<'_, C>,
         scalars: &DeviceBuffer<'_, Scalar>,
         plan: &MsmPlan,
         phases: Option<&mut MsmPhases>,
-    ) -> Result<G1Projective, MsmError> {
+    ) -> Result<C::Projective, MsmError> {
         self.run_inner(bases, scalars, plan, phases, None)
     }
 
@@ -456,12 +479,12 @@ impl<'d> MsmEngine<'d> {
 
     fn run_inner(
         &self,
-        bases: &G1Bases<'_>,
+        bases: &Bases<'_, C>,
         scalars: &DeviceBuffer<'_, Scalar>,
         plan: &MsmPlan,
         phases: Option<&mut MsmPhases>,
         host: Option<&[Scalar]>,
-    ) -> Result<G1Projective, MsmError> {
+    ) -> Result<C::Projective, MsmError> {
         let n = plan.n;
         // Bases may live in another arena (a resident lease) but must be on this device.
         for on in [bases.device().info(), scalars.device().info()] {
@@ -481,7 +504,7 @@ impl<'d> MsmEngine<'d> {
             });
         }
         if n == 0 {
-            return Ok(G1Projective::identity());
+            return Ok(C::Projective::identity());
         }
         self.dev.bind()?;
         let profile = phases.is_some();
@@ -532,7 +555,7 @@ impl<'d> MsmEngine<'d> {
         let e1 = if profile { Some(self.event()?) } else { None };
 
         // 4. First accumulation pass.
-        let buckets = self.alloc::<XyzzLimbs>(keys as usize)?;
+        let buckets = self.alloc::<C::Xyzz>(keys as usize)?;
         let t1 = plan.first_pass_threads();
         let passes = plan.combine_passes();
         let slot_keys = [
@@ -540,8 +563,8 @@ impl<'d> MsmEngine<'d> {
             self.alloc::<u32>(2 * passes.first().copied().unwrap_or(1) as usize)?,
         ];
         let slot_pts = [
-            self.alloc::<XyzzLimbs>(2 * t1 as usize)?,
-            self.alloc::<XyzzLimbs>(2 * passes.first().copied().unwrap_or(1) as usize)?,
+            self.alloc::<C::Xyzz>(2 * t1 as usize)?,
+            self.alloc::<C::Xyzz>(2 * passes.first().copied().unwrap_or(1) as usize)?,
         ];
         {
             let total = offsets.device_ptr_at(keys as usize)?;
@@ -598,7 +621,7 @@ impl<'d> MsmEngine<'d> {
 
         // 6. Bucket reduction and group sums.
         let groups = plan.group_passes();
-        let mut red = self.alloc::<XyzzLimbs>(plan.reduce_threads() as usize)?;
+        let mut red = self.alloc::<C::Xyzz>(plan.reduce_threads() as usize)?;
         {
             let (off, bkt, out) = (offsets.device_ptr(), buckets.device_ptr(), red.device_ptr());
             let (b_, m) = (plan.buckets, plan.reduce_chunk);
@@ -615,7 +638,7 @@ impl<'d> MsmEngine<'d> {
         }
         for w in groups.windows(2) {
             let (per, next) = (w[0], w[1]);
-            let out_buf = self.alloc::<XyzzLimbs>((windows * next) as usize)?;
+            let out_buf = self.alloc::<C::Xyzz>((windows * next) as usize)?;
             let (inp, out) = (red.device_ptr(), out_buf.device_ptr());
             let g = plan.group;
             let mut b = stream.launch_builder(&self.k.group_sum);
@@ -624,7 +647,7 @@ impl<'d> MsmEngine<'d> {
             unsafe { b.launch(grid(u64::from(windows * next), HEAVY_THREADS)?) }?;
             red = out_buf;
         }
-        let jac = self.alloc::<JacobianLimbs>(windows as usize)?;
+        let jac = self.alloc::<C::Jacobian>(windows as usize)?;
         {
             let (inp, out) = (red.device_ptr(), jac.device_ptr());
             let mut b = stream.launch_builder(&self.k.to_jacobian);
@@ -633,7 +656,7 @@ impl<'d> MsmEngine<'d> {
             unsafe { b.launch(grid(u64::from(windows), HEAVY_THREADS)?) }?;
         }
         let e4 = if profile { Some(self.event()?) } else { None };
-        let mut host = vec![[0u32; 36]; windows as usize];
+        let mut host = vec![C::jacobian_zeroed(); windows as usize];
         jac.copy_to_host(&mut host)?;
         drop((offsets, fill, buckets, red, jac, scan_tmp));
 
@@ -645,7 +668,7 @@ impl<'d> MsmEngine<'d> {
             out.combine_ms = e2.elapsed_ms(&e3)?;
             out.reduce_ms = e3.elapsed_ms(&e4)?;
         }
-        Ok(combine_windows(&host, plan.window_bits))
+        Ok(combine_window_sums::<C>(&host, plan.window_bits))
     }
 
     /// Exclusive scan of `levels[0]` words at `ptrs[0]`, using the chunk-sum buffers of the

@@ -4,6 +4,7 @@
 //! numbers), so the order of passes tested on the CPU is the one the GPU runs.
 
 use super::MsmError;
+use super::curve::{G1, MsmCurve};
 
 /// Bits in a prepared scalar: scalars above (r-1)/2 are replaced by r - s with the point
 /// negated, so every scalar is below 2^254, and signed digits need `c * W >= 255`.
@@ -176,11 +177,16 @@ impl MsmPlan {
         out
     }
 
-    /// Bytes of every temporary the launcher allocates for one MSM, one entry per allocation
+    /// Bytes of every temporary the launcher allocates for one G1 MSM, one entry per allocation
     /// (the bases and the scalars not counted). Every group-sum pass is listed although each
     /// frees its predecessor, so the list bounds what is live at once.
     pub fn temp_allocations(&self) -> Vec<u64> {
-        const XYZZ: u64 = 192;
+        self.temp_allocations_of::<G1>()
+    }
+
+    /// [`MsmPlan::temp_allocations`] for the group `C` (its buckets and window sums).
+    pub fn temp_allocations_of<C: MsmCurve>(&self) -> Vec<u64> {
+        let xyzz = C::XYZZ_BYTES;
         let keys = u64::from(self.keys());
         let slots = 2 * u64::from(self.first_pass_threads());
         let slots2 = 2 * u64::from(self.combine_passes().first().copied().unwrap_or(1));
@@ -191,13 +197,13 @@ impl MsmPlan {
             n * 32,                                         // prepared scalars
             keys.max(1) * 4,                                // scatter cursor
             self.max_entries().max(1) * 8,                  // sorted entries
-            keys.max(1) * XYZZ,                             // buckets
+            keys.max(1) * xyzz,                             // buckets
             slots * 4,                                      // slot keys, first set
             slots2 * 4,                                     // slot keys, second set
-            slots * XYZZ,                                   // slot points, first set
-            slots2 * XYZZ,                                  // slot points, second set
-            u64::from(self.reduce_threads()).max(1) * XYZZ, // bucket reduction
-            u64::from(self.windows) * 144,                  // window sums (Jacobian)
+            slots * xyzz,                                   // slot points, first set
+            slots2 * xyzz,                                  // slot points, second set
+            u64::from(self.reduce_threads()).max(1) * xyzz, // bucket reduction
+            u64::from(self.windows) * C::JACOBIAN_BYTES,    // window sums (Jacobian)
         ];
         out.extend(
             self.scan_levels()
@@ -208,17 +214,22 @@ impl MsmPlan {
         out.extend(
             self.group_passes()
                 .windows(2)
-                .map(|w| u64::from(self.windows * w[1]).max(1) * XYZZ),
+                .map(|w| u64::from(self.windows * w[1]).max(1) * xyzz),
         );
         out
     }
 
-    /// What the temporaries of one MSM charge a lease at most: every allocation of
+    /// What the temporaries of one G1 MSM charge a lease at most: every allocation of
     /// [`MsmPlan::temp_allocations`] rounded up as the allocator charges it
     /// ([`crate::ledger::charge_for`], whole 2 MiB pages). A reservation of this much plus the
     /// bases' and scalars' charges always holds the MSM.
     pub fn temp_bytes(&self) -> u64 {
-        self.temp_allocations()
+        self.temp_bytes_of::<G1>()
+    }
+
+    /// [`MsmPlan::temp_bytes`] for the group `C`.
+    pub fn temp_bytes_of<C: MsmCurve>(&self) -> u64 {
+        self.temp_allocations_of::<C>()
             .into_iter()
             .map(crate::ledger::charge_for)
             .sum()
@@ -309,6 +320,29 @@ mod tests {
                 p.temp_bytes(),
                 allocs.iter().map(|&b| charge_for(b)).sum::<u64>()
             );
+        }
+    }
+
+    #[test]
+    fn g2_temporaries_are_the_g1_ones_with_twice_the_point_bytes() {
+        use crate::msm::curve::G2;
+        for n in [1usize, 1000, 1 << 16, 1 << 22] {
+            let p = MsmPlan::new(n, 132).expect("valid plan");
+            let (g1, g2) = (p.temp_allocations(), p.temp_allocations_of::<G2>());
+            assert_eq!(g1.len(), g2.len());
+            let keys = u64::from(p.keys());
+            // Buckets are the largest point allocation: 192 bytes each in G1, 384 in G2.
+            assert!(
+                g1.contains(&(keys * 192)) && g2.contains(&(keys * 384)),
+                "n = {n}"
+            );
+            // Small MSMs round to the same 2 MiB pages; large ones charge more for G2.
+            assert!(p.temp_bytes_of::<G2>() >= p.temp_bytes(), "n = {n}");
+            if n >= 1 << 16 {
+                assert!(p.temp_bytes_of::<G2>() > p.temp_bytes(), "n = {n}");
+            }
+            // The sorted entries (8 bytes each) do not depend on the group.
+            assert!(g2.contains(&(p.max_entries() * 8)));
         }
     }
 

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <vector>
 
+#include "../../kernels/g1.cuh"
+#include "../../kernels/g2.cuh"
 #include "../../kernels/msm.cuh"
 
 using namespace gpud;
@@ -52,6 +54,16 @@ g1_xyzz scaled(const g1_affine& p, const fq_t& l) {
     r.zzz = fq_mul(r.zz, l);
     r.x = fq_mul(p.x, r.zz);
     r.y = fq_mul(p.y, r.zzz);
+    return r;
+}
+
+g2_xyzz scaled2(const g2_affine& p, const fq2_t& l) {
+    if (g2_affine_is_inf(p)) return g2_xyzz_inf();
+    g2_xyzz r;
+    r.zz = fq2_sqr(l);
+    r.zzz = fq2_mul(r.zz, l);
+    r.x = fq2_mul(p.x, r.zz);
+    r.y = fq2_mul(p.y, r.zzz);
     return r;
 }
 
@@ -108,6 +120,55 @@ void run_g1() {
     }
 }
 
+// Mode 4: u32 count, then count x (a, b) Fq2 elements. Output per pair: a*b, a^2, a+b, a-b,
+// -a, 2a, a^-1 (0 for 0).
+void run_fq2() {
+    uint32_t count = read_u32();
+    for (uint32_t i = 0; i < count; i++) {
+        fq2_t a = read_val<fq2_t>();
+        fq2_t b = read_val<fq2_t>();
+        write_val(fq2_mul(a, b));
+        write_val(fq2_sqr(a));
+        write_val(fq2_add(a, b));
+        write_val(fq2_sub(a, b));
+        write_val(fq2_neg(a));
+        write_val(fq2_dbl(a));
+        write_val(fq2_is_zero(a) ? fq2_zero() : fq2_inv(a));
+    }
+}
+
+// Mode 5: mode 2 for G2: count x (P, Q affine, l1, l2 in Fq2, u32 k); the same outputs.
+void run_g2() {
+    uint32_t count = read_u32();
+    for (uint32_t i = 0; i < count; i++) {
+        g2_affine p = read_val<g2_affine>();
+        g2_affine q = read_val<g2_affine>();
+        fq2_t l1 = read_val<fq2_t>();
+        fq2_t l2 = read_val<fq2_t>();
+        uint32_t k = read_u32();
+        g2_xyzz sp = scaled2(p, l1);
+        g2_xyzz sq = scaled2(q, l2);
+
+        g2_xyzz madd = sp;
+        g2_xyzz_add_affine(madd, q);
+        write_val(g2_xyzz_to_jacobian(madd));
+
+        g2_xyzz add = sp;
+        g2_xyzz_add(add, sq);
+        write_val(g2_xyzz_to_jacobian(add));
+
+        write_val(g2_xyzz_to_jacobian(g2_xyzz_dbl(sp)));
+
+        g2_xyzz from_inf = g2_xyzz_inf();
+        g2_xyzz_add_affine(from_inf, q);
+        write_val(g2_xyzz_to_jacobian(from_inf));
+
+        write_val(g2_xyzz_to_jacobian(g2_xyzz_mul_small(sp, k)));
+
+        write_val(g2_xyzz_to_affine(sp));
+    }
+}
+
 void scan(std::vector<uint32_t>& data, uint32_t len, uint32_t chunk) {
     if (len <= chunk) {
         msm_scan_chunk_apply(0, len, chunk, data.data(), nullptr);
@@ -120,10 +181,15 @@ void scan(std::vector<uint32_t>& data, uint32_t len, uint32_t chunk) {
     for (uint32_t t = 0; t < threads; t++) msm_scan_chunk_apply(t, len, chunk, data.data(), sums.data());
 }
 
-// Mode 3: u32 n, c, seg, seg2, m, group, scan_chunk; n bases (affine, 96 bytes); n scalars
-// (Montgomery Fr, 32 bytes). Output: u32 W and the W window sums (Jacobian), the MSM combined
-// here (Jacobian), u32 M (sorted entries), u32 passes (segmented passes, the first included).
+// Mode 3 (G1) and 6 (G2): u32 n, c, seg, seg2, m, group, scan_chunk; n bases (affine, 96 or
+// 192 bytes); n scalars (Montgomery Fr, 32 bytes). Output: u32 W and the W window sums
+// (Jacobian), the MSM combined here (Jacobian), u32 M (sorted entries), u32 passes (segmented
+// passes, the first included). The same generic steps the GPU module of each group runs.
+template <class C>
 void run_msm() {
+    typedef typename C::affine affine;
+    typedef typename C::xyzz xyzz;
+    typedef typename C::jacobian jacobian;
     uint32_t n = read_u32();
     uint32_t c = read_u32();
     uint32_t seg = read_u32();
@@ -134,8 +200,8 @@ void run_msm() {
     if (c < 2 || c > 24 || seg < 1 || seg2 < 4 || m < 1 || group < 2 || scan_chunk < 2) {
         fail("bad parameters");
     }
-    std::vector<g1_affine> bases(n);
-    read_exact(bases.data(), (size_t)n * sizeof(g1_affine));
+    std::vector<affine> bases(n);
+    read_exact(bases.data(), (size_t)n * sizeof(affine));
     std::vector<uint32_t> mont((size_t)n * 8);
     read_exact(mont.data(), (size_t)n * 32);
 
@@ -164,15 +230,15 @@ void run_msm() {
     }
 
     // Buckets start as garbage on the GPU; poison them here too.
-    std::vector<g1_xyzz> buckets(keys);
-    std::memset(buckets.data(), 0x5a, buckets.size() * sizeof(g1_xyzz));
+    std::vector<xyzz> buckets(keys);
+    std::memset(static_cast<void*>(buckets.data()), 0x5a, buckets.size() * sizeof(xyzz));
 
     uint64_t worst = (uint64_t)n * windows;
     uint32_t threads = (uint32_t)((worst + seg - 1) / seg);
     if (threads == 0) threads = 1;
     std::vector<uint32_t> keys_a(2 * (size_t)threads), keys_b;
-    std::vector<g1_xyzz> pts_a(2 * (size_t)threads), pts_b;
-    msm_entry_source src{entries.data(), bases.data()};
+    std::vector<xyzz> pts_a(2 * (size_t)threads), pts_b;
+    msm_entry_source<C> src{entries.data(), bases.data()};
     for (uint32_t t = 0; t < threads; t++) {
         msm_segment_accumulate(t, seg, total, src, buckets.data(), keys_a.data(), pts_a.data());
     }
@@ -181,8 +247,8 @@ void run_msm() {
         uint32_t count = 2 * threads;
         uint32_t next = (count + seg2 - 1) / seg2;
         keys_b.assign(2 * (size_t)next, 0);
-        pts_b.assign(2 * (size_t)next, g1_xyzz_inf());
-        msm_slot_source ssrc{keys_a.data(), pts_a.data()};
+        pts_b.assign(2 * (size_t)next, C::inf());
+        msm_slot_source<C> ssrc{keys_a.data(), pts_a.data()};
         for (uint32_t t = 0; t < next; t++) {
             msm_segment_accumulate(t, seg2, count, ssrc, buckets.data(), keys_b.data(), pts_b.data());
         }
@@ -194,30 +260,30 @@ void run_msm() {
 
     uint32_t mm = m < b ? m : b;
     uint32_t per = b / mm;
-    std::vector<g1_xyzz> red((size_t)windows * per);
+    std::vector<xyzz> red((size_t)windows * per);
     for (uint32_t t = 0; t < windows * per; t++) {
-        msm_bucket_reduce(t, windows, b, mm, offsets.data(), buckets.data(), red.data());
+        msm_bucket_reduce<C>(t, windows, b, mm, offsets.data(), buckets.data(), red.data());
     }
     while (per > 1) {
         uint32_t groups = (per + group - 1) / group;
-        std::vector<g1_xyzz> next((size_t)windows * groups);
+        std::vector<xyzz> next((size_t)windows * groups);
         for (uint32_t t = 0; t < windows * groups; t++) {
-            msm_group_sum(t, windows, per, group, red.data(), next.data());
+            msm_group_sum<C>(t, windows, per, group, red.data(), next.data());
         }
         red.swap(next);
         per = groups;
     }
-    std::vector<g1_jacobian> jac(windows);
-    for (uint32_t t = 0; t < windows; t++) msm_to_jacobian(t, windows, red.data(), jac.data());
+    std::vector<jacobian> jac(windows);
+    for (uint32_t t = 0; t < windows; t++) msm_to_jacobian<C>(t, windows, red.data(), jac.data());
     write_val(windows);
     for (uint32_t t = 0; t < windows; t++) write_val(jac[t]);
     // Horner over the windows, here in XYZZ (the Rust launcher does it with blstrs).
-    g1_xyzz acc = red[windows - 1];
+    xyzz acc = red[windows - 1];
     for (uint32_t j = windows - 1; j-- > 0;) {
-        for (uint32_t d = 0; d < c; d++) acc = g1_xyzz_dbl(acc);
-        g1_xyzz_add(acc, red[j]);
+        for (uint32_t d = 0; d < c; d++) acc = C::dbl(acc);
+        C::add(acc, red[j]);
     }
-    write_val(g1_xyzz_to_jacobian(acc));
+    write_val(C::to_jacobian(acc));
     write_val(total);
     write_val(passes);
 }
@@ -229,7 +295,10 @@ int main() {
     switch (mode) {
         case 1: run_fq(); break;
         case 2: run_g1(); break;
-        case 3: run_msm(); break;
+        case 3: run_msm<g1_ops>(); break;
+        case 4: run_fq2(); break;
+        case 5: run_g2(); break;
+        case 6: run_msm<g2_ops>(); break;
         default: fail("unknown mode");
     }
     if (std::fflush(stdout) != 0) fail("flush failed");

@@ -84,6 +84,7 @@ impl Engine for CpuEngine {
                 a,
                 b_g1,
             },
+            b_g2: None,
             timings: t,
         })
     }

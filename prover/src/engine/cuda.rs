@@ -1,4 +1,5 @@
-//! The CUDA engine: the H polynomial and the four G1 MSMs on a GPU, under the partition's lease.
+//! The CUDA engine: the H polynomial, the four G1 MSMs and the G2 MSM for B on a GPU, under the
+//! partition's lease.
 //!
 //! - The CUDA context lives for the process: devices are opened once ([`gpud_cuda::Device`],
 //!   kept in a process-wide registry) and every lease becomes an [`Arena`] borrowed from its
@@ -13,20 +14,24 @@
 //!   phase's own arena (the phase lease then includes them; see [`crate::vram`]), from the
 //!   proving key's own vectors, page-locked in place once per process
 //!   ([`CudaOptions::pin_bases`]): a direct DMA instead of the driver's staged copy.
+//! - G2 ([`CudaOptions::g2`]): on the GPU, the B_G2 MSM runs after the G1 MSMs inside the same
+//!   phase and lease, over the same B scalars as B_G1; its bases are resident with the G1 ones
+//!   (or uploaded like them), its temporaries are part of the phase lease ([`crate::vram`]).
+//!   On the CPU it is left to the tail.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use blstrs::{G1Affine, G1Projective};
+use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective};
 use gpud_client::Reservation;
 use gpud_cuda::driver::{self, normalize_uuid};
 use gpud_cuda::hpoly::HPoly;
-use gpud_cuda::msm::{G1Bases, MsmEngine, MsmError};
+use gpud_cuda::msm::{G1Bases, G2, G2Bases, MsmEngine, MsmError};
 use gpud_cuda::{Arena, Device, RegisteredVec, kernels, nvrtc};
 use group::Group;
 
-use super::{Engine, G1Sums, PhaseInput, PhaseOutput, PhaseTimings};
+use super::{Engine, G1Sums, G2Placement, PhaseInput, PhaseOutput, PhaseTimings};
 use crate::error::{ProverError, Result};
 use crate::params::ProvingKey;
 use crate::vram::{self, VramEstimate};
@@ -43,6 +48,9 @@ pub struct CudaOptions {
     /// a direct DMA. Costs page-locked host memory of the bases' size per process (default
     /// on). Where the driver refuses, uploads go on from ordinary memory.
     pub pin_bases: bool,
+    /// Where the G2 MSM for B runs (default [`G2Placement::Auto`]: on the GPU when the phase
+    /// with it fits the smallest visible GPU, see [`CudaEngine::g2_on_gpu`]).
+    pub g2: G2Placement,
 }
 
 impl Default for CudaOptions {
@@ -50,6 +58,7 @@ impl Default for CudaOptions {
         Self {
             resident_bases: true,
             pin_bases: true,
+            g2: G2Placement::Auto,
         }
     }
 }
@@ -74,22 +83,32 @@ pub fn process_device(uuid: &str) -> Result<&'static Device> {
     Ok(dev)
 }
 
-/// A key's four G1 queries on the device.
+/// A key's four G1 queries on the device, and its B_G2 query when G2 runs on the GPU.
 struct KeyBases<'a> {
     h: G1Bases<'a>,
     l: G1Bases<'a>,
     a: G1Bases<'a>,
     b_g1: G1Bases<'a>,
+    b_g2: Option<G2Bases<'a>>,
 }
 
 impl<'a> KeyBases<'a> {
-    fn upload(arena: &'a Arena<'a>, key: &ProvingKey) -> std::result::Result<Self, MsmError> {
+    fn upload(
+        arena: &'a Arena<'a>,
+        key: &ProvingKey,
+        with_g2: bool,
+    ) -> std::result::Result<Self, MsmError> {
         let p = key.params();
         Ok(Self {
             h: G1Bases::upload(arena, &p.h)?,
             l: G1Bases::upload(arena, &p.l)?,
             a: G1Bases::upload(arena, &p.a)?,
             b_g1: G1Bases::upload(arena, &p.b_g1)?,
+            b_g2: if with_g2 {
+                Some(G2Bases::upload(arena, &p.b_g2)?)
+            } else {
+                None
+            },
         })
     }
 }
@@ -107,13 +126,27 @@ self_cell::self_cell!(
 pub struct CudaEngine {
     opts: CudaOptions,
     multiprocessors: u32,
+    /// Memory of the smallest visible GPU (the `auto` G2 placement's bound).
+    smallest_device_mem: u64,
     /// Resident bases by (key id, device UUID).
     resident: Mutex<HashMap<(u64, String), Resident>>,
     /// Page-locked bases by key id, or why the driver refused them (not asked again).
     pinned: Mutex<HashMap<u64, PinnedBases>>,
 }
 
-type PinnedBases = std::result::Result<Vec<RegisteredVec<G1Affine>>, String>;
+/// A key's page-locked base vectors: the G1 queries, and B_G2 when G2 runs on the GPU.
+struct PinnedVecs {
+    g1: Vec<RegisteredVec<G1Affine>>,
+    g2: Option<RegisteredVec<G2Affine>>,
+}
+
+impl PinnedVecs {
+    fn bytes(&self) -> usize {
+        self.g1.iter().map(|r| r.bytes()).sum::<usize>() + self.g2.as_ref().map_or(0, |r| r.bytes())
+    }
+}
+
+type PinnedBases = std::result::Result<PinnedVecs, String>;
 
 impl std::fmt::Debug for CudaEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -143,8 +176,12 @@ impl CudaEngine {
         }
         let mut archs: Vec<String> = devices.iter().map(|d| d.arch()).collect();
         archs.dedup();
+        let mut modules = vec![&kernels::NTT, &kernels::MSM];
+        if opts.g2 != G2Placement::Cpu {
+            modules.push(&kernels::MSM_G2);
+        }
         for arch in &archs {
-            for module in [&kernels::NTT, &kernels::MSM] {
+            for module in &modules {
                 nvrtc::load_or_compile(module, arch)?;
             }
         }
@@ -155,13 +192,14 @@ impl CudaEngine {
                 .map(|d| d.multiprocessors)
                 .max()
                 .unwrap_or(vram::DEFAULT_MULTIPROCESSORS),
+            smallest_device_mem: devices.iter().map(|d| d.total_mem).min().unwrap_or(0),
             resident: Mutex::new(HashMap::new()),
             pinned: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Page-locks `key`'s four G1 base vectors in place (once per key; later calls return the
-    /// first answer), when the options ask for it and the bases are not resident. Returns the
+    /// Page-locks `key`'s four G1 base vectors (and B_G2 when G2 runs on the GPU) in place
+    /// (once per key; later calls return the first answer), when the options ask for it and the bases are not resident. Returns the
     /// bytes page-locked. A refusal (e.g. the driver's limit on page-locked memory) is an error
     /// here and leaves the bases in ordinary memory; phases still run.
     pub fn pin_bases(&self, key: &ProvingKey, dev: &Device) -> Result<usize> {
@@ -171,15 +209,23 @@ impl CudaEngine {
         let mut map = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
         let entry = map.entry(key.id()).or_insert_with(|| {
             let p = key.params();
-            [&p.h, &p.l, &p.a, &p.b_g1]
+            let why =
+                |e: gpud_cuda::Error| format!("page-locking the bases of {}: {e}", key.name());
+            let g1 = [&p.h, &p.l, &p.a, &p.b_g1]
                 .into_iter()
                 .filter(|v| !v.is_empty())
                 .map(|v| RegisteredVec::register(dev, std::sync::Arc::clone(v)))
                 .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|e| format!("page-locking the bases of {}: {e}", key.name()))
+                .map_err(why)?;
+            let g2 = if self.g2_on_gpu(key) && !p.b_g2.is_empty() {
+                Some(RegisteredVec::register(dev, std::sync::Arc::clone(&p.b_g2)).map_err(why)?)
+            } else {
+                None
+            };
+            Ok(PinnedVecs { g1, g2 })
         });
         match entry {
-            Ok(regs) => Ok(regs.iter().map(|r| r.bytes()).sum()),
+            Ok(regs) => Ok(regs.bytes()),
             Err(why) => Err(engine_error(why.clone())),
         }
     }
@@ -187,6 +233,24 @@ impl CudaEngine {
     /// The options in effect.
     pub fn options(&self) -> CudaOptions {
         self.opts
+    }
+
+    /// Whether the G2 MSM for B of proofs with `key` runs on the GPU, inside the phase:
+    /// `gpu` yes, `cpu` no, `auto` when the key's B query is not empty and the resident bases
+    /// (with B_G2) plus the phase lease with the G2 step fit the smallest visible GPU's memory
+    /// (else G2 stays in the CPU tail, and the phase is what it was without it). One answer per
+    /// key: the lease sizes, the resident set and the phase agree.
+    pub fn g2_on_gpu(&self, key: &ProvingKey) -> bool {
+        match self.opts.g2 {
+            G2Placement::Cpu => false,
+            G2Placement::Gpu => true,
+            G2Placement::Auto => vram::g2_fits_on_gpu(
+                &key.shape(),
+                self.multiprocessors,
+                self.opts.resident_bases,
+                self.smallest_device_mem,
+            ),
+        }
     }
 
     fn lock_resident(&self) -> MutexGuard<'_, HashMap<(u64, String), Resident>> {
@@ -204,7 +268,7 @@ impl CudaEngine {
         key: &ProvingKey,
         input: PhaseInput<'_>,
         t: &mut PhaseTimings,
-    ) -> Result<G1Sums> {
+    ) -> Result<(G1Sums, Option<G2Projective>)> {
         let PhaseInput {
             domain,
             a,
@@ -234,7 +298,7 @@ impl CudaEngine {
         s: super::G1Scalars<'_>,
         queries: std::thread::ScopedJoinHandle<'_, (Vec<blstrs::Scalar>, Vec<blstrs::Scalar>)>,
         t: &mut PhaseTimings,
-    ) -> Result<G1Sums> {
+    ) -> Result<(G1Sums, Option<G2Projective>)> {
         let p = key.params();
         let start = Instant::now();
         let mut hpoly = HPoly::new(arena)?;
@@ -297,12 +361,58 @@ impl CudaEngine {
             engine.msm(b, &b_scalars)
         })?;
         t.msm_b = secs;
-        Ok(G1Sums {
-            h: h_sum,
-            l,
-            a,
-            b_g1,
-        })
+        let b_g2 = if self.g2_on_gpu(key) {
+            let (sum, secs) = self.b_g2_msm(
+                arena,
+                resident.and_then(|r| r.b_g2.as_ref()),
+                &p.b_g2,
+                &b_scalars,
+                t,
+            )?;
+            t.msm_b_g2 = secs;
+            Some(sum)
+        } else {
+            None
+        };
+        Ok((
+            G1Sums {
+                h: h_sum,
+                l,
+                a,
+                b_g1,
+            },
+            b_g2,
+        ))
+    }
+
+    /// The B_G2 MSM on the GPU over the resident bases, or over bases uploaded into the phase's
+    /// arena (their upload time goes to the phase's bases upload); returns the sum and the
+    /// MSM's seconds.
+    fn b_g2_msm(
+        &self,
+        arena: &Arena<'_>,
+        resident: Option<&G2Bases<'_>>,
+        host: &[G2Affine],
+        scalars: &[blstrs::Scalar],
+        t: &mut PhaseTimings,
+    ) -> Result<(G2Projective, f64)> {
+        if scalars.is_empty() {
+            return Ok((G2Projective::identity(), 0.0));
+        }
+        let engine = MsmEngine::<G2>::for_group(arena)?;
+        let uploaded;
+        let bases = match resident {
+            Some(b) => b,
+            None => {
+                let t0 = Instant::now();
+                uploaded = G2Bases::upload(arena, &host[..scalars.len()])?;
+                t.bases_upload += t0.elapsed().as_secs_f64();
+                &uploaded
+            }
+        };
+        let t0 = Instant::now();
+        let sum = engine.msm(bases, scalars)?;
+        Ok((sum, t0.elapsed().as_secs_f64()))
     }
 }
 
@@ -330,14 +440,23 @@ impl Engine for CudaEngine {
         let t0 = Instant::now();
         let closed = arena.close(&token);
         t.finish = t0.elapsed().as_secs_f64();
-        let sums = sums?;
+        let (sums, b_g2) = sums?;
         closed?;
         t.total = start.elapsed().as_secs_f64();
-        Ok(PhaseOutput { sums, timings: t })
+        Ok(PhaseOutput {
+            sums,
+            b_g2,
+            timings: t,
+        })
     }
 
     fn vram(&self, key: &ProvingKey, log_domain: u32) -> VramEstimate {
-        vram::estimate_for(&key.shape(), log_domain, self.multiprocessors)
+        vram::estimate_with_g2(
+            &key.shape(),
+            log_domain,
+            self.multiprocessors,
+            self.g2_on_gpu(key),
+        )
     }
 
     fn vram_bytes(&self, key: &ProvingKey, log_domain: u32) -> u64 {
@@ -350,10 +469,16 @@ impl Engine for CudaEngine {
             return 0;
         }
         let s = key.shape();
-        [s.h, s.l, s.a, s.b_g1]
+        let g1: u64 = [s.h, s.l, s.a, s.b_g1]
             .into_iter()
             .map(vram::bases_charge)
-            .sum()
+            .sum();
+        let g2 = if self.g2_on_gpu(key) && s.b_g2 > 0 {
+            vram::g2_bases_charge(s.b_g2)
+        } else {
+            0
+        };
+        g1 + g2
     }
 
     fn load_resident(&self, key: &ProvingKey, lease: &dyn Reservation) -> Result<()> {
@@ -370,7 +495,8 @@ impl Engine for CudaEngine {
             )));
         }
         let arena = dev.reserve(lease)?;
-        let resident = Resident::try_new(arena, |arena| KeyBases::upload(arena, key))?;
+        let with_g2 = self.g2_on_gpu(key) && key.shape().b_g2 > 0;
+        let resident = Resident::try_new(arena, |arena| KeyBases::upload(arena, key, with_g2))?;
         self.lock_resident().insert(slot, resident);
         Ok(())
     }

@@ -1,9 +1,12 @@
-//! Where the GPU phase of a proof runs: the H polynomial (seven FFTs) and the four G1 MSMs.
+//! Where the GPU phase of a proof runs: the H polynomial (seven FFTs), the four G1 MSMs and,
+//! on the CUDA engine, the G2 MSM for B.
 //!
 //! A proof splits into a *GPU phase*, which a GPU engine runs under a gpud lease, and a *CPU
-//! tail* (the G2 MSM for B and the assembly), which always runs on the host after the lease is
-//! released. [`Engine`] is the seam between the two: [`CpuEngine`] runs the GPU phase on the
-//! host (rayon FFTs, blst Pippenger); [`CudaEngine`] runs it on a GPU.
+//! tail* (the assembly, and the G2 MSM for B when the engine left it to the host), which runs
+//! on the host after the lease is released. [`Engine`] is the seam between the two:
+//! [`CpuEngine`] runs the GPU phase on the host (rayon FFTs, blst Pippenger) and leaves G2 to
+//! the tail; [`CudaEngine`] runs it on a GPU, with the G2 MSM inside the phase unless told
+//! otherwise ([`G2Placement`]).
 //!
 //! The trait is shaped so that a GPU engine makes no extra copies and keeps what it can on the
 //! device:
@@ -55,7 +58,25 @@ impl EngineChoice {
 }
 pub use cuda::{CudaEngine, CudaOptions, process_device};
 
-use blstrs::{G1Projective, Scalar};
+/// Where the CUDA engine computes the G2 MSM for B (the `--g2` of the prover and the
+/// benchmarks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum G2Placement {
+    /// On the GPU, inside the phase and under its lease, when the phase with it fits the
+    /// smallest visible GPU's memory; else in the CPU tail. A fixed rule, not a timing: the
+    /// GPU G2 MSM is expected to beat blst's on a 16-core host by far wherever it fits (the
+    /// `msm-g2` benchmark measures both; see prover/README.md).
+    #[default]
+    Auto,
+    /// On the GPU, inside the phase: its bases join the resident set, its temporaries the
+    /// phase lease.
+    Gpu,
+    /// In the CPU tail after the lease is released (small cards, CPU-rich hosts).
+    Cpu,
+}
+
+use blstrs::{G1Projective, G2Projective, Scalar};
 use gpud_client::Reservation;
 use serde::Serialize;
 
@@ -126,6 +147,9 @@ pub struct PhaseTimings {
     pub msm_a: f64,
     /// The B MSM over G1.
     pub msm_b: f64,
+    /// The B MSM over G2 when the engine ran it in the phase; 0 when it is left to the CPU
+    /// tail.
+    pub msm_b_g2: f64,
     /// Bases uploaded during the phase (an engine without resident bases); 0 otherwise.
     pub bases_upload: f64,
     /// Synchronize, trim and check that the lease's memory went back.
@@ -135,9 +159,9 @@ pub struct PhaseTimings {
 }
 
 impl PhaseTimings {
-    /// The four MSMs together.
+    /// The MSMs together (the G2 one when it ran in the phase).
     pub fn msms(&self) -> f64 {
-        self.msm_h + self.msm_l + self.msm_a + self.msm_b
+        self.msm_h + self.msm_l + self.msm_a + self.msm_b + self.msm_b_g2
     }
 }
 
@@ -146,6 +170,9 @@ impl PhaseTimings {
 pub struct PhaseOutput {
     /// The G1 sums.
     pub sums: G1Sums,
+    /// `Σ_{dense} input_i · B_i + Σ_{dense} aux_i · B_i` over G2, when the engine computed it
+    /// in the phase; `None` leaves it to the CPU tail.
+    pub b_g2: Option<G2Projective>,
     /// Where the time went.
     pub timings: PhaseTimings,
 }

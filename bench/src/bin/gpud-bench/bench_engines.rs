@@ -70,6 +70,7 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
     let resident = CudaEngine::new(CudaOptions {
         resident_bases: true,
         pin_bases: false,
+        g2: a.g2,
     })?;
     println!(
         "kernels ready in {:.1} s (NVRTC or disk cache)",
@@ -107,10 +108,12 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
         let pageable = CudaEngine::new(CudaOptions {
             resident_bases: false,
             pin_bases: false,
+            g2: a.g2,
         })?;
         let uploads = CudaEngine::new(CudaOptions {
             resident_bases: false,
             pin_bases: true,
+            g2: a.g2,
         })?;
         let cases = [
             EngineCase {
@@ -161,14 +164,14 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
     }
     println!("\n== engines summary (seconds; medians)");
     println!(
-        "| k | engine | synthesis | H | MSM H | MSM L | MSM A | MSM B_G1 | bases upload | finish | GPU phase | CPU tail (G2 + assembly) | total | verified |"
+        "| k | engine | synthesis | H | MSM H | MSM L | MSM A | MSM B_G1 | MSM B_G2 | bases upload | finish | GPU phase | CPU tail (assembly, G2 if on the CPU) | total | verified |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         for e in &r.row.runs {
             let p = &e.gpu_phase;
             println!(
-                "| {} | {} | {:.3} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.3} | {:.3} | {} |",
+                "| {} | {} | {:.3} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.3} | {:.3} | {} |",
                 r.row.log_size,
                 e.engine,
                 e.synthesis,
@@ -177,6 +180,7 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
                 p.msm_l,
                 p.msm_a,
                 p.msm_b,
+                p.msm_b_g2,
                 p.bases_upload,
                 p.finish,
                 p.total,
@@ -247,7 +251,7 @@ fn print_row(r: &EnginesRow) {
     for e in &r.runs {
         let p = &e.gpu_phase;
         println!(
-            "  {:<13} synth {:.3}  H {:.4}  MSM H {:.4} L {:.4} A {:.4} B {:.4}  upload {:.4}  finish {:.4}  GPU phase {:.4}  tail {:.3}  total {:.3}  lease {:.0} MiB + resident {:.0} MiB  verified {}",
+            "  {:<13} synth {:.3}  H {:.4}  MSM H {:.4} L {:.4} A {:.4} B {:.4} B_G2 {:.4}  upload {:.4}  finish {:.4}  GPU phase {:.4}  tail {:.3}  total {:.3}  lease {:.0} MiB + resident {:.0} MiB  verified {}",
             e.engine,
             e.synthesis,
             p.h,
@@ -255,6 +259,7 @@ fn print_row(r: &EnginesRow) {
             p.msm_l,
             p.msm_a,
             p.msm_b,
+            p.msm_b_g2,
             p.bases_upload,
             p.finish,
             p.total,

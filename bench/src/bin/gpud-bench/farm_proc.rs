@@ -374,6 +374,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         let engine = CudaEngine::new(CudaOptions {
             resident_bases: a.warm,
             pin_bases: true,
+            ..CudaOptions::default()
         })
         .context("starting the CUDA engine")?;
         // Every device's context and kernels now, not inside the first GPU phase; and the
@@ -384,6 +385,9 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
             let dev = process_device(&d.uuid)?;
             dev.module(&gpud_cuda::kernels::NTT)?;
             dev.module(&gpud_cuda::kernels::MSM)?;
+            if engine.g2_on_gpu(&work.key) {
+                dev.module(&gpud_cuda::kernels::MSM_G2)?;
+            }
             first.get_or_insert(dev);
         }
         if let Some(dev) = first {

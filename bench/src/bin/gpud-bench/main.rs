@@ -103,6 +103,10 @@ struct BenchEnginesArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Where the CUDA engines compute the G2 MSM for B: gpu (in the phase), cpu (in the
+    /// tail) or auto (gpu when the phase with it fits the GPU).
+    #[arg(long, value_enum, default_value = "auto")]
+    g2: gpud_prover::engine::G2Placement,
 }
 
 fn main() -> std::process::ExitCode {

@@ -62,6 +62,7 @@ impl CircuitArgs {
 }
 
 use gpud_prover::engine::EngineChoice as EngineArg;
+use gpud_prover::engine::G2Placement;
 
 #[derive(Args, Clone, Copy)]
 struct EngineArgs {
@@ -76,6 +77,12 @@ struct EngineArgs {
     /// once, so every phase's upload of them is a direct DMA.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pin_bases: bool,
+    /// CUDA engine: where the G2 MSM for B runs. gpu: inside the GPU phase, under its lease
+    /// (its bases resident with the G1 ones); cpu: in the CPU tail after the lease (small
+    /// cards, CPU-rich hosts); auto: gpu when the phase with it fits the smallest visible
+    /// GPU's memory, else cpu.
+    #[arg(long, value_enum, default_value = "auto")]
+    g2: G2Placement,
 }
 
 impl EngineArgs {
@@ -83,6 +90,7 @@ impl EngineArgs {
         CudaEngine::new(CudaOptions {
             resident_bases: self.resident_bases,
             pin_bases: self.pin_bases,
+            g2: self.g2,
         })
         .context("starting the CUDA engine (use --engine cpu on machines without a GPU)")
     }
