@@ -141,9 +141,10 @@ fi
 section preload 420 bash gpu/preload/run.sh "$G" "$OUT/preload"
 [ -f "$OUT/preload.log" ] && grep -E '^(PASS|FAIL|preload:)' "$OUT/preload.log"
 # preload-two (only when named; about 1 minute): two PyTorch processes started with 1 GiB
-# leases each grow to 80 GiB under grow (both must finish, gpud never over capacity), then the
-# same two without the interposer (one runs out of memory). Two tenants that each hold memory
-# and each wait to grow into the other's rely on gpud's grow-deadlock rule.
+# leases each grow to 80 GiB under grow: in one piece each (both must finish, the second waits),
+# then in 4 GiB steps (both hold memory and wait for the other's: gpud's grow-deadlock rule
+# fails the younger grow, the other finishes), gpud never over capacity; then the same two
+# without the interposer (one runs out of memory).
 #   bash gpu/run-suite.sh preload-two
 if named preload-two; then
     section preload-two 300 bash gpu/preload/run.sh "$G" "$OUT/preload-two" two

@@ -8,9 +8,12 @@
 # latency of cudaMalloc/cudaFree with and without the interposer. One PASS/FAIL line per check,
 # a summary last; exit 1 when any check failed.
 #   bash gpu/preload/run.sh .gpu OUTDIR two   instead: two PyTorch processes started with 1 GiB
-#       leases each grow to 80 GiB (more than the card holds for both) under grow; both must
-#       finish without out-of-memory while gpud never reserves more than capacity; and the
-#       same two without the interposer, where one of them runs out of memory.
+#       leases each grow to 80 GiB (more than the card holds for both) under grow. Taken in one
+#       piece each, both must finish (the second waits in gpud's queue); grown in 4 GiB steps,
+#       both end up holding memory and waiting for the other's, and gpud's grow-deadlock rule
+#       fails the younger grow (out-of-memory) so that the other finishes; gpud never reserves
+#       more than capacity; and the same two without the interposer, where one of them runs out
+#       of memory.
 set -uo pipefail
 G=${1:-.gpu}
 OUT=${2:-gpu-out/preload}
@@ -49,28 +52,45 @@ if [ "$WHAT" = two ]; then
     # gpud's reservations against capacity, every 100 ms, while the two run.
     (while :; do python3 "$HERE/gpudstat.py" "$socket" device; sleep 0.1; done) >"$OUT/reserved.log" 2>/dev/null &
     poller=$!
-    start=$SECONDS
-    pids=()
-    for who in a b; do
-        env LD_PRELOAD="$LIB" GPUD_SOCKET="$socket" GPUD_VRAM=1GiB GPUD_POLICY=grow \
-            GPUD_GROW_TIMEOUT=300s PRELOAD_CHECK_HOLD_MS=5000 \
-            python3 "$HERE/preload_torch.py" grow 80 4 >"$OUT/two-$who.log" 2>&1 &
-        pids+=($!)
-    done
-    rcs=()
-    for p in "${pids[@]}"; do
-        wait "$p"
-        rcs+=($?)
-    done
-    took=$((SECONDS - start))
+    # Two processes under the interposer, each growing to 80 GiB in tensors of $2 GiB; their
+    # exit codes land in rcs, the seconds in took.
+    two() {
+        local tag=$1 step=$2 start=$SECONDS pids=() who p
+        for who in a b; do
+            env LD_PRELOAD="$LIB" GPUD_SOCKET="$socket" GPUD_VRAM=1GiB GPUD_POLICY=grow \
+                GPUD_GROW_TIMEOUT=300s PRELOAD_CHECK_HOLD_MS=5000 \
+                python3 "$HERE/preload_torch.py" grow 80 "$step" >"$OUT/two-$tag-$who.log" 2>&1 &
+            pids+=($!)
+        done
+        rcs=()
+        for p in "${pids[@]}"; do
+            wait "$p"
+            rcs+=($?)
+        done
+        took=$((SECONDS - start))
+    }
+    # 80 GiB at once each (weights loaded in one piece): the second waits in gpud's queue for
+    # the first to finish; both must finish.
+    two whole 80
+    if [ "${rcs[0]}" -eq 0 ] && [ "${rcs[1]}" -eq 0 ]; then
+        pass "two processes each taking 80 GiB from 1 GiB leases both finished in ${took} s (exits ${rcs[*]})"
+    else
+        fail "two processes each taking 80 GiB: exits ${rcs[*]} (10: out of memory; $OUT/two-whole-*.log)"
+    fi
+    # 80 GiB in 4 GiB steps each: near the card's capacity both hold memory and both wait to
+    # grow into the other's, a real deadlock; gpud's rule fails the younger grow (the program
+    # sees out-of-memory) and the other finishes. Nothing may hang.
+    two steps 4
+    sorted=$(printf '%s\n' "${rcs[@]}" | sort -n | tr '\n' ' ')
+    if [ "$sorted" = "0 0 " ] || [ "$sorted" = "0 10 " ]; then
+        pass "two processes growing to 80 GiB in 4 GiB steps ended in ${took} s (exits ${rcs[*]}; 10: the younger grow failed as deadlocked)"
+    else
+        fail "two processes growing to 80 GiB in 4 GiB steps: exits ${rcs[*]} ($OUT/two-steps-*.log)"
+    fi
+    grep -h "out of memory" "$OUT"/two-steps-*.log | sed 's/^/INFO /'
     kill "$poller" 2>/dev/null
     over=$(awk '$1 > $2 {n++} END {print n + 0}' "$OUT/reserved.log")
     peak=$(awk 'BEGIN {m = 0} $1 > m {m = $1; c = $2} END {printf "%.1f of %.1f GiB", m / 2^30, c / 2^30}' "$OUT/reserved.log")
-    if [ "${rcs[0]}" -eq 0 ] && [ "${rcs[1]}" -eq 0 ]; then
-        pass "two processes growing to 80 GiB from 1 GiB leases both finished in ${took} s (exits ${rcs[*]})"
-    else
-        fail "two processes growing to 80 GiB: exits ${rcs[*]} (10: out of memory; $OUT/two-*.log)"
-    fi
     if [ "$over" -eq 0 ]; then
         pass "gpud never reserved more than capacity (peak $peak, $(wc -l <"$OUT/reserved.log") samples)"
     else
