@@ -146,6 +146,14 @@ section preload 420 bash gpu/preload/run.sh "$G" "$OUT/preload"
 # fails the younger grow, the other finishes), gpud never over capacity; then the same two
 # without the interposer (one runs out of memory).
 #   bash gpu/run-suite.sh preload-two
+# preload-bench (only when named; about 2 minutes): a PyTorch training step plain, under the
+# interposer and with GPUD_COMPUTE=auto (target <= 1.02x), and two loops of GPU bursts and CPU
+# phases sharing the card under GPUD_COMPUTE=auto against one after the other.
+#   bash gpu/run-suite.sh preload-bench
+if named preload-bench; then
+    section preload-bench 300 bash gpu/preload/run.sh "$G" "$OUT/preload-bench" bench
+    [ -f "$OUT/preload-bench.log" ] && grep -E '^(PASS|FAIL|INFO|preload-bench:)' "$OUT/preload-bench.log"
+fi
 if named preload-two; then
     section preload-two 300 bash gpu/preload/run.sh "$G" "$OUT/preload-two" two
     [ -f "$OUT/preload-two.log" ] && grep -E '^(PASS|FAIL|INFO|preload-two:)' "$OUT/preload-two.log"

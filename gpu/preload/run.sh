@@ -7,6 +7,10 @@
 # PyTorch with expandable segments; torch.cuda.mem_get_info() must report the lease; then the
 # latency of cudaMalloc/cudaFree with and without the interposer. One PASS/FAIL line per check,
 # a summary last; exit 1 when any check failed.
+#   bash gpu/preload/run.sh .gpu OUTDIR bench instead: a PyTorch training step plain, under the
+#       interposer and with GPUD_COMPUTE=auto (target <= 1.02x); and two loops of GPU bursts and
+#       CPU phases under GPUD_COMPUTE=auto together against one after the other, with the time
+#       gpud's interlock was held.
 #   bash gpu/preload/run.sh .gpu OUTDIR two   instead: two PyTorch processes started with 1 GiB
 #       leases each grow to 80 GiB (more than the card holds for both) under grow. Taken in one
 #       piece each, both must finish (the second waits in gpud's queue); grown in 4 GiB steps,
@@ -45,6 +49,67 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 [ -S "$socket" ] || { fail "gpud did not start (see $OUT/gpud.log)"; exit 1; }
+
+if [ "$WHAT" = bench ]; then
+    python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1 ||
+        { fail "PyTorch with CUDA is not importable"; exit 1; }
+    pre=(env LD_PRELOAD="$LIB" GPUD_SOCKET="$socket" GPUD_VRAM=1GiB GPUD_POLICY=grow)
+    # A training step, three runs each way, interleaved: the best of each.
+    best() { sort -n | head -n 1; }
+    plain=() under=() auto=()
+    for _ in 1 2 3; do
+        plain+=("$(python3 "$HERE/torch_bench.py" step 200 | awk '/^step_ms/ {print $2}')")
+        under+=("$("${pre[@]}" python3 "$HERE/torch_bench.py" step 200 | awk '/^step_ms/ {print $2}')")
+        auto+=("$("${pre[@]}" GPUD_COMPUTE=auto python3 "$HERE/torch_bench.py" step 200 | awk '/^step_ms/ {print $2}')")
+    done
+    p=$(printf '%s\n' "${plain[@]}" | best)
+    u=$(printf '%s\n' "${under[@]}" | best)
+    a=$(printf '%s\n' "${auto[@]}" | best)
+    echo "INFO training step (ms, best of 3): plain $p (${plain[*]}), interposer $u (${under[*]}), interposer + compute auto $a (${auto[*]})"
+    for pair in "interposer:$u" "interposer + compute auto:$a"; do
+        name=${pair%%:*} v=${pair##*:}
+        ratio=$(awk -v x="$v" -v y="$p" 'BEGIN {printf "%.3f", x / y}')
+        if awk -v r="$ratio" 'BEGIN {exit !(r <= 1.02)}'; then
+            pass "training step with the $name: ${ratio}x plain (target <= 1.02)"
+        else
+            fail "training step with the $name: ${ratio}x plain (target <= 1.02)"
+        fi
+    done
+    # --compute auto: two loops of GPU bursts (20 matmuls) and CPU phases (100 ms) share the
+    # card, the interlock taken only around the bursts; against the same two one after the
+    # other. The interlock's busy time comes from gpud's metrics.
+    busy() { "$G/bin/gpudctl" --socket "$socket" metrics | awk '/^gpud_device_compute_busy_seconds_total/ {s += $NF} END {print s + 0}'; }
+    loop=(python3 "$HERE/torch_bench.py" bursts 30 20 100)
+    auto_env=("${pre[@]}" GPUD_COMPUTE=auto GPUD_COMPUTE_IDLE=20ms)
+    b0=$(busy)
+    start=$(date +%s.%N)
+    "${auto_env[@]}" "${loop[@]}" >"$OUT/seq-a.log" 2>&1
+    "${auto_env[@]}" "${loop[@]}" >"$OUT/seq-b.log" 2>&1
+    seq_wall=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.2f", e - s}')
+    b1=$(busy)
+    start=$(date +%s.%N)
+    "${auto_env[@]}" "${loop[@]}" >"$OUT/par-a.log" 2>&1 &
+    pa=$!
+    "${auto_env[@]}" "${loop[@]}" >"$OUT/par-b.log" 2>&1 &
+    pb=$!
+    wait "$pa"; ra=$?
+    wait "$pb"; rb=$?
+    par_wall=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.2f", e - s}')
+    b2=$(busy)
+    gpu_s=$(cat "$OUT"/par-*.log | awk '/^bursts/ {g += $6} END {printf "%.2f", g}')
+    held=$(awk -v a="$b1" -v b="$b2" 'BEGIN {printf "%.2f", b - a}')
+    held_seq=$(awk -v a="$b0" -v b="$b1" 'BEGIN {printf "%.2f", b - a}')
+    speedup=$(awk -v s="$seq_wall" -v p="$par_wall" 'BEGIN {printf "%.2f", s / p}')
+    echo "INFO compute auto: one after the other ${seq_wall} s (interlock held ${held_seq} s); together ${par_wall} s (interlock held ${held} s of ${par_wall} s wall, bursts' GPU time ${gpu_s} s)"
+    if [ "$ra" -eq 0 ] && [ "$rb" -eq 0 ] && awk -v x="$speedup" 'BEGIN {exit !(x >= 1.3)}'; then
+        pass "compute auto: two burst loops together finish ${speedup}x faster than one after the other (target >= 1.3), interlock held ${held} of ${par_wall} s"
+    else
+        fail "compute auto: exits $ra $rb, together ${speedup}x one after the other (target >= 1.3; $OUT/par-*.log)"
+    fi
+    echo "preload-bench: $passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
+fi
 
 if [ "$WHAT" = two ]; then
     python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1 ||
