@@ -210,3 +210,71 @@ fn the_first_connection_starts_gpud_on_the_passed_socket() {
         "an activated gpud must not remove the passed socket"
     );
 }
+
+/// The unit's last `KEY=` value, if it sets one.
+fn unit_value<'a>(unit: &'a str, key: &str) -> Option<&'a str> {
+    let prefix = format!("{key}=");
+    unit.lines()
+        .filter_map(|l| l.trim().strip_prefix(prefix.as_str()))
+        .next_back()
+}
+
+/// Capability names as setpriv spells them: `CAP_KILL` → `kill`.
+fn setpriv_caps(value: &str) -> Vec<String> {
+    value
+        .split_whitespace()
+        .map(|c| c.trim_start_matches("CAP_").to_lowercase())
+        .collect()
+}
+
+/// gpud signals other users' processes (a revoked holder's, an attached program whose
+/// supervisor died): under the unit's credentials CAP_KILL must be effective, not only in the
+/// bounding set. With `SecureBits=noroot-locked` root gains nothing at exec, so only the ambient
+/// set gives it. The unit's settings are replayed with setpriv, as systemd applies them.
+#[test]
+fn the_units_credentials_leave_gpud_able_to_signal_other_users() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: replaying the unit's credentials needs root");
+        return;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: no setpriv (util-linux)");
+        return;
+    }
+    let unit = std::fs::read_to_string(repo_root_dir().join("systemd/gpud.service")).unwrap();
+    let bounding = setpriv_caps(unit_value(&unit, "CapabilityBoundingSet").unwrap_or(""));
+    let ambient = setpriv_caps(unit_value(&unit, "AmbientCapabilities").unwrap_or(""));
+    let mut setpriv = Command::new("setpriv");
+    if unit_value(&unit, "SecureBits").is_some_and(|v| v.contains("noroot")) {
+        setpriv.args(["--securebits", "+noroot,+noroot_locked"]);
+    }
+    let keep: String = bounding.iter().map(|c| format!(",+{c}")).collect();
+    setpriv.arg("--bounding-set").arg(format!("-all{keep}"));
+    if !ambient.is_empty() {
+        let list: Vec<String> = ambient.iter().map(|c| format!("+{c}")).collect();
+        let list = list.join(",");
+        setpriv.args(["--inh-caps", &list, "--ambient-caps", &list]);
+    }
+    let out = setpriv
+        .args(["grep", "CapEff", "/proc/self/status"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "setpriv: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let effective = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .unwrap_or_else(|| panic!("no CapEff in {text:?}"));
+    const CAP_KILL: u64 = 1 << 5;
+    assert_ne!(
+        effective & CAP_KILL,
+        0,
+        "under the unit gpud has no effective CAP_KILL (CapEff {effective:#x}): it could not \
+         signal other users' processes"
+    );
+}
