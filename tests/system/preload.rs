@@ -462,6 +462,35 @@ fn gpudctl_run_enforce_preload_leaves_the_lease_to_the_program() {
     );
 }
 
+/// gpudctl killed with SIGKILL: the program, in its own process group under a parent-death
+/// signal, ends too, and its own lease with it.
+#[test]
+fn gpudctl_run_enforce_preload_ends_the_program_when_gpudctl_is_killed() {
+    let daemon = Daemon::start("1x16GiB");
+    let mut c = daemon.gpudctl_command(&["run", "--enforce", "preload", "--vram", "1GiB", "--"]);
+    c.arg(fake_dir().join("probe")).arg("proc");
+    c.env("LD_LIBRARY_PATH", fake_dir())
+        .env("GPUD_CONTEXT_OVERHEAD", "0")
+        .env_remove("GPUD_VRAM")
+        .env_remove("GPUD_POLICY");
+    let mut p = Probe::spawn(c);
+    p.ok("init");
+    let leases = status(&daemon).leases;
+    assert_eq!(leases.len(), 1, "the program's lease");
+    let program = nix::unistd::Pid::from_raw(leases[0].pid as i32);
+    p.child.kill().unwrap();
+    p.child.wait().unwrap();
+    assert!(
+        gpud_tests::wait_until(Duration::from_secs(5), || {
+            nix::sys::signal::kill(program, None).is_err()
+        }),
+        "the program outlived gpudctl"
+    );
+    assert!(gpud_tests::wait_until(Duration::from_secs(5), || {
+        status(&daemon).leases.is_empty()
+    }));
+}
+
 /// The compute lease of process `pid`, when it holds one.
 fn compute_lease_of(daemon: &Daemon, pid: u32) -> Option<u64> {
     status(daemon)

@@ -10,8 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use gpud_client::{Client, Placement};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::{Signal, killpg};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{Enforce, GrowPolicy, RunArgs};
@@ -123,7 +122,7 @@ pub async fn run(client: &Client, args: RunArgs, socket: &Path) -> Result<ExitCo
         .into());
     }
     let library = find_library(args.preload_lib.as_deref())?;
-    let mut command = tokio::process::Command::new(&args.command[0]);
+    let mut command = std::process::Command::new(&args.command[0]);
     command.args(&args.command[1..]).envs(environment(
         &args,
         socket,
@@ -147,8 +146,11 @@ pub async fn run(client: &Client, args: RunArgs, socket: &Path) -> Result<ExitCo
     }
     let mut interrupt = signal(SignalKind::interrupt()).context("signal handler")?;
     let mut terminate = signal(SignalKind::terminate()).context("signal handler")?;
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    // Its own process group under a parent-death signal, as in a supervised run: the leases
+    // are the program's own (they end with its processes), and the program never outlives
+    // gpudctl.
+    let mut program = match crate::child::spawn(command) {
+        Ok(program) => program,
         Err(e) => {
             let code = match e.kind() {
                 std::io::ErrorKind::NotFound => exit::NOT_FOUND,
@@ -158,19 +160,18 @@ pub async fn run(client: &Client, args: RunArgs, socket: &Path) -> Result<ExitCo
                 .context(Fail::new(code, format!("cannot run {:?}", args.command[0]))));
         }
     };
-    let pid = child.id().map(|p| Pid::from_raw(p as i32));
+    let group = program.pid;
     let forward = |sig: Signal| {
-        if let Some(pid) = pid {
-            let _ = kill(pid, sig);
-        }
+        let _ = killpg(group, sig);
     };
     let status = loop {
         tokio::select! {
-            status = child.wait() => break status.context("wait for the program")?,
+            status = program.child.wait() => break status.context("wait for the program")?,
             _ = interrupt.recv() => forward(Signal::SIGINT),
             _ = terminate.recv() => forward(Signal::SIGTERM),
         }
     };
+    program.done();
     use std::os::unix::process::ExitStatusExt;
     let code = match (status.code(), status.signal()) {
         (Some(c), _) => c,
