@@ -65,11 +65,16 @@ fi
 
 if [ -z "$bin_dir" ]; then
     cargo build --release -p gpud -p gpud-client -p gpud-cli-docs --bins
+    cargo build --release -p gpud-preload
     bin_dir="${CARGO_TARGET_DIR:-target}/release"
 fi
 for b in gpud gpudctl gpud-cli-docs; do
     [ -x "$bin_dir/$b" ] || { echo "install.sh: $bin_dir/$b is missing" >&2; exit 1; }
 done
+# The interposer (gpudctl run --enforce preload) is built beside the binaries.
+lib_dir=$bin_dir
+[ -f "$lib_dir/libgpud_preload.so" ] ||
+    { echo "install.sh: $lib_dir/libgpud_preload.so is missing (cargo build -p gpud-preload)" >&2; exit 1; }
 
 # Man pages and completions, rendered from the binaries' command lines; the pages name the
 # documentation's installed place.

@@ -26,6 +26,8 @@ manifest_layout() {
     manifest_dirs=(
         [bindir]="$prefix/bin"
         [libdir]="$prefix/lib"
+        # Libraries of gpud's own that no program links: gpudctl finds them in ../lib/gpud.
+        [pkglibdir]="$prefix/lib/gpud"
         [includedir]="$prefix/include"
         [mandir]="$prefix/share/man"
         [docdir]="$prefix/share/doc/gpud"

@@ -29,7 +29,7 @@ for tool in dpkg-buildpackage dh lintian man systemd-analyze systemd-socket-acti
     command -v "$tool" >/dev/null ||
         fail "$tool is missing (apt-get install dpkg-dev debhelper lintian man-db systemd python3)"
 done
-for f in gpud gpudctl gpud-cli-docs libgpud.so libgpud.a; do
+for f in gpud gpudctl gpud-cli-docs libgpud.so libgpud.a libgpud_preload.so; do
     [ -e "$bin_dir/$f" ] || fail "$bin_dir/$f is missing (cargo build --workspace --all-targets)"
 done
 for p in "${packages[@]}"; do
@@ -152,6 +152,11 @@ devices=$(python3 -c 'import json, sys; print(len(json.load(sys.stdin)["devices"
 [ "$devices" = 2 ] || fail "gpudctl status shows $devices devices, not the 2 simulated"
 /usr/bin/gpudctl --socket "$socket" run --vram 1GiB -- /bin/true ||
     { cat "$tmp/gpud.log" >&2; fail "gpudctl run"; }
+# The installed gpudctl finds the installed interposer (in ../lib/gpud from it).
+preloaded=$(/usr/bin/gpudctl --socket "$socket" run --enforce preload --vram 1GiB -- \
+    /bin/sh -c 'echo "$LD_PRELOAD"') || fail "gpudctl run --enforce preload"
+[ "$preloaded" = /usr/lib/gpud/libgpud_preload.so ] ||
+    fail "gpudctl run --enforce preload preloads '$preloaded', not /usr/lib/gpud/libgpud_preload.so"
 pid=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["daemon"]["pid"])' <<< "$status")
 [ "$pid" = "$activator" ] || fail "gpud (pid $pid) does not run in the activated process ($activator)"
 [ -n "$(ls -A /var/lib/gpud)" ] || fail "gpud wrote no journal into /var/lib/gpud"
