@@ -260,6 +260,18 @@ fn the_lease_is_acquired_at_the_first_cuda_use_with_its_initial_size() {
         let lease = s.leases.iter().find(|l| l.pid == p.pid()).unwrap();
         assert_eq!(lease.device, "GPU-5e1a0000-0000-4000-8000-000000000000");
         assert_eq!(lease.label.as_deref(), Some("probe"));
+        // The interposer attaches itself: status says how the lease is enforced.
+        assert!(
+            wait_until(Duration::from_secs(5), || status(&daemon)
+                .leases
+                .iter()
+                .any(|l| {
+                    l.pid == p.pid()
+                        && l.program_pid == Some(p.pid())
+                        && l.enforced_by == Some(gpud_client::proto::EnforcedBy::Preload)
+                })),
+            "{mode}: not attached as preload"
+        );
         // What the program is told: the lease, less the context's footprint.
         assert_eq!(p.ok("info"), vec![GIB - 256 * MIB, GIB], "{mode}");
         assert_eq!(p.ok("total"), vec![GIB], "{mode}");
