@@ -308,6 +308,36 @@ fn an_allocation_past_the_lease_grows_it_under_grow() {
     }
 }
 
+/// The lease grew, but the driver still says out-of-memory: the memory came from a process
+/// that just ended and is not freed yet. The allocation is retried until it goes through;
+/// within the lease (no growth) a refusal comes back at once.
+#[test]
+fn an_allocation_the_lease_grew_for_is_retried_while_the_driver_frees_memory() {
+    let daemon = Daemon::start("1x16GiB");
+    for (alloc, _) in paths(3 * GIB) {
+        let mut p = Probe::start(
+            &daemon.socket,
+            "proc",
+            &[("FAKE_CUDA_BUSY_ALLOCS", "3"), ("GPUD_SETTLE", "5s")],
+        );
+        p.ok("init");
+        p.ok(&alloc);
+        assert_eq!(
+            p.ok("used"),
+            vec![3 * GIB],
+            "{alloc}: allocated after the retries"
+        );
+        assert!(p.stderr().contains("still freeing memory"), "{alloc}");
+        let mut q = Probe::start(
+            &daemon.socket,
+            "proc",
+            &[("FAKE_CUDA_BUSY_ALLOCS", "1"), ("GPUD_VRAM", "4GiB")],
+        );
+        q.ok("init");
+        assert_eq!(q.err(&alloc), 2, "{alloc}: within the lease, not retried");
+    }
+}
+
 #[test]
 fn an_allocation_past_the_lease_fails_with_out_of_memory_under_fail() {
     let daemon = Daemon::start("1x16GiB");

@@ -47,6 +47,10 @@ pub struct Config {
     pub policy: Policy,
     /// `GPUD_GROW_TIMEOUT`: the longest wait for a grow (default 10 min).
     pub grow_timeout: Duration,
+    /// `GPUD_SETTLE`: how long an allocation the lease just grew for is retried while the
+    /// driver still says out-of-memory (default 10 s): the memory came from a process whose
+    /// lease ended with its connection, before the driver freed its device memory.
+    pub settle: Duration,
     /// `GPUD_GROW_STEP`: leases grow and shrink to multiples of this (default 1 GiB).
     pub grow_step: u64,
     /// `GPUD_SHRINK_ABOVE`: a lease shrinks only once its unused part exceeds this (default
@@ -76,6 +80,7 @@ impl Default for Config {
             acquire_timeout: None,
             policy: Policy::Grow,
             grow_timeout: Duration::from_secs(600),
+            settle: Duration::from_secs(10),
             grow_step: GIB,
             shrink_above: 4 * GIB,
             context_overhead: 512 * MIB,
@@ -132,6 +137,9 @@ impl Config {
         c.acquire_timeout = duration("GPUD_TIMEOUT", &mut problems);
         if let Some(d) = duration("GPUD_GROW_TIMEOUT", &mut problems) {
             c.grow_timeout = d;
+        }
+        if let Some(d) = duration("GPUD_SETTLE", &mut problems) {
+            c.settle = d;
         }
         if let Some(v) = get("GPUD_CLASS") {
             match Class::from_str(&v) {

@@ -51,6 +51,12 @@ pub struct Enforcer {
 
 static ENFORCER: OnceLock<Enforcer> = OnceLock::new();
 
+/// An admitted allocation: whether the lease grew for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Admitted {
+    grew: bool,
+}
+
 impl Enforcer {
     /// The process's enforcer, configured from the environment on first use.
     pub fn get() -> &'static Enforcer {
@@ -332,17 +338,18 @@ impl Enforcer {
     /// Admits an allocation of `size` bytes on `dev`: counted as used when it may go ahead
     /// (settle or cancel it after the driver's answer), `CUDA_ERROR_OUT_OF_MEMORY` when it
     /// may not. Grows the lease first under policy `grow`.
-    pub fn admit(&self, dev: Ordinal, size: u64) -> Result<(), CuResult> {
+    pub fn admit(&self, dev: Ordinal, size: u64) -> Result<Admitted, CuResult> {
         self.first_use(dev);
+        let mut grew = false;
         loop {
             if !self.enforcing() {
                 lock(&self.books).charge(dev, size);
-                return Ok(());
+                return Ok(Admitted { grew });
             }
             let may_grow = self.may_grow();
             let decision = lock(&self.books).admit(dev, size, may_grow, &self.sizing);
             match decision {
-                Admit::Fits => return Ok(()),
+                Admit::Fits => return Ok(Admitted { grew }),
                 Admit::Refuse => {
                     log::info(&format!(
                         "an allocation of {size} bytes on device {dev} is past the lease: \
@@ -354,8 +361,31 @@ impl Enforcer {
                     if !self.grow(dev, to) {
                         return Err(CUDA_ERROR_OUT_OF_MEMORY);
                     }
+                    grew = true;
                 }
             }
+        }
+    }
+
+    /// Runs an admitted allocation. When the lease grew for it and the driver still says
+    /// out-of-memory, the memory gpud granted is most likely still held by a process that just
+    /// ended (its lease ends when its connection closes, its device memory a moment later):
+    /// the call is retried, with a growing pause, for up to `GPUD_SETTLE`.
+    pub fn allocate(&self, admitted: Admitted, mut call: impl FnMut() -> CuResult) -> CuResult {
+        let r = call();
+        if !admitted.grew || r != CUDA_ERROR_OUT_OF_MEMORY {
+            return r;
+        }
+        let start = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(5);
+        log::info("the driver is still freeing memory the lease grew into: retrying");
+        loop {
+            std::thread::sleep(pause);
+            let r = call();
+            if r != CUDA_ERROR_OUT_OF_MEMORY || start.elapsed() >= self.config.settle {
+                return r;
+            }
+            pause = (pause * 2).min(std::time::Duration::from_millis(200));
         }
     }
 

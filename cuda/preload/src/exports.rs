@@ -181,7 +181,7 @@ fn current() -> Option<(&'static Driver, CuDevice)> {
 unsafe fn counted(
     dptr: *mut CuDevicePtr,
     size: u64,
-    alloc: impl FnOnce(&Driver) -> CuResult,
+    alloc: impl Fn(&Driver) -> CuResult,
 ) -> CuResult {
     let Some(d) = driver() else {
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -190,10 +190,11 @@ unsafe fn counted(
         return alloc(d);
     };
     let e = Enforcer::get();
-    if let Err(r) = e.admit(dev, size) {
-        return r;
-    }
-    let r = alloc(d);
+    let admitted = match e.admit(dev, size) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let r = e.allocate(admitted, || alloc(d));
     if r == CUDA_SUCCESS && !dptr.is_null() {
         // SAFETY: the driver wrote the new pointer there.
         e.settle_block(dev, unsafe { *dptr }, size, size);
@@ -248,11 +249,14 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     // it chose.
     let estimate = round_up(width as u64, 512).saturating_mul(height as u64);
     let e = Enforcer::get();
-    if let Err(r) = e.admit(dev, estimate) {
-        return r;
-    }
+    let admitted = match e.admit(dev, estimate) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
     // SAFETY: the caller's arguments, passed on.
-    let r = unsafe { d.mem_alloc_pitch(dptr, pitch, width, height, element) };
+    let r = e.allocate(admitted, || unsafe {
+        d.mem_alloc_pitch(dptr, pitch, width, height, element)
+    });
     if r == CUDA_SUCCESS && !dptr.is_null() && !pitch.is_null() {
         // SAFETY: the driver wrote both out-parameters.
         let (ptr, actual) = unsafe { (*dptr, (*pitch as u64).saturating_mul(height as u64)) };
@@ -286,7 +290,7 @@ unsafe fn pooled(
     dptr: *mut CuDevicePtr,
     size: usize,
     pool: Option<usize>,
-    alloc: impl FnOnce(&Driver) -> CuResult,
+    alloc: impl Fn(&Driver) -> CuResult,
 ) -> CuResult {
     let Some((d, dev)) = current() else {
         return driver().map_or(CUDA_ERROR_NOT_INITIALIZED, alloc);
@@ -298,10 +302,11 @@ unsafe fn pooled(
     };
     let e = Enforcer::get();
     let growth = e.pool_growth(pool, size as u64);
-    if let Err(r) = e.admit(dev, growth) {
-        return r;
-    }
-    let r = alloc(d);
+    let admitted = match e.admit(dev, growth) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let r = e.allocate(admitted, || alloc(d));
     if r != CUDA_SUCCESS {
         e.cancel(dev, growth);
     } else if !e.settle_pool(dev, pool, growth) && !dptr.is_null() {
@@ -458,11 +463,14 @@ pub unsafe extern "C" fn cuMemCreate(
         return unsafe { d.mem_create(handle, size, prop, flags) };
     };
     let e = Enforcer::get();
-    if let Err(r) = e.admit(dev, size as u64) {
-        return r;
-    }
+    let admitted = match e.admit(dev, size as u64) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
     // SAFETY: the caller's arguments, passed on.
-    let r = unsafe { d.mem_create(handle, size, prop, flags) };
+    let r = e.allocate(admitted, || unsafe {
+        d.mem_create(handle, size, prop, flags)
+    });
     if r == CUDA_SUCCESS && !handle.is_null() {
         // SAFETY: the driver wrote the handle there.
         e.settle_handle(dev, unsafe { *handle }, size as u64);

@@ -40,8 +40,14 @@ static unsigned long long next_addr = 0x7f0000000000ULL;
 static unsigned long long next_handle = 1;
 static __thread int current = -1;
 
+/* FAKE_CUDA_BUSY_ALLOCS=N: the first N allocations fail with out-of-memory, as on a device
+   where a process that just ended still holds the memory its lease gave back. */
+static int busy_allocs;
+
 static void setup(void) {
     if (ndev >= 0) return;
+    const char *busy = getenv("FAKE_CUDA_BUSY_ALLOCS");
+    busy_allocs = busy ? atoi(busy) : 0;
     const char *t = getenv("FAKE_CUDA_TOTAL");
     const char *n = getenv("FAKE_CUDA_DEVICES");
     total_bytes = t ? strtoull(t, NULL, 10) : (16ULL << 30);
@@ -55,6 +61,7 @@ static CUresult take(int dev, unsigned long long size, enum kind kind, unsigned 
     setup();
     if (dev < 0 || dev >= ndev) { pthread_mutex_unlock(&mu); return INVALID_DEVICE; }
     if (used[dev] + size > total_bytes) { pthread_mutex_unlock(&mu); return OUT_OF_MEMORY; }
+    if (busy_allocs > 0) { busy_allocs--; pthread_mutex_unlock(&mu); return OUT_OF_MEMORY; }
     for (int i = 0; i < MAX_BLOCKS; i++) {
         if (blocks[i].kind == FREE_SLOT) {
             if (kind == HANDLE) {
