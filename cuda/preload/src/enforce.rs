@@ -539,10 +539,13 @@ impl Enforcer {
         (b.unused().min(real_free), b.lease)
     }
 
-    /// What `cuDeviceTotalMem` reports for `dev`: the lease, or before the device's first use
-    /// the lease it will start with (asking for none: programs enumerate every device).
+    /// What `cuDeviceTotalMem` reports for `dev`: under policy `fail` the lease, or before the
+    /// device's first use the lease it will start with (asking for none: programs enumerate
+    /// every device). Under `grow` the device's own total, which the lease may grow to:
+    /// frameworks read the total once and size for it (PyTorch's expandable segments reserve
+    /// their address range from it, and a lease grown past that range crashed the program).
     pub fn total_mem(&self, dev: Ordinal, real_total: u64) -> u64 {
-        if !self.enforcing() {
+        if !self.enforcing() || self.may_grow() {
             return real_total;
         }
         let started = lock(&self.slots).get(&dev).is_some_and(|s| s.started);
