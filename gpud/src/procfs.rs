@@ -33,20 +33,28 @@ pub fn supplementary_groups(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// The parent of a process, from /proc/PID/stat.
-pub fn parent_pid(pid: u32) -> Option<u32> {
+/// The fields of /proc/PID/stat after the command name, from the state (field 3) on. The
+/// name is in parentheses and may hold anything, spaces and ')' included: the fields start
+/// after the last ')'.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may contain spaces: parse after the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Field `n` (1-based, as proc(5) numbers them; 3 or more) of /proc/PID/stat.
+fn stat_field<T: std::str::FromStr>(pid: u32, n: usize) -> Option<T> {
+    stat_fields(pid)?.get(n.checked_sub(3)?)?.parse().ok()
+}
+
+/// The parent of a process (field 4 of /proc/PID/stat).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    stat_field(pid, 4)
 }
 
 /// The process group of a process (field 5 of /proc/PID/stat).
 pub fn process_group(pid: u32) -> Option<u32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // State, ppid, then pgrp.
-    rest.split_whitespace().nth(2)?.parse().ok()
+    stat_field(pid, 5)
 }
 
 /// A process's real and effective uids (the `Uid:` line of /proc/PID/status).
@@ -65,12 +73,9 @@ pub fn descends_from(pid: u32, ancestor: u32) -> bool {
 /// A process's state letter and start time in clock ticks since boot (fields 3 and 22 of
 /// /proc/PID/stat).
 fn process_stat(pid: u32) -> Option<(char, u64)> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may hold anything: parse after the last ')'.
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    // starttime is field 22; the state (field 3) was the first after the name.
-    let start = fields.nth(18)?.parse().ok()?;
+    let fields = stat_fields(pid)?;
+    let state = fields.first()?.chars().next()?;
+    let start = fields.get(22 - 3)?.parse().ok()?;
     Some((state, start))
 }
 

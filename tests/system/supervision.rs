@@ -18,25 +18,24 @@ use nix::unistd::Pid;
 
 const GIB: u64 = 1 << 30;
 
+/// Field `n` (1-based as proc(5) numbers them, 3 or more) of /proc/PID/stat: the fields
+/// start after the command name's last ')'.
+fn stat_field(pid: u32, n: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(n.checked_sub(3)?)
+        .map(str::to_owned)
+}
+
 /// Whether a process has ended: no such pid, or a zombie waiting for its parent.
 fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X"),
-    }
+    stat_field(pid, 3).is_none_or(|state| state == "Z" || state == "X")
 }
 
 /// Field 5 of /proc/PID/stat.
 fn process_group(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(2)?
-        .parse()
-        .ok()
+    stat_field(pid, 5)?.parse().ok()
 }
 
 /// A pid a program wrote to `path`, once it has.
@@ -486,8 +485,7 @@ fn a_restarted_gpud_hears_the_attach_again_with_the_re_adoption() {
 
 /// The state letter of /proc/PID/stat (`S`, `T`, …).
 fn state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+    stat_field(pid, 3)?.chars().next()
 }
 
 #[test]

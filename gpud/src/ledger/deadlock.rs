@@ -10,6 +10,9 @@
 //! at once ([`Decision::GrowDeadlocked`]; its lease keeps its size), and the test is made again
 //! with that lease counted as one that can give back.
 //!
+//! Like the other queue scans, it looks at the first `max_scan` waiters of the device only: it
+//! runs in every scheduling round.
+//!
 //! Grows inside a budget are left alone: a budget's memory is its job's, and its members'
 //! grows wait on each other by the job's own design.
 
@@ -23,6 +26,7 @@ impl Ledger {
             let growers: Vec<(u64, u64)> = self.devices[d]
                 .queue
                 .iter()
+                .take(self.config.max_scan)
                 .filter_map(|(_, seq)| self.waiters.get(seq))
                 .filter(|w| w.within.is_none())
                 .filter_map(|w| w.grows.map(|id| (w.seq, id)))
