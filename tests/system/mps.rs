@@ -353,6 +353,29 @@ fn run_enforce_mps_gives_the_program_the_client_environment() {
         "{env}"
     );
 
+    // While it runs, status says the program's lease is enforced by MPS (the attach follows
+    // the start: the program asks until the lease says how it is enforced).
+    let gpudctl = gpud_tests::bin("gpudctl");
+    let ask = format!(
+        "for i in $(seq 50); do out=$('{}' --socket '{}' leases --json); \
+         case \"$out\" in *enforced_by*) break;; esac; sleep 0.1; done; echo \"$out\"",
+        gpudctl.display(),
+        daemon.socket.display()
+    );
+    let out = daemon.gpudctl(&[
+        "run",
+        "--enforce",
+        "mps",
+        "--vram",
+        "1GiB",
+        "--",
+        "sh",
+        "-c",
+        &ask,
+    ]);
+    let leases = String::from_utf8_lossy(&out.stdout).replace(' ', "");
+    assert!(leases.contains(r#""enforced_by":"mps""#), "{leases}");
+
     // A lease without memory has no limit to give.
     let out = daemon.gpudctl(&["run", "--enforce", "mps", "--compute", "--", "true"]);
     assert_eq!(
