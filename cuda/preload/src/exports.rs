@@ -67,6 +67,31 @@ fn wrapper(sym: Sym) -> *mut c_void {
     f as *mut c_void
 }
 
+/// An exported driver entry point and its per-thread default stream twin (`_ptsz`): one
+/// body, which forwards to the driver symbol (`sym`) the function was exported as.
+macro_rules! with_ptsz {
+    ($name:ident, $ptsz:ident: $sym:ident = $plain:ident, $twin:ident;
+     ($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        /// # Safety
+        /// The driver's contract for these arguments.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> CuResult {
+            let $sym = Sym::$plain;
+            $body
+        }
+
+        /// # Safety
+        /// The driver's contract for these arguments.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $ptsz($($arg: $ty),*) -> CuResult {
+            let $sym = Sym::$twin;
+            $body
+        }
+    };
+}
+
 /// The program's `dlsym`: glibc's answer, except that a wrapped entry point found there is
 /// answered with its wrapper. (`RTLD_NEXT` asked by the program searches after this library
 /// rather than after the caller: glibc sees the interposer as the caller.)
@@ -319,69 +344,24 @@ unsafe fn pooled(
     r
 }
 
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync(
-    dptr: *mut CuDevicePtr,
-    size: usize,
-    stream: Opaque,
-) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
-    unsafe {
-        pooled(dptr, size, None, |d| {
-            d.mem_alloc_async(Sym::MemAllocAsync, dptr, size, stream)
-        })
+with_ptsz! {
+    cuMemAllocAsync, cuMemAllocAsync_ptsz: sym = MemAllocAsync, MemAllocAsyncPtsz;
+    (dptr: *mut CuDevicePtr, size: usize, stream: Opaque) {
+        // SAFETY: the caller's arguments, passed on.
+        unsafe { pooled(dptr, size, None, |d| d.mem_alloc_async(sym, dptr, size, stream)) }
     }
 }
 
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
-    dptr: *mut CuDevicePtr,
-    size: usize,
-    stream: Opaque,
-) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
-    unsafe {
-        pooled(dptr, size, None, |d| {
-            d.mem_alloc_async(Sym::MemAllocAsyncPtsz, dptr, size, stream)
-        })
-    }
-}
-
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
-    dptr: *mut CuDevicePtr,
-    size: usize,
-    pool: Opaque,
-    stream: Opaque,
-) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
-    unsafe {
-        pooled(dptr, size, Some(pool as usize), |d| {
-            d.mem_alloc_from_pool(Sym::MemAllocFromPoolAsync, dptr, size, pool, stream)
-        })
-    }
-}
-
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
-    dptr: *mut CuDevicePtr,
-    size: usize,
-    pool: Opaque,
-    stream: Opaque,
-) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
-    unsafe {
-        pooled(dptr, size, Some(pool as usize), |d| {
-            d.mem_alloc_from_pool(Sym::MemAllocFromPoolAsyncPtsz, dptr, size, pool, stream)
-        })
+with_ptsz! {
+    cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz:
+        sym = MemAllocFromPoolAsync, MemAllocFromPoolAsyncPtsz;
+    (dptr: *mut CuDevicePtr, size: usize, pool: Opaque, stream: Opaque) {
+        // SAFETY: the caller's arguments, passed on.
+        unsafe {
+            pooled(dptr, size, Some(pool as usize), |d| {
+                d.mem_alloc_from_pool(sym, dptr, size, pool, stream)
+            })
+        }
     }
 }
 
@@ -398,32 +378,15 @@ fn freed_async(r: CuResult, dptr: CuDevicePtr) -> CuResult {
     r
 }
 
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFreeAsync(dptr: CuDevicePtr, stream: Opaque) -> CuResult {
-    let Some(d) = driver() else {
-        return CUDA_ERROR_NOT_INITIALIZED;
-    };
-    // SAFETY: the caller's arguments, passed on.
-    freed_async(
-        unsafe { d.mem_free_async(Sym::MemFreeAsync, dptr, stream) },
-        dptr,
-    )
-}
-
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CuDevicePtr, stream: Opaque) -> CuResult {
-    let Some(d) = driver() else {
-        return CUDA_ERROR_NOT_INITIALIZED;
-    };
-    // SAFETY: the caller's arguments, passed on.
-    freed_async(
-        unsafe { d.mem_free_async(Sym::MemFreeAsyncPtsz, dptr, stream) },
-        dptr,
-    )
+with_ptsz! {
+    cuMemFreeAsync, cuMemFreeAsync_ptsz: sym = MemFreeAsync, MemFreeAsyncPtsz;
+    (dptr: CuDevicePtr, stream: Opaque) {
+        let Some(d) = driver() else {
+            return CUDA_ERROR_NOT_INITIALIZED;
+        };
+        // SAFETY: the caller's arguments, passed on.
+        freed_async(unsafe { d.mem_free_async(sym, dptr, stream) }, dptr)
+    }
 }
 
 /// The leading fields of `CUmemAllocationProp` (cuda.h): type, requested handle types, and
@@ -621,168 +584,63 @@ fn computed(call: impl FnOnce(&Driver) -> CuResult) -> CuResult {
     }
 }
 
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn cuLaunchKernel(
-    f: Opaque,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shared: c_uint,
-    stream: Opaque,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
-    computed(|d| unsafe {
-        d.launch_kernel(
-            Sym::LaunchKernel,
-            f,
-            [gx, gy, gz],
-            [bx, by, bz],
-            shared,
-            stream,
-            params,
-            extra,
-        )
-    })
+with_ptsz! {
+    cuLaunchKernel, cuLaunchKernel_ptsz: sym = LaunchKernel, LaunchKernelPtsz;
+    (
+        f: Opaque,
+        gx: c_uint,
+        gy: c_uint,
+        gz: c_uint,
+        bx: c_uint,
+        by: c_uint,
+        bz: c_uint,
+        shared: c_uint,
+        stream: Opaque,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) {
+        // SAFETY: the caller's arguments, passed on.
+        computed(|d| unsafe {
+            d.launch_kernel(sym, f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra)
+        })
+    }
 }
 
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn cuLaunchKernel_ptsz(
-    f: Opaque,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shared: c_uint,
-    stream: Opaque,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
-    computed(|d| unsafe {
-        d.launch_kernel(
-            Sym::LaunchKernelPtsz,
-            f,
-            [gx, gy, gz],
-            [bx, by, bz],
-            shared,
-            stream,
-            params,
-            extra,
-        )
-    })
+with_ptsz! {
+    cuLaunchKernelEx, cuLaunchKernelEx_ptsz: sym = LaunchKernelEx, LaunchKernelExPtsz;
+    (config: *const c_void, f: Opaque, params: *mut *mut c_void, extra: *mut *mut c_void) {
+        // SAFETY: the caller's arguments, passed on.
+        computed(|d| unsafe { d.launch_kernel_ex(sym, config, f, params, extra) })
+    }
 }
 
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernelEx(
-    config: *const c_void,
-    f: Opaque,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
-    computed(|d| unsafe { d.launch_kernel_ex(Sym::LaunchKernelEx, config, f, params, extra) })
+with_ptsz! {
+    cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz:
+        sym = LaunchCooperativeKernel, LaunchCooperativeKernelPtsz;
+    (
+        f: Opaque,
+        gx: c_uint,
+        gy: c_uint,
+        gz: c_uint,
+        bx: c_uint,
+        by: c_uint,
+        bz: c_uint,
+        shared: c_uint,
+        stream: Opaque,
+        params: *mut *mut c_void,
+    ) {
+        // SAFETY: the caller's arguments, passed on.
+        computed(|d| unsafe {
+            d.launch_cooperative(sym, f, [gx, gy, gz], [bx, by, bz], shared, stream, params)
+        })
+    }
 }
 
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
-    config: *const c_void,
-    f: Opaque,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
-    computed(|d| unsafe { d.launch_kernel_ex(Sym::LaunchKernelExPtsz, config, f, params, extra) })
-}
-
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn cuLaunchCooperativeKernel(
-    f: Opaque,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shared: c_uint,
-    stream: Opaque,
-    params: *mut *mut c_void,
-) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
-    computed(|d| unsafe {
-        d.launch_cooperative(
-            Sym::LaunchCooperativeKernel,
-            f,
-            [gx, gy, gz],
-            [bx, by, bz],
-            shared,
-            stream,
-            params,
-        )
-    })
-}
-
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
-    f: Opaque,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shared: c_uint,
-    stream: Opaque,
-    params: *mut *mut c_void,
-) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
-    computed(|d| unsafe {
-        d.launch_cooperative(
-            Sym::LaunchCooperativeKernelPtsz,
-            f,
-            [gx, gy, gz],
-            [bx, by, bz],
-            shared,
-            stream,
-            params,
-        )
-    })
-}
-
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphLaunch(exec: Opaque, stream: Opaque) -> CuResult {
-    computed(|d| d.graph_launch(Sym::GraphLaunch, exec, stream))
-}
-
-/// # Safety
-/// The driver's contract for these arguments.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: Opaque, stream: Opaque) -> CuResult {
-    computed(|d| d.graph_launch(Sym::GraphLaunchPtsz, exec, stream))
+with_ptsz! {
+    cuGraphLaunch, cuGraphLaunch_ptsz: sym = GraphLaunch, GraphLaunchPtsz;
+    (exec: Opaque, stream: Opaque) {
+        computed(|d| d.graph_launch(sym, exec, stream))
+    }
 }
 
 /// A device-global call: under the compute lease; pools may have given memory back after it.
