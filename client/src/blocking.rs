@@ -230,6 +230,11 @@ impl Lease {
         self.inner.parts()
     }
 
+    /// The host resources granted with the lease, when it asked for any.
+    pub fn host(&self) -> Option<&crate::HostGrant> {
+        self.inner.host()
+    }
+
     /// Whether the daemon asked this lease to yield its compute slot.
     pub fn yield_requested(&self) -> bool {
         self.inner.yield_requested()

@@ -158,6 +158,11 @@ impl Lease {
     pub fn parts(&self) -> &[crate::LeasePart] {
         &self.core.info.parts
     }
+    /// The host resources granted with the lease (memory, page-locked memory, CPUs by
+    /// number), when it asked for any.
+    pub fn host(&self) -> Option<&crate::HostGrant> {
+        self.core.info.host.as_ref()
+    }
     /// Whether the daemon asked this lease to yield its compute slot.
     pub fn yield_requested(&self) -> bool {
         self.core.yield_requested()

@@ -31,7 +31,7 @@ pub use client::Client;
 pub use connection::ClientOptions;
 pub use error::{ClientError, Result};
 pub use lease::{Lease, LeaseWatch};
-pub use proto::{Class, LeasePart, Placement, PlacementPolicy};
+pub use proto::{Class, HostGrant, LeasePart, NumaPlacement, Placement, PlacementPolicy};
 pub use request::{BUDGET_ENV, LeaseRequest};
 pub use reservation::{ComputeToken, ExclusiveDevice, LeaseId, LeaseLost, Reservation};
 

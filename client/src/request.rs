@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{ClientError, Result};
-use crate::proto::{AcquireArgs, Class, PartArgs, Placement, PlacementPolicy};
+use crate::proto::{AcquireArgs, Class, HostArgs, NumaPlacement, PartArgs, Placement, PlacementPolicy};
 
 /// A lease request: VRAM and/or the compute slot of one device, or of several devices at once
 /// (granted together or not at all: [`LeaseRequest::devices`], [`LeaseRequest::part`]).
@@ -114,6 +114,27 @@ impl LeaseRequest {
     /// How gpud chooses the device(s) among those that can grant (default `best-fit`).
     pub fn placement(mut self, policy: PlacementPolicy) -> Self {
         self.args.placement = Some(policy);
+        self
+    }
+    /// Reserve this many bytes of host memory with the lease (docs/HOST.md). A request with
+    /// host resources and no device part is a lease of the host alone.
+    pub fn host_memory(mut self, bytes: u64) -> Self {
+        self.args.host.get_or_insert_with(HostArgs::default).mem_bytes = bytes;
+        self
+    }
+    /// Reserve this many bytes of page-locked host memory (counted as host memory too).
+    pub fn pinned(mut self, bytes: u64) -> Self {
+        self.args.host.get_or_insert_with(HostArgs::default).pinned_bytes = bytes;
+        self
+    }
+    /// Take `n` CPUs of one NUMA node; the grant names them ([`crate::Lease::host`]).
+    pub fn cpus(mut self, n: u32) -> Self {
+        self.args.host.get_or_insert_with(HostArgs::default).cpus = n;
+        self
+    }
+    /// Which NUMA node the CPUs come from (default: any; `near`: the lease's device's node).
+    pub fn numa(mut self, numa: NumaPlacement) -> Self {
+        self.args.host.get_or_insert_with(HostArgs::default).numa = numa;
         self
     }
     /// The request as built (before [`LeaseRequest::devices`] is expanded into parts).

@@ -45,11 +45,16 @@ pub enum Op {
     Resize {
         /// The lease to resize.
         lease: LeaseId,
-        /// The new size in bytes.
+        /// The new size in bytes (of device memory; of host memory with `host_mem_bytes`).
+        #[serde(default)]
         vram_bytes: u64,
         /// Give up growing after this long (milliseconds); no timeout when absent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<u64>,
+        /// Resize the lease's host memory instead, to this many bytes (`vram_bytes` is then
+        /// left out or 0). Only for daemons whose welcome lists [`FEATURE_HOST`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host_mem_bytes: Option<u64>,
     },
     /// Give a lease back.
     Release {
@@ -246,6 +251,102 @@ pub struct AcquireArgs {
     /// when absent. Only for daemons whose welcome lists [`FEATURE_MULTI_DEVICE`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementPolicy>,
+    /// Host resources granted with the device part(s), atomically: all or nothing. With no
+    /// device part (`vram_bytes` 0, no `compute`, no `parts`) the lease is of the host alone.
+    /// Only for daemons whose welcome lists [`FEATURE_HOST`] (left out when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostArgs>,
+}
+
+/// Host resources a lease asks for: memory, page-locked memory, CPUs of one NUMA node.
+/// docs/HOST.md describes how they are counted.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostArgs {
+    /// Bytes of host memory (what the lease's processes keep resident, page-locked memory
+    /// included: gpud counts at least `pinned_bytes` here).
+    #[serde(default)]
+    pub mem_bytes: u64,
+    /// Bytes of page-locked (pinned) host memory: CUDA staging buffers, registered bases.
+    #[serde(default)]
+    pub pinned_bytes: u64,
+    /// CPUs (logical CPUs as the kernel numbers them), all on one NUMA node.
+    #[serde(default)]
+    pub cpus: u32,
+    /// Which NUMA node the CPUs come from.
+    #[serde(default, skip_serializing_if = "NumaPlacement::is_any")]
+    pub numa: NumaPlacement,
+}
+
+impl HostArgs {
+    /// Nothing asked.
+    pub fn is_empty(&self) -> bool {
+        self.mem_bytes == 0 && self.pinned_bytes == 0 && self.cpus == 0
+    }
+}
+
+/// Where a lease's CPUs come from: JSON `"any"`, `"near"` or `{"node": N}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NumaPlacement {
+    /// Any node with enough free CPUs.
+    #[default]
+    Any,
+    /// The node of the lease's device(s) (all of them on that node); needs a device part.
+    Near,
+    /// This node.
+    Node(u32),
+}
+
+impl NumaPlacement {
+    /// The default (left out of the wire form).
+    pub fn is_any(&self) -> bool {
+        *self == NumaPlacement::Any
+    }
+}
+
+impl std::fmt::Display for NumaPlacement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NumaPlacement::Any => f.write_str("any"),
+            NumaPlacement::Near => f.write_str("near"),
+            NumaPlacement::Node(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for NumaPlacement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "any" => Ok(NumaPlacement::Any),
+            "near" => Ok(NumaPlacement::Near),
+            n => n.parse().map(NumaPlacement::Node).map_err(|_| {
+                format!("NUMA placement {s:?}: give any, near, or a node number")
+            }),
+        }
+    }
+}
+
+/// The host resources a lease holds.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HostGrant {
+    /// Bytes of host memory.
+    #[serde(default)]
+    pub mem_bytes: u64,
+    /// Bytes of page-locked memory.
+    #[serde(default)]
+    pub pinned_bytes: u64,
+    /// The CPUs granted (kernel numbers, ascending): what `sched_setaffinity` pins to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<u32>,
+    /// Their NUMA node (absent without CPUs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    /// The lease ids of the host parts (events about a part name its id; ending one ends the
+    /// whole lease).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<LeaseId>,
 }
 
 /// One part of a lease of several devices: what it needs on its own device.
@@ -275,6 +376,9 @@ pub const FEATURE_MULTI_DEVICE: &str = "multi_device";
 pub const FEATURE_MPS: &str = "mps";
 /// The welcome's feature name for [`Op::Attach`].
 pub const FEATURE_ATTACH: &str = "attach";
+/// The welcome's feature name for host resources: [`AcquireArgs::host`], [`Op::Resize`]'s
+/// `host_mem_bytes`, [`LeaseInfo::host`] and [`StatusReport::host`].
+pub const FEATURE_HOST: &str = "host";
 
 /// Frames the daemon sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -434,6 +538,10 @@ pub struct LeaseInfo {
     /// this order. Absent for a lease of one device.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<LeasePart>,
+    /// The host resources granted with it. A lease of the host alone has them and no device:
+    /// its `device_uuid`, `device_name` and `cuda_visible_devices` are empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostGrant>,
 }
 
 /// One granted part of a lease of several devices.
@@ -664,6 +772,10 @@ pub struct StatusReport {
     /// How leases can be enforced on this host; absent from older daemons.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforcement: Option<EnforcementStatus>,
+    /// The host's own resources (memory, page-locked memory, CPUs by NUMA node); absent from
+    /// daemons whose welcome does not list [`FEATURE_HOST`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostStatus>,
     /// Where the next page starts (ask with [`Op::StatusPage`]); absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub more: Option<StatusCursor>,
@@ -881,6 +993,79 @@ pub struct LeaseStatus {
     /// How the attached program's use of the lease is enforced; absent when none is attached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforced_by: Option<EnforcedBy>,
+    /// What this row reserves: a device (absent), or a host part. A host part's row has
+    /// `device` `"host"` (memory, page-locked memory) or `"numa<N>"` (CPUs), `device_index`
+    /// 0, `vram_bytes` 0 and no compute; its amount is in `host`.
+    #[serde(default, skip_serializing_if = "Resource::is_device")]
+    pub resource: Resource,
+    /// A host part's amount: `mem_bytes`, `pinned_bytes` or `cpus` (with `numa_node`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostGrant>,
+}
+
+/// What a ledger entry reserves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resource {
+    /// Device memory and/or a compute slot.
+    #[default]
+    Device,
+    /// Host memory.
+    HostMemory,
+    /// Page-locked host memory.
+    Pinned,
+    /// CPUs of one NUMA node.
+    Cpus,
+}
+
+impl Resource {
+    /// A device (the default, left out of the wire form).
+    pub fn is_device(&self) -> bool {
+        *self == Resource::Device
+    }
+}
+
+/// The host's resources as gpud books them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HostStatus {
+    /// Host memory.
+    pub memory: HostPoolStatus,
+    /// Page-locked memory.
+    pub pinned: HostPoolStatus,
+    /// CPUs, by NUMA node.
+    pub numa: Vec<NumaStatus>,
+}
+
+/// A host pool of bytes, counted like a device's memory.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HostPoolStatus {
+    /// What the host has (memory: MemTotal, or the configured size).
+    pub total_bytes: u64,
+    /// Never handed out.
+    pub headroom_bytes: u64,
+    /// Used by processes that hold no host lease (memory only).
+    pub unmanaged_bytes: u64,
+    /// What leases may reserve: total − headroom − unmanaged.
+    pub capacity_bytes: u64,
+    /// Reserved by leases.
+    pub reserved_bytes: u64,
+    /// Waiting requests for it, by class.
+    #[serde(default)]
+    pub queued: QueueCounts,
+}
+
+/// One NUMA node's CPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NumaStatus {
+    /// The node.
+    pub node: u32,
+    /// Its CPUs that gpud hands out (kernel numbers, ascending).
+    pub cpus: Vec<u32>,
+    /// Those granted now.
+    pub granted: Vec<u32>,
+    /// Waiting requests for its CPUs, by class.
+    #[serde(default)]
+    pub queued: QueueCounts,
 }
 
 /// One waiting request.
@@ -910,11 +1095,39 @@ pub struct WaiterStatus {
     /// then the largest part's memory and whether any part computes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<PartArgs>,
+    /// The host resources it asks for (for a resize of host memory: the extra bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostArgs>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_args_round_trip_and_default_away() {
+        let text = r#"{"type":"request","id":3,"op":{"acquire":{"host":{"mem_bytes":1024,"cpus":4,"numa":"near"}}}}"#;
+        let frame: ClientFrame = serde_json::from_str(text).unwrap();
+        let ClientFrame::Request {
+            op: Op::Acquire(args),
+            ..
+        } = &frame
+        else {
+            panic!("not an acquire: {frame:?}")
+        };
+        let host = args.host.as_ref().unwrap();
+        assert_eq!((host.mem_bytes, host.pinned_bytes, host.cpus), (1024, 0, 4));
+        assert_eq!(host.numa, NumaPlacement::Near);
+        let node: HostArgs = serde_json::from_str(r#"{"numa":{"node":1},"cpus":2}"#).unwrap();
+        assert_eq!(node.numa, NumaPlacement::Node(1));
+        // Absent host args stay off the wire (older daemons refuse unknown fields).
+        let plain = serde_json::to_string(&AcquireArgs::default()).unwrap();
+        assert!(!plain.contains("host"), "{plain}");
+        assert!(serde_json::from_str::<HostArgs>(r#"{"cpu":2}"#).is_err());
+        assert_eq!("near".parse::<NumaPlacement>(), Ok(NumaPlacement::Near));
+        assert_eq!("3".parse::<NumaPlacement>(), Ok(NumaPlacement::Node(3)));
+        assert!("far".parse::<NumaPlacement>().is_err());
+    }
 
     #[test]
     fn acquire_round_trips_with_defaults() {
