@@ -197,10 +197,10 @@ impl Hub {
     /// Reads the host's used memory and the resident memory of host memory holders (and their
     /// descendants, as for device memory), and tells the core.
     fn sample_host_memory(&mut self) {
-        let holders = self.core.host_memory_holders();
-        if !self.core.host_enabled() {
+        if !self.core.measures_host_memory() {
             return;
         }
+        let holders = self.core.host_memory_holders();
         let Some(used) = crate::host::memory_used() else {
             return;
         };
