@@ -280,3 +280,23 @@ fn a_restart_restores_a_host_lease_with_its_cpus() {
     let fresh = granted(ask(&mut again, 2, 1, host(0, 2, NumaPlacement::Node(0))));
     assert_eq!(fresh.host.unwrap().cpus, vec![2, 3]);
 }
+
+#[test]
+fn every_host_part_counts_against_the_session_s_lease_limit() {
+    let mut config = Config::default();
+    config.limits.max_leases_per_session = 3;
+    let mut b = Bench::with_host(&config, &layout());
+    b.open(1, peer(101, 1000)).unwrap();
+    let three = AcquireArgs {
+        vram_bytes: GIB,
+        ..host(GIB, 1, NumaPlacement::Any)
+    };
+    let info = granted(ask(&mut b, 1, 1, three.clone()));
+    assert_eq!(info.host.unwrap().parts.len(), 2);
+    b.request(1, 2, Op::Release { lease: info.lease });
+    let mut four = three;
+    four.host.as_mut().unwrap().pinned_bytes = GIB;
+    let (code, m) = refused(ask(&mut b, 1, 3, four));
+    assert_eq!(code, ErrorCode::LimitExceeded);
+    assert!(m.contains("max_leases_per_session"), "{m}");
+}

@@ -60,7 +60,12 @@ impl Core {
         let limits = &self.settings.limits;
         let (leases, waiters) = self.ledger.session_counts(ticket.session);
         // A group is a lease per part, its host parts included.
-        if leases + (args.parts.len() + host.len()).max(1) > limits.max_leases_per_session {
+        let device_parts = if args.parts.is_empty() {
+            usize::from(host.is_empty() || args.vram_bytes > 0 || args.compute)
+        } else {
+            args.parts.len()
+        };
+        if leases + device_parts + host.len() > limits.max_leases_per_session {
             return Err(ErrorBody::new(
                 ErrorCode::LimitExceeded,
                 format!(
