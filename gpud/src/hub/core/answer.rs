@@ -244,7 +244,7 @@ impl Core {
     /// host resources granted with them (a lease of the host alone has no device).
     pub(super) fn lease_info(&mut self, id: LeaseId) -> Option<LeaseInfo> {
         let token = self.token(id);
-        let host = self.host_grant(id);
+        let host = self.host_grant(id).map(Box::new);
         let lease = self.ledger.lease(id)?;
         let (class, within) = (lease.class, lease.within);
         let group = self.ledger.group_of(id);
