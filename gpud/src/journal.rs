@@ -75,6 +75,10 @@ pub struct LeaseRecord {
     /// The group (lease of several devices) it is a part of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<GroupRecord>,
+    /// A CPU part's CPUs (kernel numbers): a re-adopted lease keeps them. Its `device_uuid`
+    /// names the NUMA node's pool (`numa0`), its `vram_bytes` counts them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<u32>,
 }
 
 /// What a journal line adds for a part of a group: a restart restores the group only whole.
@@ -106,6 +110,8 @@ pub const FILE_NAME: &str = "leases.journal";
 /// Compact when the file holds this many entries more than four times the live leases.
 const COMPACT_SLACK: u64 = 4096;
 
+// One entry is built per line written or read: boxing a grant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Entry {
@@ -470,6 +476,7 @@ mod tests {
             budget: None,
             evictable: false,
             group: None,
+            cpus: Vec::new(),
         }
     }
 

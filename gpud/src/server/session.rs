@@ -34,6 +34,7 @@ pub async fn serve(
     hub: mpsc::Sender<Command>,
     limits: Limits,
     mps: crate::mps::Offer,
+    host: bool,
 ) {
     let credentials = match stream.peer_cred() {
         Ok(c) => Credentials {
@@ -71,7 +72,7 @@ pub async fn serve(
     let end = run(
         session,
         &hub,
-        &mps,
+        &Offered { mps: &mps, host },
         &mut reader,
         &mut writer,
         &mut queue,
@@ -91,11 +92,17 @@ type Reader = FramedRead<tokio::net::unix::OwnedReadHalf, tokio_util::codec::Len
 type Writer =
     FramedWrite<tokio::net::unix::OwnedWriteHalf, tokio_util::codec::LengthDelimitedCodec>;
 
+/// What the welcome may offer: MPS while its daemon is up, host resources when booked.
+struct Offered<'a> {
+    mps: &'a crate::mps::Offer,
+    host: bool,
+}
+
 /// The session after admission. Returns the error to send before closing, if any.
 async fn run(
     session: SessionId,
     hub: &mpsc::Sender<Command>,
-    mps: &crate::mps::Offer,
+    offered: &Offered<'_>,
     reader: &mut Reader,
     writer: &mut Writer,
     queue: &mut Inbox,
@@ -133,7 +140,7 @@ async fn run(
         version: PROTOCOL_VERSION,
         session,
         daemon: format!("gpud {}", env!("CARGO_PKG_VERSION")),
-        features: features(mps.up()),
+        features: features(offered.mps.up(), offered.host),
     };
     writer.send(to_payload(&welcome)).await.map_err(io_closed)?;
 
@@ -186,8 +193,9 @@ async fn run(
 }
 
 /// The welcome's features: MPS only while its daemon is up, so that a client never starts a
-/// program as an MPS client of a daemon that is not there (CUDA would run it without limits).
-fn features(mps_up: bool) -> Vec<String> {
+/// program as an MPS client of a daemon that is not there (CUDA would run it without limits);
+/// host resources when they are booked.
+fn features(mps_up: bool, host: bool) -> Vec<String> {
     let mut features = vec![
         gpud_proto::FEATURE_QUEUED.into(),
         gpud_proto::FEATURE_MULTI_DEVICE.into(),
@@ -195,6 +203,9 @@ fn features(mps_up: bool) -> Vec<String> {
     ];
     if mps_up {
         features.push(gpud_proto::FEATURE_MPS.into());
+    }
+    if host {
+        features.push(gpud_proto::FEATURE_HOST.into());
     }
     features
 }
