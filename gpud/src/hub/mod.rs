@@ -26,7 +26,9 @@ use crate::ledger::{Ledger, SessionId};
 use crate::procfs;
 
 pub use self::core::{ADMIN_SESSIONS, Core, EndReason, Notice, ORPHANS, Peer, wire_name};
-use self::core::{Action, Facts, JournalEntry, KillReason, Now, ProcessSample, Restorable};
+use self::core::{
+    Action, Facts, HostHolder, HostSample, JournalEntry, KillReason, Now, ProcessSample, Restorable,
+};
 use self::core::{ProcessFacts, ProcessState, Watched};
 use self::core::{Settings, Signal};
 use self::outbox::{Outbox, Undelivered};
@@ -122,7 +124,10 @@ impl Hub {
                     armed = None;
                     self.core.handle_timeout(now());
                 }
-                _ = liveness.tick() => self.sample_holders(),
+                _ = liveness.tick() => {
+                    self.sample_holders();
+                    self.sample_host_use();
+                }
             }
             self.carry_out();
         }
@@ -181,6 +186,17 @@ impl Hub {
             })
             .collect();
         self.core.process_states(now(), &states);
+    }
+
+    /// Reads from /proc what the holders of host memory keep resident and locked (they, their
+    /// descendants and their attached programs), and hands it to the host audit.
+    fn sample_host_use(&mut self) {
+        let holders = self.core.host_holders();
+        if holders.is_empty() {
+            return;
+        }
+        let samples: Vec<HostSample> = holders.iter().map(host_sample).collect();
+        self.core.host_audit(now(), &samples);
     }
 
     /// Ends a session in the core and drops its queue, which ends its task.
@@ -326,6 +342,33 @@ fn samples(usage: Vec<Vec<ProcessUsage>>) -> Vec<Vec<ProcessSample>> {
                 .collect()
         })
         .collect()
+}
+
+/// What a holder of host memory and its processes use, summed (each process once).
+fn host_sample(holder: &HostHolder) -> HostSample {
+    let mut pids: Vec<u32> = Vec::new();
+    for &root in &holder.roots {
+        for pid in procfs::with_descendants(root) {
+            if !pids.contains(&pid) {
+                pids.push(pid);
+            }
+        }
+    }
+    let mut sample = HostSample {
+        owner: holder.owner,
+        ..HostSample::default()
+    };
+    for pid in pids {
+        let Some(used) = procfs::memory_use(pid) else {
+            continue;
+        };
+        sample.rss_bytes += used.rss_bytes;
+        sample.locked_bytes += used.locked_bytes;
+        sample
+            .pids
+            .push((pid, procfs::process_start(pid).unwrap_or(0)));
+    }
+    sample
 }
 
 /// What /proc says of the process an attach names.

@@ -646,6 +646,8 @@ mod tests {
                     },
                 },
             ],
+            ],
+            holders: Vec::new(),
         };
         let mut text = String::new();
         render_host(

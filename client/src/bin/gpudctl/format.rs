@@ -284,6 +284,33 @@ pub fn host_section(h: &HostStatus) -> String {
         out.push('\n');
         out.push_str(&table(&rows));
     }
+    if !h.holders.is_empty() {
+        let mut rows = vec![
+            ["PID", "PROCESS", "RESIDENT", "HOST MEM", "LOCKED", "PINNED", ""]
+                .map(String::from)
+                .to_vec(),
+        ];
+        for u in &h.holders {
+            let over: Vec<&str> = [
+                (u.over_use, "OVER ITS HOST MEMORY"),
+                (u.pinned_over_use, "OVER ITS PINNED MEMORY"),
+            ]
+            .into_iter()
+            .filter_map(|(over, what)| over.then_some(what))
+            .collect();
+            rows.push(vec![
+                u.pid.to_string(),
+                u.process.clone(),
+                Bytes(u.rss_bytes).to_string(),
+                Bytes(u.mem_bytes).to_string(),
+                Bytes(u.locked_bytes).to_string(),
+                Bytes(u.pinned_bytes).to_string(),
+                over.join(", "),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&table(&rows));
+    }
     out
 }
 
@@ -479,7 +506,7 @@ fn mps_line(m: &gpud_client::proto::MpsStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpud_client::proto::{HostPoolStatus, MpsStatus, NumaStatus};
+    use gpud_client::proto::{HostPoolStatus, HostUseStatus, MpsStatus, NumaStatus};
 
     #[test]
     fn the_mps_line_says_where_it_runs_or_why_not() {
@@ -534,6 +561,16 @@ mod tests {
                 granted: vec![2, 3],
                 queued: QueueCounts::default(),
             }],
+            holders: vec![HostUseStatus {
+                pid: 77,
+                process: "prover".into(),
+                rss_bytes: 6 << 30,
+                locked_bytes: 0,
+                mem_bytes: 4 << 30,
+                pinned_bytes: 0,
+                over_use: true,
+                pinned_over_use: false,
+            }],
         }
     }
 
@@ -551,6 +588,9 @@ mod tests {
         let node = lines.iter().find(|l| l.starts_with("0 ")).expect(&text);
         assert!(node.contains("0-7 (8)") && node.contains("2/8"), "{text}");
         assert!(node.contains("0-1,4-7"), "the free CPUs: {text}");
+        let holder = lines.iter().find(|l| l.starts_with("77 ")).expect(&text);
+        assert!(holder.contains("prover") && holder.contains("6.0 GiB"), "{text}");
+        assert!(holder.contains("OVER ITS HOST MEMORY"), "{text}");
     }
 
     /// A lease row: a plain one with `extra`'s fields over it.
