@@ -196,7 +196,10 @@ fn children(pid: u32) -> Option<Vec<u32>> {
     for task in tasks.flatten() {
         if let Ok(text) = fs::read_to_string(task.path().join("children")) {
             any = true;
-            out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
         }
     }
     any.then_some(out)
@@ -294,7 +297,11 @@ mod tests {
         assert_eq!(with_descendants(child.id()), vec![child.id()]);
         child.kill().unwrap();
         child.wait().unwrap();
-        assert_eq!(with_descendants(child.id()), vec![child.id()], "gone: itself only");
+        assert_eq!(
+            with_descendants(child.id()),
+            vec![child.id()],
+            "gone: itself only"
+        );
     }
 
     #[test]

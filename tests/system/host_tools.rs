@@ -46,11 +46,13 @@ fn cpus_of(list: &str) -> Vec<u32> {
 #[test]
 fn gpudctl_run_cpus_pins_the_program_to_the_granted_cpus_and_names_them() {
     let daemon = Daemon::start_with("16GiB", HOST);
-    let mine = cpus_of(status_line(
-        &std::fs::read_to_string("/proc/self/status").unwrap(),
-        "Cpus_allowed_list",
-    )
-    .unwrap());
+    let mine = cpus_of(
+        status_line(
+            &std::fs::read_to_string("/proc/self/status").unwrap(),
+            "Cpus_allowed_list",
+        )
+        .unwrap(),
+    );
     let want = mine.len().min(2);
     let n = want.to_string();
     let out = daemon.gpudctl(&[
@@ -112,14 +114,39 @@ fn bad_host_options_are_usage_errors_that_name_the_option() {
     let daemon = Daemon::start_with("16GiB", HOST);
     for (args, says) in [
         (&["run", "--cpus", "0", "--", "true"][..], "--cpus"),
-        (&["run", "--host-mem", "lots", "--", "true"][..], "--host-mem"),
-        (&["run", "--pinned", "1XB", "--", "true"][..], "--pinned"),
-        (&["run", "--numa", "1", "--host-mem", "1GiB", "--", "true"][..], "--cpus"),
-        (&["run", "--cpus", "1", "--numa", "far", "--", "true"][..], "NUMA"),
-        (&["run", "--cpus", "1", "--numa", "near", "--", "true"][..], "--numa near"),
-        (&["run", "--cpus", "1", "--device", "0", "--", "true"][..], "--device"),
         (
-            &["run", "--cpus", "1", "--vram", "1GiB", "--enforce", "preload", "--", "true"][..],
+            &["run", "--host-mem", "lots", "--", "true"][..],
+            "--host-mem",
+        ),
+        (&["run", "--pinned", "1XB", "--", "true"][..], "--pinned"),
+        (
+            &["run", "--numa", "1", "--host-mem", "1GiB", "--", "true"][..],
+            "--cpus",
+        ),
+        (
+            &["run", "--cpus", "1", "--numa", "far", "--", "true"][..],
+            "NUMA",
+        ),
+        (
+            &["run", "--cpus", "1", "--numa", "near", "--", "true"][..],
+            "--numa near",
+        ),
+        (
+            &["run", "--cpus", "1", "--device", "0", "--", "true"][..],
+            "--device",
+        ),
+        (
+            &[
+                "run",
+                "--cpus",
+                "1",
+                "--vram",
+                "1GiB",
+                "--enforce",
+                "preload",
+                "--",
+                "true",
+            ][..],
             "preload",
         ),
     ] {
@@ -158,10 +185,19 @@ fn status_leases_and_metrics_show_the_host() {
         .find(|l| l.starts_with("memory "))
         .unwrap_or_else(|| panic!("no host memory row:\n{text}"));
     // Total 8 GiB, capacity 8 GiB, reserved 3 GiB, free 5 GiB.
-    assert!(memory.contains("8.0 GiB") && memory.contains("3.0 GiB"), "{text}");
+    assert!(
+        memory.contains("8.0 GiB") && memory.contains("3.0 GiB"),
+        "{text}"
+    );
     assert!(memory.contains("5.0 GiB"), "{text}");
-    let pinned = text.lines().find(|l| l.starts_with("pinned ")).expect(&text);
-    assert!(pinned.contains("2.0 GiB") && pinned.contains("1.0 GiB"), "{text}");
+    let pinned = text
+        .lines()
+        .find(|l| l.starts_with("pinned "))
+        .expect(&text);
+    assert!(
+        pinned.contains("2.0 GiB") && pinned.contains("1.0 GiB"),
+        "{text}"
+    );
     assert!(text.contains("NUMA"), "{text}");
 
     let out = daemon.gpudctl(&["status", "--json"]);
@@ -178,7 +214,10 @@ fn status_leases_and_metrics_show_the_host() {
     assert!(text.lines().next().unwrap().contains("HOST"), "{text}");
     assert!(text.contains("3.0 GiB mem"), "{text}");
     assert!(text.contains("1.0 GiB pinned"), "{text}");
-    assert!(text.contains(&format!("numa{node}")) && text.contains(&format!("CPUs {cpu}")), "{text}");
+    assert!(
+        text.contains(&format!("numa{node}")) && text.contains(&format!("CPUs {cpu}")),
+        "{text}"
+    );
 
     let out = daemon.gpudctl(&["metrics"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -187,16 +226,28 @@ fn status_leases_and_metrics_show_the_host() {
         metric(&scrape, name, labels).unwrap_or_else(|| panic!("{name} missing"))
     };
     assert_eq!(gauge("gpud_host_memory_total_bytes", &[]), (8 * GIB) as f64);
-    assert_eq!(gauge("gpud_host_memory_capacity_bytes", &[]), (8 * GIB) as f64);
-    assert_eq!(gauge("gpud_host_memory_reserved_bytes", &[]), (3 * GIB) as f64);
+    assert_eq!(
+        gauge("gpud_host_memory_capacity_bytes", &[]),
+        (8 * GIB) as f64
+    );
+    assert_eq!(
+        gauge("gpud_host_memory_reserved_bytes", &[]),
+        (3 * GIB) as f64
+    );
     assert_eq!(gauge("gpud_host_memory_unmanaged_bytes", &[]), 0.0);
-    assert_eq!(gauge("gpud_host_pinned_capacity_bytes", &[]), (2 * GIB) as f64);
+    assert_eq!(
+        gauge("gpud_host_pinned_capacity_bytes", &[]),
+        (2 * GIB) as f64
+    );
     assert_eq!(gauge("gpud_host_pinned_reserved_bytes", &[]), GIB as f64);
     let node = node.to_string();
     assert_eq!(gauge("gpud_host_cpus_granted", &[("numa", &node)]), 1.0);
     assert!(gauge("gpud_host_cpus", &[("numa", &node)]) >= 1.0);
     assert_eq!(
-        gauge("gpud_host_queue_depth", &[("pool", "memory"), ("class", "normal")]),
+        gauge(
+            "gpud_host_queue_depth",
+            &[("pool", "memory"), ("class", "normal")]
+        ),
         0.0
     );
     assert_eq!(gauge("gpud_host_memory_over_use_bytes", &[]), 0.0);
@@ -243,9 +294,7 @@ fn the_host_audit_reports_a_holder_that_keeps_more_than_its_host_memory() {
     assert!(hog.rss_bytes >= 256 * MIB, "{hog:?}");
     assert!(!hog.pinned_over_use, "nothing locked: {hog:?}");
     assert!(
-        daemon
-            .log()
-            .contains("than its host leases reserve"),
+        daemon.log().contains("than its host leases reserve"),
         "{}",
         daemon.log()
     );

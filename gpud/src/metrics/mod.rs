@@ -421,11 +421,9 @@ pub fn render_host(out: &mut String, host: &gpud_proto::HostStatus, over_use: Ho
             "What host leases may reserve: total - headroom - unmanaged.",
             |p| p.capacity_bytes,
         ),
-        (
-            "reserved_bytes",
-            "Reserved by host leases.",
-            |p| p.reserved_bytes,
-        ),
+        ("reserved_bytes", "Reserved by host leases.", |p| {
+            p.reserved_bytes
+        }),
     ];
     for (pool, p) in pools {
         let noun = if pool == "memory" {
@@ -461,7 +459,12 @@ pub fn render_host(out: &mut String, host: &gpud_proto::HostStatus, over_use: Ho
         "CPUs of the NUMA node that gpud hands out.",
     );
     for n in &host.numa {
-        let _ = writeln!(out, "gpud_host_cpus{{numa=\"{}\"}} {}", n.node, n.cpus.len());
+        let _ = writeln!(
+            out,
+            "gpud_host_cpus{{numa=\"{}\"}} {}",
+            n.node,
+            n.cpus.len()
+        );
     }
     header(
         out,
@@ -499,14 +502,22 @@ pub fn render_host(out: &mut String, host: &gpud_proto::HostStatus, over_use: Ho
         "gauge",
         "Resident memory (VmRSS) host-lease holders use beyond their host memory (audit).",
     );
-    let _ = writeln!(out, "gpud_host_memory_over_use_bytes {}", over_use.memory_bytes);
+    let _ = writeln!(
+        out,
+        "gpud_host_memory_over_use_bytes {}",
+        over_use.memory_bytes
+    );
     header(
         out,
         "gpud_host_pinned_over_use_bytes",
         "gauge",
         "Locked memory (VmLck + VmPin) host-lease holders use beyond their page-locked memory (audit).",
     );
-    let _ = writeln!(out, "gpud_host_pinned_over_use_bytes {}", over_use.pinned_bytes);
+    let _ = writeln!(
+        out,
+        "gpud_host_pinned_over_use_bytes {}",
+        over_use.pinned_bytes
+    );
 }
 
 /// One class's count.
@@ -646,7 +657,6 @@ mod tests {
                     },
                 },
             ],
-            ],
             holders: Vec::new(),
         };
         let mut text = String::new();
@@ -672,7 +682,10 @@ mod tests {
             "gpud_host_memory_over_use_bytes 5",
             "gpud_host_pinned_over_use_bytes 0",
         ] {
-            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
         }
         // Every sample's family has its HELP and TYPE.
         for name in text

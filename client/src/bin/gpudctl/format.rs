@@ -286,9 +286,11 @@ pub fn host_section(h: &HostStatus) -> String {
     }
     if !h.holders.is_empty() {
         let mut rows = vec![
-            ["PID", "PROCESS", "RESIDENT", "HOST MEM", "LOCKED", "PINNED", ""]
-                .map(String::from)
-                .to_vec(),
+            [
+                "PID", "PROCESS", "RESIDENT", "HOST MEM", "LOCKED", "PINNED", "",
+            ]
+            .map(String::from)
+            .to_vec(),
         ];
         for u in &h.holders {
             let over: Vec<&str> = [
@@ -347,7 +349,11 @@ fn host_ask(h: &HostArgs) -> String {
         each.push(format!("{} pinned", Bytes(h.pinned_bytes)));
     }
     if h.cpus > 0 {
-        each.push(format!("{} (numa {})", count(h.cpus as usize, "CPU"), h.numa));
+        each.push(format!(
+            "{} (numa {})",
+            count(h.cpus as usize, "CPU"),
+            h.numa
+        ));
     }
     if each.is_empty() {
         "-".into()
@@ -578,18 +584,30 @@ mod tests {
     fn the_host_section_shows_each_pool_and_each_nodes_cpus() {
         let text = host_section(&host());
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[0].starts_with("HOST") && lines[0].contains("UNMANAGED"), "{text}");
+        assert!(
+            lines[0].starts_with("HOST") && lines[0].contains("UNMANAGED"),
+            "{text}"
+        );
         let memory: Vec<&str> = lines[1].split_whitespace().collect();
         assert_eq!(memory[0], "memory", "{text}");
-        assert!(lines[1].contains("64.0 GiB") && lines[1].contains("61.0 GiB"), "{text}");
+        assert!(
+            lines[1].contains("64.0 GiB") && lines[1].contains("61.0 GiB"),
+            "{text}"
+        );
         // Free: capacity 61 − reserved 8.
-        assert!(lines[1].contains("53.0 GiB") && lines[1].ends_with("0/0/1/0"), "{text}");
+        assert!(
+            lines[1].contains("53.0 GiB") && lines[1].ends_with("0/0/1/0"),
+            "{text}"
+        );
         assert!(lines[2].starts_with("pinned"), "{text}");
         let node = lines.iter().find(|l| l.starts_with("0 ")).expect(&text);
         assert!(node.contains("0-7 (8)") && node.contains("2/8"), "{text}");
         assert!(node.contains("0-1,4-7"), "the free CPUs: {text}");
         let holder = lines.iter().find(|l| l.starts_with("77 ")).expect(&text);
-        assert!(holder.contains("prover") && holder.contains("6.0 GiB"), "{text}");
+        assert!(
+            holder.contains("prover") && holder.contains("6.0 GiB"),
+            "{text}"
+        );
         assert!(holder.contains("OVER ITS HOST MEMORY"), "{text}");
     }
 
@@ -619,16 +637,26 @@ mod tests {
     #[test]
     fn host_parts_show_their_pool_and_amount() {
         let status = report(vec![
-            lease_row(serde_json::json!({"id": 2, "device": "host", "resource": "host_memory",
-                "group": 1, "host": {"mem_bytes": 4u64 << 30}})),
-            lease_row(serde_json::json!({"id": 3, "device": "numa1", "resource": "cpus",
-                "group": 1, "host": {"cpus": [4, 5], "numa_node": 1}})),
+            lease_row(
+                serde_json::json!({"id": 2, "device": "host", "resource": "host_memory",
+                "group": 1, "host": {"mem_bytes": 4u64 << 30}}),
+            ),
+            lease_row(
+                serde_json::json!({"id": 3, "device": "numa1", "resource": "cpus",
+                "group": 1, "host": {"cpus": [4, 5], "numa_node": 1}}),
+            ),
         ]);
         let text = leases(&status);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].contains("HOST"), "{text}");
-        assert!(lines[1].contains("host") && lines[1].contains("4.0 GiB mem"), "{text}");
-        assert!(lines[2].contains("numa1") && lines[2].contains("CPUs 4-5"), "{text}");
+        assert!(
+            lines[1].contains("host") && lines[1].contains("4.0 GiB mem"),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("numa1") && lines[2].contains("CPUs 4-5"),
+            "{text}"
+        );
         assert_eq!(
             host_grant(&HostGrant {
                 mem_bytes: 4 << 30,

@@ -404,9 +404,16 @@ mod tests {
         // Locked memory beyond the page-locked lease is over-use of its own.
         let locked = host(900, 600, 1000, 100).per_pool(POOLS);
         let w = a.review(t, &locked);
-        assert!(w.contains(&Action::Resolved { owner: 42, device: 4 }), "{w:?}");
         assert!(
-            w.iter().any(|v| matches!(v, Action::Warn { device: 5, .. })),
+            w.contains(&Action::Resolved {
+                owner: 42,
+                device: 4
+            }),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|v| matches!(v, Action::Warn { device: 5, .. })),
             "{w:?}"
         );
         assert_eq!(over_use_bytes(&a, &locked, 5), 500 * MIB);

@@ -91,7 +91,10 @@ impl Core {
             .map(|owner| {
                 let mut roots = vec![owner];
                 for l in self.ledger.leases() {
-                    let is_owners = self.sessions.get(&l.session).is_some_and(|p| p.pid == owner);
+                    let is_owners = self
+                        .sessions
+                        .get(&l.session)
+                        .is_some_and(|p| p.pid == owner);
                     if let Some(a) = self.supervision.of(l.id).filter(|_| is_owners) {
                         if !roots.contains(&a.pid) {
                             roots.push(a.pid);

@@ -129,7 +129,11 @@ impl Core {
                 for session in self.sessions_of(owner) {
                     let event = Event::OverUse {
                         // Host memory is no device: its over-use names the resource instead.
-                        device_index: if resource.is_device() { device as u32 } else { 0 },
+                        device_index: if resource.is_device() {
+                            device as u32
+                        } else {
+                            0
+                        },
                         used_bytes,
                         reserved_bytes,
                         revoke_in_ms,
