@@ -67,6 +67,14 @@ impl Hub {
         }
     }
 
+    /// Books the host's resources (`layout`'s pools are in the ledger, after the GPUs);
+    /// `measure_unmanaged`: what unleased processes use lowers host memory's capacity. Before
+    /// [`Hub::with_journal`], so that host parts are restored with their CPUs.
+    pub fn with_host(mut self, layout: &crate::host::HostLayout, measure_unmanaged: bool) -> Self {
+        self.core.set_host(layout, measure_unmanaged);
+        self
+    }
+
     /// Journals every lease from now on, and puts back the leases of `records` whose owners
     /// are still running: they stay reserved for `grace`, for their owners to re-adopt.
     pub fn with_journal(
@@ -126,7 +134,7 @@ impl Hub {
                 }
                 _ = liveness.tick() => {
                     self.sample_holders();
-                    self.sample_host_use();
+                    self.sample_host();
                 }
             }
             self.carry_out();
@@ -189,14 +197,20 @@ impl Hub {
     }
 
     /// Reads from /proc what the holders of host memory keep resident and locked (they, their
-    /// descendants and their attached programs), and hands it to the host audit.
-    fn sample_host_use(&mut self) {
-        let holders = self.core.host_holders();
-        if holders.is_empty() {
+    /// descendants and their attached programs) for the host audit, and the host's used memory:
+    /// what holders keep within their leases is managed, the rest lowers host memory's capacity.
+    fn sample_host(&mut self) {
+        if !self.core.host_enabled() {
             return;
         }
-        let samples: Vec<HostSample> = holders.iter().map(host_sample).collect();
+        let samples: Vec<HostSample> = self.core.host_holders().iter().map(host_sample).collect();
+        // Also with no holders left: over-use of a holder that released its leases resolves.
         self.core.host_audit(now(), &samples);
+        let Some(used) = crate::host::memory_used() else {
+            return;
+        };
+        let resident: Vec<(u32, u64)> = samples.iter().map(|s| (s.owner, s.rss_bytes)).collect();
+        self.core.host_usage(now(), used, &resident);
     }
 
     /// Ends a session in the core and drops its queue, which ends its task.
@@ -454,6 +468,7 @@ mod tests {
     async fn hub_with_session(room: QueueRoom) -> (mpsc::Sender<Command>, outbox::Inbox) {
         let config = Config::default();
         let device = DeviceSpec {
+            kind: crate::ledger::PoolKind::Gpu,
             uuid: "GPU-test-0".into(),
             name: "test".into(),
             total_bytes: 16 << 30,
