@@ -10,6 +10,7 @@ mod dbus_parity;
 mod descriptors;
 mod evictable;
 mod gpudctl;
+mod host;
 mod host_tools;
 mod hostile;
 mod journal;
