@@ -23,9 +23,9 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use crate::error::{ClientError, Result};
 use crate::proto::frame::{MAX_REQUEST_FRAME, MAX_SERVER_FRAME, codec, from_payload, to_payload};
 use crate::proto::{
-    AttachArgs, ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_ATTACH, FEATURE_HOST, FEATURE_MPS,
-    FEATURE_MULTI_DEVICE, FEATURE_QUEUED, LeaseInfo, Op, Outcome, PROTOCOL_VERSION, Reply,
-    RequestId, RevokeReason, ServerFrame,
+    AttachArgs, ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_ATTACH, FEATURE_HOST,
+    FEATURE_MPS, FEATURE_MULTI_DEVICE, FEATURE_QUEUED, LeaseInfo, Op, Outcome, PROTOCOL_VERSION,
+    Reply, RequestId, RevokeReason, ServerFrame,
 };
 use crate::reservation::LeaseId;
 

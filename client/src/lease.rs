@@ -237,7 +237,11 @@ impl Lease {
     /// Changes the reserved host memory (docs/HOST.md) to `bytes`, like [`Lease::resize`]
     /// does device memory: shrinking is immediate, growing waits up to `timeout`. Never below
     /// the lease's page-locked memory. Returns the host memory reserved now.
-    pub async fn resize_host_memory(&mut self, bytes: u64, timeout: Option<Duration>) -> Result<u64> {
+    pub async fn resize_host_memory(
+        &mut self,
+        bytes: u64,
+        timeout: Option<Duration>,
+    ) -> Result<u64> {
         let id = self.core.handle.next_id();
         let rx = self
             .core

@@ -202,13 +202,22 @@ mod tests {
             .numa(NumaPlacement::Node(1))
             .wire()
             .unwrap();
-        assert_eq!((alone.vram_bytes, alone.compute, alone.parts.len()), (0, false, 0));
+        assert_eq!(
+            (alone.vram_bytes, alone.compute, alone.parts.len()),
+            (0, false, 0)
+        );
         let host = alone.host.unwrap();
-        assert_eq!((host.mem_bytes, host.pinned_bytes, host.cpus), (64 << 30, 0, 8));
+        assert_eq!(
+            (host.mem_bytes, host.pinned_bytes, host.cpus),
+            (64 << 30, 0, 8)
+        );
         assert_eq!(host.numa, NumaPlacement::Node(1));
-        let json = serde_json::to_value(LeaseRequest::default().pinned(4096).wire().unwrap())
-            .unwrap();
-        assert_eq!(json["host"], serde_json::json!({"mem_bytes": 0, "pinned_bytes": 4096, "cpus": 0}));
+        let json =
+            serde_json::to_value(LeaseRequest::default().pinned(4096).wire().unwrap()).unwrap();
+        assert_eq!(
+            json["host"],
+            serde_json::json!({"mem_bytes": 0, "pinned_bytes": 4096, "cpus": 0})
+        );
         let with = LeaseRequest::default()
             .vram(8)
             .compute()
@@ -220,7 +229,8 @@ mod tests {
         assert_eq!(with.parts.len(), 2);
         assert_eq!(with.host.unwrap().numa, NumaPlacement::Near);
         // Without host methods nothing about the host goes out (older daemons refuse it).
-        let plain = serde_json::to_string(&LeaseRequest::default().vram(1).wire().unwrap()).unwrap();
+        let plain =
+            serde_json::to_string(&LeaseRequest::default().vram(1).wire().unwrap()).unwrap();
         assert!(!plain.contains("host"), "{plain}");
     }
 

@@ -8,8 +8,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpud_client::proto::{ErrorCode, NumaPlacement, StatusReport};
 use gpud_client::LeaseRequest;
+use gpud_client::proto::{ErrorCode, NumaPlacement, StatusReport};
 use gpud_tests::{Daemon, bin, wait_until};
 
 const GIB: u64 = 1 << 30;
@@ -23,12 +23,19 @@ fn status(daemon: &Daemon) -> StatusReport {
 }
 
 fn host_reserved(daemon: &Daemon) -> u64 {
-    status(daemon).host.expect("a host section").memory.reserved_bytes
+    status(daemon)
+        .host
+        .expect("a host section")
+        .memory
+        .reserved_bytes
 }
 
 fn granted_cpus(daemon: &Daemon) -> Vec<u32> {
     let host = status(daemon).host.unwrap();
-    host.numa.iter().flat_map(|n| n.granted.iter().copied()).collect()
+    host.numa
+        .iter()
+        .flat_map(|n| n.granted.iter().copied())
+        .collect()
 }
 
 /// A `gpud-chaos-client hold-host` holding `mem_mib` MiB and `cpus` CPUs: its pid, lease and
@@ -90,20 +97,33 @@ fn host_memory_requests_that_do_not_fit_together_are_serialized_never_both_admit
     let first = daemon.client();
     assert!(first.offers_host(), "the welcome lists the host feature");
     let held = first
-        .acquire(&LeaseRequest::new().host_memory(3 * GIB).label("synthesis 1"))
+        .acquire(
+            &LeaseRequest::new()
+                .host_memory(3 * GIB)
+                .label("synthesis 1"),
+        )
         .unwrap();
     assert_eq!(held.host().unwrap().mem_bytes, 3 * GIB);
-    assert_eq!(held.info().cuda_visible_devices, "", "a lease of the host alone");
+    assert_eq!(
+        held.info().cuda_visible_devices,
+        "",
+        "a lease of the host alone"
+    );
     std::thread::scope(|s| {
         let second = s.spawn(|| {
             let lease = daemon
                 .client()
-                .acquire(&LeaseRequest::new().host_memory(3 * GIB).label("synthesis 2"))
+                .acquire(
+                    &LeaseRequest::new()
+                        .host_memory(3 * GIB)
+                        .label("synthesis 2"),
+                )
                 .unwrap();
             (Instant::now(), lease)
         });
         assert!(
-            wait_until(Duration::from_secs(10), || status(&daemon).waiters.len() == 1),
+            wait_until(Duration::from_secs(10), || status(&daemon).waiters.len()
+                == 1),
             "the second request never queued"
         );
         // Never both: while the second waits only the first's 3 GiB are reserved.
@@ -173,13 +193,17 @@ fn a_device_and_host_lease_is_all_or_nothing() {
                 .unwrap()
         });
         assert!(
-            wait_until(Duration::from_secs(10), || status(&daemon).waiters.len() == 1),
+            wait_until(Duration::from_secs(10), || status(&daemon).waiters.len()
+                == 1),
             "the combined request never queued"
         );
         // The device is full: nothing of the host is held for the waiting request either.
         let now = status(&daemon);
         let host = now.host.as_ref().unwrap();
-        assert_eq!((host.memory.reserved_bytes, host.pinned.reserved_bytes), (0, 0));
+        assert_eq!(
+            (host.memory.reserved_bytes, host.pinned.reserved_bytes),
+            (0, 0)
+        );
         assert!(host.numa.iter().all(|n| n.granted.is_empty()));
         let waiter = &now.waiters[0];
         assert_eq!((waiter.vram_bytes, waiter.compute), (8 * GIB, true));
@@ -187,7 +211,10 @@ fn a_device_and_host_lease_is_all_or_nothing() {
         filler.release().unwrap();
         let lease = combined.join().unwrap();
         let host = lease.host().unwrap();
-        assert_eq!((host.mem_bytes, host.pinned_bytes, host.cpus.len()), (GIB, 512 * MIB, 1));
+        assert_eq!(
+            (host.mem_bytes, host.pinned_bytes, host.cpus.len()),
+            (GIB, 512 * MIB, 1)
+        );
         assert_eq!(host.parts.len(), 3);
         assert_eq!(lease.info().vram_bytes, 8 * GIB);
         assert!(!lease.cuda_visible_devices().is_empty());
@@ -226,7 +253,10 @@ fn concurrent_leases_get_distinct_cpus_of_their_node() {
         let h = lease.host().unwrap();
         assert_eq!(h.cpus.len(), each as usize);
         assert_eq!(h.numa_node, Some(node.node));
-        assert!(h.cpus.iter().all(|c| node.cpus.contains(c)), "{h:?} not of {node:?}");
+        assert!(
+            h.cpus.iter().all(|c| node.cpus.contains(c)),
+            "{h:?} not of {node:?}"
+        );
         all.extend(h.cpus.iter().copied());
     }
     let distinct: std::collections::BTreeSet<u32> = all.iter().copied().collect();
@@ -247,16 +277,16 @@ fn a_restarted_gpud_gives_a_readopted_host_lease_its_cpus_back() {
     assert!(
         wait_until(Duration::from_secs(15), || {
             let now = status(&daemon);
-            now.leases
-                .iter()
-                .filter(|l| l.pid == pid)
-                .count()
-                == 2
+            now.leases.iter().filter(|l| l.pid == pid).count() == 2
         }),
         "the host lease was not re-adopted: {:#?}",
         status(&daemon)
     );
-    assert_eq!(granted_cpus(&daemon), before, "the same CPUs after the restart");
+    assert_eq!(
+        granted_cpus(&daemon),
+        before,
+        "the same CPUs after the restart"
+    );
     assert_eq!(host_reserved(&daemon), GIB);
     let rows = status(&daemon).leases;
     let cpu_row = rows
@@ -292,7 +322,11 @@ fn bad_host_requests_are_refused_with_what_was_wrong() {
     assert_eq!(code, Some(ErrorCode::NeverFits));
     assert!(m.contains("host-memory"), "{m}");
     let (code, _) = refuse(LeaseRequest::new().pinned(2 * GIB));
-    assert_eq!(code, Some(ErrorCode::NeverFits), "1 GiB page-locked at most");
+    assert_eq!(
+        code,
+        Some(ErrorCode::NeverFits),
+        "1 GiB page-locked at most"
+    );
     assert!(status(&daemon).leases.is_empty());
     // A daemon with host resources off says so, and does not offer them.
     let off = Daemon::start_with("1x16GiB", "[host]\nenabled = false\n");

@@ -220,7 +220,7 @@ pub fn lease(info: LeaseInfo) -> HashMap<String, OwnedVariant> {
         put("parts", Variant::from(parts));
     }
     if let Some(host) = info.host {
-        put("host", host_grant(host));
+        put("host", host_grant(*host));
     }
     out
 }
@@ -473,13 +473,13 @@ mod tests {
             token: "secret".into(),
             within: None,
             parts: Vec::new(),
-            host: Some(HostGrant {
+            host: Some(Box::new(HostGrant {
                 mem_bytes: 8 << 30,
                 pinned_bytes: 1 << 30,
                 cpus: vec![2, 3],
                 numa_node: Some(1),
                 parts: vec![9, 10, 11],
-            }),
+            })),
         };
         let out = lease(info);
         let host: HashMap<String, OwnedVariant> = out["host"].clone().try_into().unwrap();

@@ -76,9 +76,15 @@ fn concurrent_leases_get_distinct_cpus_lowest_first_and_freed_cpus_are_reused() 
     let mut b = bench();
     let a = granted(ask(&mut b, 1, 1, host(GIB, 2, NumaPlacement::Node(0))));
     let h = a.host.clone().unwrap();
-    assert_eq!((h.cpus.clone(), h.numa_node, h.mem_bytes), (vec![0, 1], Some(0), GIB));
+    assert_eq!(
+        (h.cpus.clone(), h.numa_node, h.mem_bytes),
+        (vec![0, 1], Some(0), GIB)
+    );
     assert_eq!(h.parts.len(), 2);
-    assert_eq!(a.cuda_visible_devices, "", "a lease of the host alone has no device");
+    assert_eq!(
+        a.cuda_visible_devices, "",
+        "a lease of the host alone has no device"
+    );
     let c = granted(ask(&mut b, 2, 1, host(0, 2, NumaPlacement::Node(0))));
     assert_eq!(c.host.unwrap().cpus, vec![2, 3]);
     let status = b.core.status(b.now());
@@ -93,7 +99,10 @@ fn concurrent_leases_get_distinct_cpus_lowest_first_and_freed_cpus_are_reused() 
     // Node 0 is full: a third waits, and gets the CPUs the first gives back.
     b.request(3, 1, Op::Acquire(host(0, 1, NumaPlacement::Node(0))));
     let waiting = b.core.status(b.now());
-    assert_eq!(waiting.waiters[0].host.as_ref().unwrap().numa, NumaPlacement::Node(0));
+    assert_eq!(
+        waiting.waiters[0].host.as_ref().unwrap().numa,
+        NumaPlacement::Node(0)
+    );
     b.request(1, 2, Op::Release { lease: a.lease });
     let third = granted(outcome(&b.frames(3), 1).cloned());
     assert_eq!(third.host.unwrap().cpus, vec![0]);
@@ -109,7 +118,10 @@ fn a_device_lease_with_cpus_near_gets_them_on_its_device_s_node() {
         ..host(2 * GIB, 1, NumaPlacement::Near)
     };
     let info = granted(ask(&mut b, 1, 1, args));
-    assert_eq!((info.device_index, info.vram_bytes, info.compute), (1, GIB, true));
+    assert_eq!(
+        (info.device_index, info.vram_bytes, info.compute),
+        (1, GIB, true)
+    );
     assert!(info.parts.is_empty(), "one device: no parts");
     let h = info.host.unwrap();
     assert_eq!((h.cpus, h.numa_node), (vec![4], Some(1)));
@@ -163,7 +175,11 @@ fn host_memory_grows_when_there_is_room_shrinks_at_once_and_never_below_pinned()
     };
     let a = granted(ask(&mut b, 1, 1, args));
     let h = a.host.unwrap();
-    assert_eq!((h.mem_bytes, h.pinned_bytes), (GIB, GIB), "pinned is host memory too");
+    assert_eq!(
+        (h.mem_bytes, h.pinned_bytes),
+        (GIB, GIB),
+        "pinned is host memory too"
+    );
     let other = granted(ask(&mut b, 2, 1, host(6 * GIB, 0, NumaPlacement::Any)));
     let resize = |lease, bytes| Op::Resize {
         lease,
@@ -177,7 +193,14 @@ fn host_memory_grows_when_there_is_room_shrinks_at_once_and_never_below_pinned()
     // 1 + 6 of 8 GiB: growing to 4 waits for the other to shrink.
     b.request(1, 3, resize(a.lease, 4 * GIB));
     assert!(outcome(&b.frames(1), 3).is_none(), "the grow waits");
-    assert_eq!(b.core.status(b.now()).waiters[0].host.as_ref().unwrap().mem_bytes, 3 * GIB);
+    assert_eq!(
+        b.core.status(b.now()).waiters[0]
+            .host
+            .as_ref()
+            .unwrap()
+            .mem_bytes,
+        3 * GIB
+    );
     b.request(2, 2, resize(other.lease, 2 * GIB));
     let acts = b.actions();
     assert!(matches!(
@@ -189,12 +212,16 @@ fn host_memory_grows_when_there_is_room_shrinks_at_once_and_never_below_pinned()
         Some(Outcome::Ok(Reply::Resized { lease, vram_bytes })) if *lease == a.lease && *vram_bytes == 4 * GIB
     ));
     // Device memory of a lease of the host alone is refused with where to go instead.
-    b.request(1, 4, Op::Resize {
-        lease: a.lease,
-        vram_bytes: GIB,
-        timeout_ms: None,
-        host_mem_bytes: None,
-    });
+    b.request(
+        1,
+        4,
+        Op::Resize {
+            lease: a.lease,
+            vram_bytes: GIB,
+            timeout_ms: None,
+            host_mem_bytes: None,
+        },
+    );
     let (_, m) = refused(outcome(&b.frames(1), 4).cloned());
     assert!(m.contains("host_mem_bytes"), "{m}");
 }
@@ -203,7 +230,8 @@ fn host_memory_grows_when_there_is_room_shrinks_at_once_and_never_below_pinned()
 fn a_restart_restores_a_host_lease_with_its_cpus() {
     let mut b = bench();
     let now = b.now();
-    b.core.restore(now, Vec::new(), std::time::Duration::from_secs(10));
+    b.core
+        .restore(now, Vec::new(), std::time::Duration::from_secs(10));
     let _ = b.actions();
     b.request(1, 1, Op::Acquire(host(GIB, 2, NumaPlacement::Node(0))));
     let acts = b.actions();
@@ -211,7 +239,11 @@ fn a_restart_restores_a_host_lease_with_its_cpus() {
     let records: Vec<_> = acts
         .into_iter()
         .filter_map(|x| match x {
-            Action::Journal(JournalEntry::Grant(r)) if a.host.as_ref().unwrap().parts.contains(&r.id) => Some(r),
+            Action::Journal(JournalEntry::Grant(r))
+                if a.host.as_ref().unwrap().parts.contains(&r.id) =>
+            {
+                Some(r)
+            }
             _ => None,
         })
         .collect();
@@ -228,12 +260,18 @@ fn a_restart_restores_a_host_lease_with_its_cpus() {
             owner_alive: true,
         })
         .collect();
-    again.core.restore(now, journaled, std::time::Duration::from_secs(10));
+    again
+        .core
+        .restore(now, journaled, std::time::Duration::from_secs(10));
     let token = a.token.clone();
-    again.request(1, 1, Op::Adopt {
-        lease: a.lease,
-        token,
-    });
+    again.request(
+        1,
+        1,
+        Op::Adopt {
+            lease: a.lease,
+            token,
+        },
+    );
     let adopted = match outcome(&again.frames(1), 1) {
         Some(Outcome::Ok(Reply::Adopted(info))) => info.clone(),
         other => panic!("not adopted: {other:?}"),
