@@ -197,8 +197,9 @@ impl Hub {
     }
 
     /// Reads from /proc what the holders of host memory keep resident and locked (they, their
-    /// descendants and their attached programs) for the host audit, and the host's used memory:
-    /// what holders keep within their leases is managed, the rest lowers host memory's capacity.
+    /// descendants and their attached programs) for the host audit, and, where host memory is
+    /// measured, the host's used memory: what holders keep within their leases is managed, the
+    /// rest lowers host memory's capacity.
     fn sample_host(&mut self) {
         if !self.core.host_enabled() {
             return;
@@ -206,6 +207,9 @@ impl Hub {
         let samples: Vec<HostSample> = self.core.host_holders().iter().map(host_sample).collect();
         // Also with no holders left: over-use of a holder that released its leases resolves.
         self.core.host_audit(now(), &samples);
+        if !self.core.measures_host_memory() {
+            return;
+        }
         let Some(used) = crate::host::memory_used() else {
             return;
         };

@@ -11,7 +11,12 @@
 //!   [`Ledger::set_unmanaged`] and [`Ledger::handle_timeout`];
 //! - outputs, polled after every input: [`Ledger::poll_decision`] until it returns `None`, then
 //!   [`Ledger::poll_timeout`] for the instant at which to call `handle_timeout` next;
-//! - views for status: [`Ledger::devices`], [`Ledger::leases`], [`Ledger::waiters`].
+//! - views for status: [`Ledger::devices`] (GPUs), [`Ledger::host_pools`], [`Ledger::leases`],
+//!   [`Ledger::waiters`].
+//!
+//! The ledger books *pools*: GPUs, and the host's memory, page-locked memory and CPUs of each
+//! NUMA node ([`PoolKind`], docs/HOST.md), after the GPUs. A request with host parts is a group
+//! (see the `group` module), so it is granted with its device parts or not at all.
 //!
 //! ```
 //! use std::time::Instant;

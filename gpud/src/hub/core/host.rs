@@ -185,6 +185,12 @@ impl Core {
         self.host.is_some()
     }
 
+    /// Whether what unleased processes use is measured against host memory
+    /// ([`Core::host_usage`]): host resources are on and `[host] memory` is not set.
+    pub fn measures_host_memory(&self) -> bool {
+        self.host.as_ref().is_some_and(|b| b.measure_unmanaged)
+    }
+
     /// The kind of pool of ledger index `d`.
     pub(super) fn pool_kind(&self, d: DeviceIdx) -> PoolKind {
         self.ledger.pool(d).map_or(PoolKind::Gpu, |p| p.spec().kind)
