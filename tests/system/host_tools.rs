@@ -306,3 +306,52 @@ fn the_host_audit_reports_a_holder_that_keeps_more_than_its_host_memory() {
     let _ = program.kill();
     let _ = program.wait();
 }
+
+#[test]
+fn cpus_gpudctl_may_not_run_on_are_refused_before_the_program_starts() {
+    let daemon = Daemon::start_with("16GiB", HOST);
+    let c = daemon.client();
+    let status = c.status().unwrap();
+    let host = status.host.expect("host resources are booked");
+    // A node with two CPUs: the first taken here, so that the run gets the second.
+    let Some(node) = host.numa.iter().find(|n| n.cpus.len() >= 2) else {
+        eprintln!("skipped: no NUMA node with two CPUs gpud hands out");
+        return;
+    };
+    let (first, second) = (node.cpus[0], node.cpus[1]);
+    let held = c
+        .acquire(
+            &LeaseRequest::new()
+                .cpus(1)
+                .numa(gpud_client::NumaPlacement::Node(node.node)),
+        )
+        .unwrap();
+    assert_eq!(held.host().unwrap().cpus, vec![first]);
+    let out = std::process::Command::new("taskset")
+        .args(["-c", &first.to_string()])
+        .arg(gpud_tests::bin("gpudctl"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["run", "--cpus", "1", "--numa", &node.node.to_string(), "--"])
+        .args(["sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("may not run on {second}")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stdout(&out).contains("ran"), "the program never started");
+    // Its lease was given back.
+    assert!(wait_until(Duration::from_secs(5), || c
+        .status()
+        .unwrap()
+        .leases
+        .iter()
+        .all(|l| l
+            .host
+            .as_ref()
+            .is_none_or(|h| !h.cpus.contains(&second)))));
+    drop(held);
+}
