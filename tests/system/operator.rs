@@ -429,7 +429,7 @@ fn waiters_that_ask_hear_their_place_on_the_wire_and_others_hear_nothing_new() {
     let (mut asking, welcome) = raw_session(&daemon);
     assert_eq!(
         welcome["features"],
-        json!(["queued_events", "multi_device", "attach"]),
+        json!(["queued_events", "multi_device", "attach", "host"]),
         "{welcome}"
     );
     let acquire = |id: u64, queued: bool| {
