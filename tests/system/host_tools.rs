@@ -79,7 +79,11 @@ fn gpudctl_run_cpus_pins_the_program_to_the_granted_cpus_and_names_them() {
     assert_eq!(cpus_of(allowed).len(), want, "{text}");
     assert!(cpus_of(allowed).iter().all(|c| mine.contains(c)));
     if mine.len() > want {
-        assert_ne!(cpus_of(allowed), mine, "pinned to fewer CPUs than gpudctl had");
+        assert_ne!(
+            cpus_of(allowed),
+            mine,
+            "pinned to fewer CPUs than gpudctl had"
+        );
     }
     // The grant line names the same CPUs.
     assert!(

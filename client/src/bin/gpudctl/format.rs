@@ -670,6 +670,23 @@ mod tests {
         // Without host parts the table keeps its columns.
         let plain = leases(&report(vec![lease_row(serde_json::json!({}))]));
         assert!(!plain.contains("HOST"), "{plain}");
+        // A waiter's host ask has its column.
+        let mut waiting = report(Vec::new());
+        waiting.waiters = vec![
+            serde_json::from_value(serde_json::json!({
+                "session": 2, "request": 1, "pid": 10, "class": "normal", "device": "any",
+                "vram_bytes": 0, "compute": false, "grows_lease": null, "waited_ms": 5,
+                "label": null, "host": {"mem_bytes": 1u64 << 30, "cpus": 2},
+            }))
+            .unwrap(),
+        ];
+        let text = leases(&waiting);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[2].contains("HOST"), "{text}");
+        assert!(
+            lines[3].contains("1.0 GiB mem, 2 CPUs (numa any)"),
+            "{text}"
+        );
         // And the status screen has no host section from a daemon without one.
         assert!(!super::status(&report(Vec::new())).contains("HOST"));
     }
