@@ -231,37 +231,43 @@ const MAX_TREE: usize = 4096;
 /// A process and its descendants (breadth first, the process first; at most 4096). Uses the
 /// kernel's children lists, or a scan of /proc where there are none.
 pub fn with_descendants(pid: u32) -> Vec<u32> {
+    if children(pid).is_none() {
+        // Without children lists (or for a process gone already) the tree comes from a scan.
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return vec![pid];
+        }
+        return tree_in(&parents(), pid);
+    }
+    // A child gone since its parent listed it has no children to follow.
+    tree(pid, |at| children(at).unwrap_or_default())
+}
+
+/// `pid` and its descendants in a table of (process, parent) pairs.
+fn tree_in(parents: &[(u32, u32)], pid: u32) -> Vec<u32> {
+    tree(pid, |at| {
+        parents
+            .iter()
+            .filter(|&&(_, p)| p == at)
+            .map(|&(c, _)| c)
+            .collect()
+    })
+}
+
+/// `pid` and what `children_of` leads to from it, breadth first, each once, at most
+/// [`MAX_TREE`].
+fn tree(pid: u32, mut children_of: impl FnMut(u32) -> Vec<u32>) -> Vec<u32> {
     let mut tree = vec![pid];
-    // Without children lists (or for a process gone already) the children come from a scan.
-    let scanned: Option<Vec<(u32, u32)>> = match children(pid) {
-        Some(_) => None,
-        None if !std::path::Path::new(&format!("/proc/{pid}")).exists() => return tree,
-        None => Some(parents()),
-    };
+    let mut seen = std::collections::HashSet::from([pid]);
     let mut i = 0;
     while i < tree.len() && tree.len() < MAX_TREE {
-        let at = tree[i];
-        let kids = match &scanned {
-            Some(all) => children_in(all, at),
-            // A child gone since its parent listed it has no children to follow.
-            None => children(at).unwrap_or_default(),
-        };
-        for k in kids {
-            if !tree.contains(&k) && tree.len() < MAX_TREE {
+        for k in children_of(tree[i]) {
+            if tree.len() < MAX_TREE && seen.insert(k) {
                 tree.push(k);
             }
         }
         i += 1;
     }
     tree
-}
-
-fn children_in(parents: &[(u32, u32)], pid: u32) -> Vec<u32> {
-    parents
-        .iter()
-        .filter(|&&(_, p)| p == pid)
-        .map(|&(c, _)| c)
-        .collect()
 }
 
 #[cfg(test)]
@@ -287,6 +293,18 @@ mod tests {
         );
         // VmRSSx is another key, not VmRSS.
         assert_eq!(parse_memory_use("VmRSSx:\t5 kB\n").rss_bytes, 0);
+    }
+
+    #[test]
+    fn a_tree_is_read_from_a_parent_table_breadth_first_and_bounded() {
+        let table = [(2, 1), (3, 1), (4, 2), (5, 4), (6, 9), (7, 3)];
+        assert_eq!(tree_in(&table, 1), vec![1, 2, 3, 4, 7, 5]);
+        assert_eq!(tree_in(&table, 4), vec![4, 5]);
+        assert_eq!(tree_in(&table, 8), vec![8], "no children: itself");
+        // A loop in a torn read (a pid reused mid-scan) ends; a huge tree is cut off.
+        assert_eq!(tree_in(&[(2, 1), (1, 2)], 1), vec![1, 2]);
+        let wide: Vec<(u32, u32)> = (2..10_000).map(|c| (c, 1)).collect();
+        assert_eq!(tree_in(&wide, 1).len(), MAX_TREE);
     }
 
     #[test]
