@@ -455,6 +455,13 @@ fn send_signal(pid: u32, start: u64, signal: Signal, group: bool, why: KillReaso
         (KillReason::KeptMemory { owner, device }, Err(e)) => {
             warn!(owner, device, pid, error = %e, "cannot kill a process that keeps device memory")
         }
+        (KillReason::KeptHostMemory { owner }, Ok(())) => warn!(
+            owner,
+            pid, "killed a process that kept host memory after its leases were revoked"
+        ),
+        (KillReason::KeptHostMemory { owner }, Err(e)) => {
+            warn!(owner, pid, error = %e, "cannot kill a process that keeps host memory")
+        }
     }
 }
 

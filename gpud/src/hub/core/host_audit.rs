@@ -384,7 +384,7 @@ mod tests {
             .filter_map(|a| match a {
                 Action::Signal {
                     pid,
-                    why: KillReason::KeptMemory { owner: 101, .. },
+                    why: KillReason::KeptHostMemory { owner: 101 },
                     ..
                 } => Some(*pid),
                 _ => None,

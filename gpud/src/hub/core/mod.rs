@@ -155,6 +155,12 @@ pub enum KillReason {
         /// The device.
         device: usize,
     },
+    /// It kept host memory (resident or locked) a grace period after its leases were revoked
+    /// for over-use of host memory.
+    KeptHostMemory {
+        /// The owner it belongs to.
+        owner: u32,
+    },
     /// It was attached to a lease with `end_with_session`, and the session ended without
     /// releasing the lease.
     SessionEnded {

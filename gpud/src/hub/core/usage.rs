@@ -164,7 +164,11 @@ impl Core {
             } => {
                 for pid in pids {
                     let start = starts.get(&pid).copied().unwrap_or(0);
-                    self.signal(pid, start, KillReason::KeptMemory { owner, device });
+                    let why = match self.audited_host_pool(device) {
+                        Some(_) => KillReason::KeptHostMemory { owner },
+                        None => KillReason::KeptMemory { owner, device },
+                    };
+                    self.signal(pid, start, why);
                 }
             }
             Verdict::Resolved { owner, device } => match self.audited_host_pool(device) {
