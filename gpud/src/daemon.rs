@@ -273,21 +273,6 @@ fn spawn_poller(mut backend: Box<dyn Backend>, hub: mpsc::Sender<Command>, every
         .unwrap_or_else(|e| error!("cannot start the device poller: {e}"));
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_headroom_that_takes_the_whole_device_is_named_with_its_numbers() {
-        let why = no_capacity(20 << 30, 16 << 30).expect("no capacity");
-        assert!(
-            why.contains("20.0 GiB") && why.contains("16.0 GiB"),
-            "{why}"
-        );
-        assert!(no_capacity(512 << 20, 16 << 30).is_none());
-    }
-}
-
 /// The host as `[host]` books it, or `None` when host resources are off (or the host cannot
 /// be read: then they are off, and the log says why).
 fn host_layout(config: &Config) -> Option<crate::host::HostLayout> {
@@ -313,5 +298,20 @@ fn host_layout(config: &Config) -> Option<crate::host::HostLayout> {
             warn!("host resources are off: {e}");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_headroom_that_takes_the_whole_device_is_named_with_its_numbers() {
+        let why = no_capacity(20 << 30, 16 << 30).expect("no capacity");
+        assert!(
+            why.contains("20.0 GiB") && why.contains("16.0 GiB"),
+            "{why}"
+        );
+        assert!(no_capacity(512 << 20, 16 << 30).is_none());
     }
 }

@@ -72,12 +72,11 @@ pub async fn serve(
     let end = run(
         session,
         &hub,
-        &mps,
+        &Offered { mps: &mps, host },
         &mut reader,
         &mut writer,
         &mut queue,
         &mut bucket,
-        host,
     )
     .await;
     if let Err(body) = end {
@@ -93,16 +92,21 @@ type Reader = FramedRead<tokio::net::unix::OwnedReadHalf, tokio_util::codec::Len
 type Writer =
     FramedWrite<tokio::net::unix::OwnedWriteHalf, tokio_util::codec::LengthDelimitedCodec>;
 
+/// What the welcome may offer: MPS while its daemon is up, host resources when booked.
+struct Offered<'a> {
+    mps: &'a crate::mps::Offer,
+    host: bool,
+}
+
 /// The session after admission. Returns the error to send before closing, if any.
 async fn run(
     session: SessionId,
     hub: &mpsc::Sender<Command>,
-    mps: &crate::mps::Offer,
+    offered: &Offered<'_>,
     reader: &mut Reader,
     writer: &mut Writer,
     queue: &mut Inbox,
     bucket: &mut TokenBucket,
-    host: bool,
 ) -> Result<(), ErrorBody> {
     // Handshake.
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.next()).await {
@@ -136,7 +140,7 @@ async fn run(
         version: PROTOCOL_VERSION,
         session,
         daemon: format!("gpud {}", env!("CARGO_PKG_VERSION")),
-        features: features(mps.up(), host),
+        features: features(offered.mps.up(), offered.host),
     };
     writer.send(to_payload(&welcome)).await.map_err(io_closed)?;
 

@@ -115,6 +115,8 @@ pub enum Action {
 }
 
 /// A change for the journal.
+// A grant is moved once, from the core to the journal: boxing it would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalEntry {
     /// A lease granted, or handed to a new owner.

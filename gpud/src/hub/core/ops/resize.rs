@@ -80,10 +80,10 @@ impl Core {
                     .into(),
             );
         }
-        if !self
+        if self
             .ledger
             .lease(lease)
-            .is_some_and(|l| l.session == ticket.session)
+            .is_none_or(|l| l.session != ticket.session)
         {
             return Some(Err(ledger_error(crate::ledger::LedgerError::UnknownLease(
                 lease,
