@@ -1,4 +1,5 @@
-//! What /proc tells about a process: its name, groups, parent, start time and liveness.
+//! What /proc tells about a process: its name, groups, parent, children, start time,
+//! liveness and memory use.
 //!
 //! The shell's only window on other processes; the hub core gets these as facts.
 
@@ -155,9 +156,178 @@ pub fn lineage(pid: u32) -> Vec<u32> {
     line
 }
 
+/// What a process keeps in host memory, from /proc/PID/status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryUse {
+    /// Resident bytes (`VmRSS`).
+    pub rss_bytes: u64,
+    /// Locked bytes: `VmLck` (mlock) plus `VmPin` (pages pinned for devices, e.g. registered
+    /// for DMA), which the kernel counts apart.
+    pub locked_bytes: u64,
+}
+
+/// The memory lines of /proc/PID/status text (`VmRSS:   1234 kB`). A line that is missing
+/// (a kernel thread has none) or unreadable counts as 0.
+pub fn parse_memory_use(status: &str) -> MemoryUse {
+    let kib = |key: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+            .and_then(|v| {
+                let mut words = v.split_whitespace();
+                let n: u64 = words.next()?.parse().ok()?;
+                // proc(5) writes every such line in kB (KiB).
+                matches!(words.next(), Some("kB") | None).then_some(n)
+            })
+            .unwrap_or(0)
+            .saturating_mul(1024)
+    };
+    MemoryUse {
+        rss_bytes: kib("VmRSS"),
+        locked_bytes: kib("VmLck").saturating_add(kib("VmPin")),
+    }
+}
+
+/// A process's memory use; `None` when it is gone.
+pub fn memory_use(pid: u32) -> Option<MemoryUse> {
+    if pid == 0 {
+        return None;
+    }
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .map(|s| parse_memory_use(&s))
+}
+
+/// The children of a process, from every thread's `/proc/PID/task/TID/children`; `None`
+/// when the kernel does not provide those files (CONFIG_PROC_CHILDREN) or the process is gone.
+fn children(pid: u32) -> Option<Vec<u32>> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut out = Vec::new();
+    let mut any = false;
+    for task in tasks.flatten() {
+        if let Ok(text) = fs::read_to_string(task.path().join("children")) {
+            any = true;
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+    }
+    any.then_some(out)
+}
+
+/// The parent of every process on the host (a scan of /proc).
+fn parents() -> Vec<(u32, u32)> {
+    all_pids()
+        .into_iter()
+        .filter_map(|pid| Some((pid, parent_pid(pid)?)))
+        .collect()
+}
+
+/// Most processes [`with_descendants`] returns: a fork bomb under a lease is not followed
+/// into every corner.
+const MAX_TREE: usize = 4096;
+
+/// A process and its descendants (breadth first, the process first; at most 4096). Uses the
+/// kernel's children lists, or a scan of /proc where there are none.
+pub fn with_descendants(pid: u32) -> Vec<u32> {
+    if children(pid).is_none() {
+        // Without children lists (or for a process gone already) the tree comes from a scan.
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return vec![pid];
+        }
+        return tree_in(&parents(), pid);
+    }
+    // A child gone since its parent listed it has no children to follow.
+    tree(pid, |at| children(at).unwrap_or_default())
+}
+
+/// `pid` and its descendants in a table of (process, parent) pairs.
+fn tree_in(parents: &[(u32, u32)], pid: u32) -> Vec<u32> {
+    tree(pid, |at| {
+        parents
+            .iter()
+            .filter(|&&(_, p)| p == at)
+            .map(|&(c, _)| c)
+            .collect()
+    })
+}
+
+/// `pid` and what `children_of` leads to from it, breadth first, each once, at most
+/// [`MAX_TREE`].
+fn tree(pid: u32, mut children_of: impl FnMut(u32) -> Vec<u32>) -> Vec<u32> {
+    let mut tree = vec![pid];
+    let mut seen = std::collections::HashSet::from([pid]);
+    let mut i = 0;
+    while i < tree.len() && tree.len() < MAX_TREE {
+        for k in children_of(tree[i]) {
+            if tree.len() < MAX_TREE && seen.insert(k) {
+                tree.push(k);
+            }
+        }
+        i += 1;
+    }
+    tree
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_lines_are_read_in_kib_and_locked_adds_pinned() {
+        let text = "Name:\tprover\nVmPeak:\t 9000 kB\nVmLck:\t     100 kB\nVmPin:\t      28 kB\n\
+                    VmHWM:\t 5000 kB\nVmRSS:\t    4096 kB\nThreads:\t4\n";
+        assert_eq!(
+            parse_memory_use(text),
+            MemoryUse {
+                rss_bytes: 4096 * 1024,
+                locked_bytes: 128 * 1024,
+            }
+        );
+        // A kernel thread has no Vm lines; a garbled number counts as nothing.
+        assert_eq!(parse_memory_use("Name:\tkthreadd\n"), MemoryUse::default());
+        assert_eq!(
+            parse_memory_use("VmRSS:\t12x kB\nVmLck:\t1 MB\n"),
+            MemoryUse::default()
+        );
+        // VmRSSx is another key, not VmRSS.
+        assert_eq!(parse_memory_use("VmRSSx:\t5 kB\n").rss_bytes, 0);
+    }
+
+    #[test]
+    fn a_tree_is_read_from_a_parent_table_breadth_first_and_bounded() {
+        let table = [(2, 1), (3, 1), (4, 2), (5, 4), (6, 9), (7, 3)];
+        assert_eq!(tree_in(&table, 1), vec![1, 2, 3, 4, 7, 5]);
+        assert_eq!(tree_in(&table, 4), vec![4, 5]);
+        assert_eq!(tree_in(&table, 8), vec![8], "no children: itself");
+        // A loop in a torn read (a pid reused mid-scan) ends; a huge tree is cut off.
+        assert_eq!(tree_in(&[(2, 1), (1, 2)], 1), vec![1, 2]);
+        let wide: Vec<(u32, u32)> = (2..10_000).map(|c| (c, 1)).collect();
+        assert_eq!(tree_in(&wide, 1).len(), MAX_TREE);
+    }
+
+    #[test]
+    fn this_process_has_resident_memory_and_its_child_is_its_descendant() {
+        let me = std::process::id();
+        assert!(memory_use(me).unwrap().rss_bytes > 0);
+        assert_eq!(memory_use(0), None);
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let tree = with_descendants(me);
+        assert_eq!(tree[0], me);
+        assert!(tree.contains(&child.id()), "{tree:?}");
+        assert_eq!(with_descendants(child.id()), vec![child.id()]);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(
+            with_descendants(child.id()),
+            vec![child.id()],
+            "gone: itself only"
+        );
+    }
 
     #[test]
     fn reads_this_process() {

@@ -625,9 +625,10 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         revoke_in_ms: Option<u64>,
     },
-    /// Your processes use more memory on a device than your leases there reserve.
+    /// Your processes use more memory on a device than your leases there reserve, or (with
+    /// `resource`) more host memory or page-locked memory than your host leases reserve.
     OverUse {
-        /// The device.
+        /// The device (0 for host memory).
         device_index: u32,
         /// Bytes your processes use there.
         used_bytes: u64,
@@ -636,6 +637,11 @@ pub enum Event {
         /// When your leases there will be revoked if the use does not drop (milliseconds).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         revoke_in_ms: Option<u64>,
+        /// What is over-used: device memory (absent), host memory (`host_memory`: resident
+        /// memory, VmRSS) or page-locked memory (`pinned`: VmLck + VmPin). Only from daemons
+        /// whose welcome lists [`FEATURE_HOST`].
+        #[serde(default, skip_serializing_if = "Resource::is_device")]
+        resource: Resource,
     },
     /// The daemon is stopping; leases end with the connection.
     ShuttingDown,
@@ -1036,6 +1042,33 @@ pub struct HostStatus {
     pub pinned: HostPoolStatus,
     /// CPUs, by NUMA node.
     pub numa: Vec<NumaStatus>,
+    /// What host-lease holders use, as the host audit measured it at its last look (absent
+    /// before the first, and when no process holds host memory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<HostUseStatus>,
+}
+
+/// One host-lease holder's use of host memory, against what its leases reserve.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HostUseStatus {
+    /// The holder (its sessions' peer).
+    pub pid: u32,
+    /// Its name.
+    pub process: String,
+    /// Resident bytes (VmRSS) of it and its descendants (and its attached programs).
+    pub rss_bytes: u64,
+    /// Locked bytes (VmLck + VmPin) of the same processes.
+    pub locked_bytes: u64,
+    /// Host memory its leases reserve.
+    pub mem_bytes: u64,
+    /// Page-locked memory its leases reserve.
+    pub pinned_bytes: u64,
+    /// Its resident memory is beyond its host memory (past the audit's tolerance).
+    #[serde(default)]
+    pub over_use: bool,
+    /// Its locked memory is beyond its page-locked memory.
+    #[serde(default)]
+    pub pinned_over_use: bool,
 }
 
 /// A host pool of bytes, counted like a device's memory.

@@ -263,6 +263,9 @@ fn every_metric_the_dashboard_queries_is_exported() {
         "gpud_lease_hold_seconds_bucket",
         "gpud_device_memory_over_use_bytes",
         "gpud_device_memory_unmanaged_bytes",
+        "gpud_host_memory_reserved_bytes",
+        "gpud_host_memory_over_use_bytes",
+        "gpud_host_cpus_granted",
     ] {
         assert!(
             queried.contains(needed),

@@ -661,3 +661,77 @@ fn a_bus_lease_of_two_devices_is_granted_whole_with_its_parts() {
         assert!(message.contains("devices"), "{message}");
     });
 }
+
+#[test]
+fn a_bus_lease_takes_host_resources_names_its_cpus_and_resizes_its_host_memory() {
+    let bus = Bus::system_like();
+    let gpud = gpud_on(
+        &bus,
+        "16GiB",
+        "[host]\nmemory = \"8GiB\"\nmemory_headroom = \"0\"\npinned = \"2GiB\"\n",
+    );
+    runtime().block_on(async {
+        let caller = Caller::connect(&bus).await;
+        let info = caller
+            .manager
+            .acquire_with(options(&[
+                ("vram", GIB.into()),
+                ("host_mem_bytes", (2 * GIB).into()),
+                ("pinned_bytes", GIB.into()),
+                ("cpus", 1u32.into()),
+                ("label", "gpu phase".into()),
+            ]))
+            .await
+            .unwrap();
+        let lease = lease_of(&info);
+        let host: HashMap<String, OwnedVariant> = info["host"].clone().try_into().unwrap();
+        assert_eq!(*host["mem_bytes"], Variant::U64(2 * GIB));
+        assert_eq!(*host["pinned_bytes"], Variant::U64(GIB));
+        let cpus: Vec<u32> = host["cpus"].clone().try_into().unwrap();
+        assert_eq!(cpus.len(), 1);
+        assert!(host.contains_key("numa_node"), "{host:?}");
+        let s = status(&gpud);
+        assert_eq!(s["host"]["memory"]["reserved_bytes"], 2 * GIB, "{s}");
+        assert_eq!(s["host"]["pinned"]["reserved_bytes"], GIB, "{s}");
+        assert_eq!(s["devices"][0]["reserved_bytes"], GIB, "{s}");
+
+        // Host memory grows through Resize's option; vram must then be 0.
+        let grown = caller
+            .manager
+            .resize(lease, 0, options(&[("host_mem_bytes", (3 * GIB).into())]))
+            .await
+            .unwrap();
+        assert_eq!(grown, 3 * GIB);
+        assert_eq!(status(&gpud)["host"]["memory"]["reserved_bytes"], 3 * GIB);
+        let (name, message) = refusal(
+            caller
+                .manager
+                .resize(lease, GIB, options(&[("host_mem_bytes", GIB.into())]))
+                .await,
+        );
+        assert_eq!(name, "org.freedesktop.DBus.Error.InvalidArgs");
+        assert!(message.contains("host_mem_bytes"), "{message}");
+
+        // A lease of the host alone has no device; a bad option is named.
+        let alone = caller
+            .manager
+            .acquire_with(options(&[("host_mem_bytes", GIB.into())]))
+            .await
+            .unwrap();
+        assert_eq!(string_of(&alone, "cuda_visible_devices"), "");
+        let (name, message) = refusal(
+            caller
+                .manager
+                .acquire_with(options(&[("cpus", 1u32.into()), ("numa", "far".into())]))
+                .await,
+        );
+        assert_eq!(name, "org.freedesktop.DBus.Error.InvalidArgs");
+        assert!(message.contains("numa"), "{message}");
+
+        caller.manager.release(lease).await.unwrap();
+        caller.manager.release(lease_of(&alone)).await.unwrap();
+        let s = status(&gpud);
+        assert_eq!(s["host"]["memory"]["reserved_bytes"], 0, "{s}");
+        caller.leave().await;
+    });
+}

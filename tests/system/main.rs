@@ -11,6 +11,7 @@ mod descriptors;
 mod evictable;
 mod gpudctl;
 mod host;
+mod host_tools;
 mod hostile;
 mod journal;
 mod leases;

@@ -5,7 +5,10 @@
 
 use std::collections::HashMap;
 
-use gpud_proto::{AcquireArgs, Class, LeaseInfo, PartArgs, Placement, PlacementPolicy};
+use gpud_proto::{
+    AcquireArgs, Class, HostArgs, HostGrant, LeaseInfo, NumaPlacement, PartArgs, Placement,
+    PlacementPolicy,
+};
 use zbus::{OwnedVariant, Variant};
 
 use super::error::BusError;
@@ -30,10 +33,14 @@ const ACQUIRE_KEYS: &[&str] = &[
     "queued_events",
     "devices",
     "placement",
+    "host_mem_bytes",
+    "pinned_bytes",
+    "cpus",
+    "numa",
 ];
 
 /// The keys `Resize` takes.
-const RESIZE_KEYS: &[&str] = &["timeout_ms", "request"];
+const RESIZE_KEYS: &[&str] = &["timeout_ms", "request", "host_mem_bytes"];
 
 /// An acquire as a bus caller asked for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +58,8 @@ pub struct ResizeOptions {
     pub timeout_ms: Option<u64>,
     /// The caller's name for the waiting resize, for `Cancel`.
     pub request: Option<String>,
+    /// Resize the lease's host memory to this many bytes instead of its device memory.
+    pub host_mem_bytes: Option<u64>,
 }
 
 /// The options of `AcquireWith`.
@@ -112,6 +121,7 @@ pub fn acquire(options: &Options) -> Result<AcquireOptions, BusError> {
     } else {
         (0, false)
     };
+    let host = host(options)?;
     // A field the protocol gains keeps its default here until an option names it.
     #[allow(clippy::needless_update)]
     let args = AcquireArgs {
@@ -126,9 +136,37 @@ pub fn acquire(options: &Options) -> Result<AcquireOptions, BusError> {
         queued_events,
         parts,
         placement,
+        host,
         ..AcquireArgs::default()
     };
     Ok(AcquireOptions { args, request })
+}
+
+/// The host resources of `AcquireWith` (docs/HOST.md), or none.
+fn host(options: &Options) -> Result<Option<HostArgs>, BusError> {
+    let cpus = match unsigned(options, "cpus")? {
+        Some(n) => u32::try_from(n)
+            .map_err(|_| BusError::invalid_args(format!("option \"cpus\": {n} is too many")))?,
+        None => 0,
+    };
+    let numa = match string(options, "numa")? {
+        Some(n) => n
+            .parse::<NumaPlacement>()
+            .map_err(|e| BusError::invalid_args(format!("option \"numa\": {e}")))?,
+        None => NumaPlacement::Any,
+    };
+    let host = HostArgs {
+        mem_bytes: unsigned(options, "host_mem_bytes")?.unwrap_or(0),
+        pinned_bytes: unsigned(options, "pinned_bytes")?.unwrap_or(0),
+        cpus,
+        numa,
+    };
+    if host.cpus == 0 && !host.numa.is_any() {
+        return Err(BusError::invalid_args(
+            "option \"numa\" places CPUs: it needs option \"cpus\"",
+        ));
+    }
+    Ok((!host.is_empty()).then_some(host))
 }
 
 /// The options of `Resize`.
@@ -137,6 +175,7 @@ pub fn resize(options: &Options) -> Result<ResizeOptions, BusError> {
     Ok(ResizeOptions {
         timeout_ms: unsigned(options, "timeout_ms")?,
         request: request_name(options)?,
+        host_mem_bytes: unsigned(options, "host_mem_bytes")?,
     })
 }
 
@@ -180,7 +219,24 @@ pub fn lease(info: LeaseInfo) -> HashMap<String, OwnedVariant> {
             .collect();
         put("parts", Variant::from(parts));
     }
+    if let Some(host) = info.host {
+        put("host", host_grant(*host));
+    }
     out
+}
+
+/// The host resources of a lease as `a{sv}`: `mem_bytes` and `pinned_bytes` (t), `cpus`
+/// (au, ascending), `numa_node` (u, only with CPUs), `parts` (at: the host parts' lease ids).
+fn host_grant(host: HostGrant) -> Variant<'static> {
+    let mut dict: HashMap<String, Variant<'static>> = HashMap::new();
+    dict.insert("mem_bytes".into(), host.mem_bytes.into());
+    dict.insert("pinned_bytes".into(), host.pinned_bytes.into());
+    dict.insert("cpus".into(), Variant::from(host.cpus));
+    if let Some(node) = host.numa_node {
+        dict.insert("numa_node".into(), node.into());
+    }
+    dict.insert("parts".into(), Variant::from(host.parts));
+    Variant::from(dict)
 }
 
 /// Refuses keys that are not in `keys`.
@@ -371,6 +427,68 @@ mod tests {
         assert_eq!(*out["class"], Variant::from("normal"));
         assert!(!out.contains_key("within"));
         assert!(!out.contains_key("parts"));
+    }
+
+    #[test]
+    fn host_options_reach_the_request_and_the_grant_is_described() {
+        let asked = acquire(&options(&[
+            ("host_mem_bytes", (8u64 << 30).into()),
+            ("pinned_bytes", (1u64 << 30).into()),
+            ("cpus", 2u32.into()),
+            ("numa", "1".into()),
+        ]))
+        .unwrap();
+        assert_eq!(
+            asked.args.host,
+            Some(HostArgs {
+                mem_bytes: 8 << 30,
+                pinned_bytes: 1 << 30,
+                cpus: 2,
+                numa: NumaPlacement::Node(1),
+            })
+        );
+        assert_eq!(asked.args.vram_bytes, 0, "a lease of the host alone");
+        let none = acquire(&options(&[("vram", 1u64.into())])).unwrap();
+        assert_eq!(none.args.host, None, "no host options, no host section");
+        let e = acquire(&options(&[("numa", "near".into())])).unwrap_err();
+        assert!(e.to_string().contains("\"cpus\""), "{e}");
+        let e = acquire(&options(&[("cpus", 1u32.into()), ("numa", "far".into())])).unwrap_err();
+        assert!(e.to_string().contains("\"numa\""), "{e}");
+        let e = acquire(&options(&[("cpus", (1u64 << 40).into())])).unwrap_err();
+        assert!(e.to_string().contains("\"cpus\""), "{e}");
+        let e = acquire(&options(&[("pinned_bytes", "1 GiB".into())])).unwrap_err();
+        assert!(e.to_string().contains("\"pinned_bytes\""), "{e}");
+        let grow = resize(&options(&[("host_mem_bytes", (2u64 << 30).into())])).unwrap();
+        assert_eq!(grow.host_mem_bytes, Some(2 << 30));
+
+        let info = LeaseInfo {
+            lease: 9,
+            device_uuid: String::new(),
+            device_index: 0,
+            device_name: String::new(),
+            vram_bytes: 0,
+            compute: false,
+            class: Class::Normal,
+            cuda_visible_devices: String::new(),
+            token: "secret".into(),
+            within: None,
+            parts: Vec::new(),
+            host: Some(Box::new(HostGrant {
+                mem_bytes: 8 << 30,
+                pinned_bytes: 1 << 30,
+                cpus: vec![2, 3],
+                numa_node: Some(1),
+                parts: vec![9, 10, 11],
+            })),
+        };
+        let out = lease(info);
+        let host: HashMap<String, OwnedVariant> = out["host"].clone().try_into().unwrap();
+        assert_eq!(*host["mem_bytes"], Variant::U64(8 << 30));
+        assert_eq!(*host["numa_node"], Variant::U32(1));
+        let cpus: Vec<u32> = host["cpus"].clone().try_into().unwrap();
+        assert_eq!(cpus, vec![2, 3]);
+        let parts: Vec<u64> = host["parts"].clone().try_into().unwrap();
+        assert_eq!(parts, vec![9, 10, 11]);
     }
 
     #[test]

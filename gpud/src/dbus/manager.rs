@@ -135,7 +135,8 @@ impl Manager {
     }
 
     /// Asks for a lease with options (docs/DBUS.md lists them: device, vram, compute, class,
-    /// timeout_ms, label, evictable, budget, request, queued_events) and returns when it is
+    /// timeout_ms, label, evictable, budget, request, queued_events, devices, placement,
+    /// host_mem_bytes, pinned_bytes, cpus, numa) and returns when it is
     /// granted: the lease's description, with the `token` that re-adopts it after a daemon
     /// restart. With `request`, the caller may `Cancel` it by that name while it waits.
     #[zbus(out_args("lease"))]
@@ -153,7 +154,8 @@ impl Manager {
     }
 
     /// Changes a lease's bytes: shrinking is immediate, growing waits like an acquire of the
-    /// lease's class (options: timeout_ms, request). Returns the bytes it reserves now.
+    /// lease's class (options: timeout_ms, request; host_mem_bytes resizes its host memory
+    /// instead, with vram 0). Returns the bytes it reserves now.
     #[zbus(out_args("vram"))]
     async fn resize(
         &self,
@@ -164,11 +166,16 @@ impl Manager {
         options: Options,
     ) -> Result<u64, BusError> {
         let asked = dicts::resize(&options)?;
+        if asked.host_mem_bytes.is_some() && vram != 0 {
+            return Err(BusError::invalid_args(
+                "option \"host_mem_bytes\" resizes the lease's host memory: give vram 0",
+            ));
+        }
         let op = Op::Resize {
             lease,
             vram_bytes: vram,
             timeout_ms: asked.timeout_ms,
-            host_mem_bytes: None,
+            host_mem_bytes: asked.host_mem_bytes,
         };
         match self
             .call_named(conn, &hdr, op, asked.request.as_deref())

@@ -238,17 +238,6 @@ fn allowed_cpus() -> Vec<u32> {
     }
 }
 
-/// The resident bytes of process `pid` (`VmRSS`), 0 when it cannot be read.
-pub fn resident_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(0, |kib| kib.saturating_mul(1024))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,9 @@ use crate::ledger::{Ledger, SessionId};
 use crate::procfs;
 
 pub use self::core::{ADMIN_SESSIONS, Core, EndReason, Notice, ORPHANS, Peer, wire_name};
-use self::core::{Action, Facts, JournalEntry, KillReason, Now, ProcessSample, Restorable};
+use self::core::{
+    Action, Facts, HostHolder, HostSample, JournalEntry, KillReason, Now, ProcessSample, Restorable,
+};
 use self::core::{ProcessFacts, ProcessState, Watched};
 use self::core::{Settings, Signal};
 use self::outbox::{Outbox, Undelivered};
@@ -132,7 +134,7 @@ impl Hub {
                 }
                 _ = liveness.tick() => {
                     self.sample_holders();
-                    self.sample_host_memory();
+                    self.sample_host();
                 }
             }
             self.carry_out();
@@ -194,33 +196,24 @@ impl Hub {
         self.core.process_states(now(), &states);
     }
 
-    /// Reads the host's used memory and the resident memory of host memory holders (and their
-    /// descendants, as for device memory), and tells the core.
-    fn sample_host_memory(&mut self) {
+    /// Reads from /proc what the holders of host memory keep resident and locked (they, their
+    /// descendants and their attached programs) for the host audit, and, where host memory is
+    /// measured, the host's used memory: what holders keep within their leases is managed, the
+    /// rest lowers host memory's capacity.
+    fn sample_host(&mut self) {
+        if !self.core.host_enabled() {
+            return;
+        }
+        let samples: Vec<HostSample> = self.core.host_holders().iter().map(host_sample).collect();
+        // Also with no holders left: over-use of a holder that released its leases resolves.
+        self.core.host_audit(now(), &samples);
         if !self.core.measures_host_memory() {
             return;
         }
-        let holders = self.core.host_memory_holders();
         let Some(used) = crate::host::memory_used() else {
             return;
         };
-        let mut resident: Vec<(u32, u64)> = holders
-            .iter()
-            .map(|&(pid, _)| (pid, crate::host::resident_bytes(pid)))
-            .collect();
-        if !holders.is_empty() {
-            for pid in procfs::all_pids() {
-                if let Some(owner) = procfs::lineage(pid)
-                    .iter()
-                    .skip(1)
-                    .find(|p| holders.iter().any(|(h, _)| h == *p))
-                {
-                    if let Some(e) = resident.iter_mut().find(|(h, _)| h == owner) {
-                        e.1 = e.1.saturating_add(crate::host::resident_bytes(pid));
-                    }
-                }
-            }
-        }
+        let resident: Vec<(u32, u64)> = samples.iter().map(|s| (s.owner, s.rss_bytes)).collect();
         self.core.host_usage(now(), used, &resident);
     }
 
@@ -369,6 +362,33 @@ fn samples(usage: Vec<Vec<ProcessUsage>>) -> Vec<Vec<ProcessSample>> {
         .collect()
 }
 
+/// What a holder of host memory and its processes use, summed (each process once).
+fn host_sample(holder: &HostHolder) -> HostSample {
+    let mut pids: Vec<u32> = Vec::new();
+    for &root in &holder.roots {
+        for pid in procfs::with_descendants(root) {
+            if !pids.contains(&pid) {
+                pids.push(pid);
+            }
+        }
+    }
+    let mut sample = HostSample {
+        owner: holder.owner,
+        ..HostSample::default()
+    };
+    for pid in pids {
+        let Some(used) = procfs::memory_use(pid) else {
+            continue;
+        };
+        sample.rss_bytes += used.rss_bytes;
+        sample.locked_bytes += used.locked_bytes;
+        sample
+            .pids
+            .push((pid, procfs::process_start(pid).unwrap_or(0)));
+    }
+    sample
+}
+
 /// What /proc says of the process an attach names.
 fn process_facts(pid: u32) -> ProcessFacts {
     if pid == 0 {
@@ -434,6 +454,13 @@ fn send_signal(pid: u32, start: u64, signal: Signal, group: bool, why: KillReaso
         ),
         (KillReason::KeptMemory { owner, device }, Err(e)) => {
             warn!(owner, device, pid, error = %e, "cannot kill a process that keeps device memory")
+        }
+        (KillReason::KeptHostMemory { owner }, Ok(())) => warn!(
+            owner,
+            pid, "killed a process that kept host memory after its leases were revoked"
+        ),
+        (KillReason::KeptHostMemory { owner }, Err(e)) => {
+            warn!(owner, pid, error = %e, "cannot kill a process that keeps host memory")
         }
     }
 }

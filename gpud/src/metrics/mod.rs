@@ -281,12 +281,7 @@ impl Metrics {
         );
         for d in devices {
             for class in Class::ALL {
-                let n = match class {
-                    Class::Critical => d.queued.critical,
-                    Class::High => d.queued.high,
-                    Class::Normal => d.queued.normal,
-                    Class::Background => d.queued.background,
-                };
+                let n = by_class(&d.queued, class);
                 let _ = writeln!(o, "gpud_queue_depth{{{},class=\"{class}\"}} {n}", dev(d));
             }
         }
@@ -387,6 +382,154 @@ pub fn render_enforced(out: &mut String, counts: &[(gpud_proto::EnforcedBy, usiz
     }
 }
 
+/// What the host audit measured beyond host leases at the last poll (docs/HOST.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HostOverUse {
+    /// Resident memory of host-lease holders beyond their host memory.
+    pub memory_bytes: u64,
+    /// Locked memory of host-lease holders beyond their page-locked memory.
+    pub pinned_bytes: u64,
+}
+
+/// Appends the host's pools (memory, page-locked memory, each NUMA node's CPUs), their queues
+/// and the host audit's over-use.
+pub fn render_host(out: &mut String, host: &gpud_proto::HostStatus, over_use: HostOverUse) {
+    let pools = [("memory", &host.memory), ("pinned", &host.pinned)];
+    type PoolGauge = (
+        &'static str,
+        &'static str,
+        fn(&gpud_proto::HostPoolStatus) -> u64,
+    );
+    let gauges: [PoolGauge; 5] = [
+        (
+            "total_bytes",
+            "What the host has (MemTotal or [host] memory; [host] pinned).",
+            |p| p.total_bytes,
+        ),
+        (
+            "headroom_bytes",
+            "Never handed out ([host] memory_headroom).",
+            |p| p.headroom_bytes,
+        ),
+        (
+            "unmanaged_bytes",
+            "Used by processes that hold no host lease.",
+            |p| p.unmanaged_bytes,
+        ),
+        (
+            "capacity_bytes",
+            "What host leases may reserve: total - headroom - unmanaged.",
+            |p| p.capacity_bytes,
+        ),
+        ("reserved_bytes", "Reserved by host leases.", |p| {
+            p.reserved_bytes
+        }),
+    ];
+    for (pool, p) in pools {
+        let noun = if pool == "memory" {
+            "Host memory"
+        } else {
+            "Page-locked host memory"
+        };
+        for (suffix, help, value) in gauges {
+            let name = format!("gpud_host_{pool}_{suffix}");
+            header(out, &name, "gauge", &format!("{noun}: {help}"));
+            let _ = writeln!(out, "{name} {}", value(p));
+        }
+    }
+    header(
+        out,
+        "gpud_host_queue_depth",
+        "gauge",
+        "Waiting requests for host memory or page-locked memory, per pool and class.",
+    );
+    for (pool, p) in pools {
+        for class in Class::ALL {
+            let _ = writeln!(
+                out,
+                "gpud_host_queue_depth{{pool=\"{pool}\",class=\"{class}\"}} {}",
+                by_class(&p.queued, class)
+            );
+        }
+    }
+    header(
+        out,
+        "gpud_host_cpus",
+        "gauge",
+        "CPUs of the NUMA node that gpud hands out.",
+    );
+    for n in &host.numa {
+        let _ = writeln!(
+            out,
+            "gpud_host_cpus{{numa=\"{}\"}} {}",
+            n.node,
+            n.cpus.len()
+        );
+    }
+    header(
+        out,
+        "gpud_host_cpus_granted",
+        "gauge",
+        "CPUs of the NUMA node granted to leases.",
+    );
+    for n in &host.numa {
+        let _ = writeln!(
+            out,
+            "gpud_host_cpus_granted{{numa=\"{}\"}} {}",
+            n.node,
+            n.granted.len()
+        );
+    }
+    header(
+        out,
+        "gpud_host_cpu_queue_depth",
+        "gauge",
+        "Waiting requests for CPUs of the NUMA node, per class.",
+    );
+    for n in &host.numa {
+        for class in Class::ALL {
+            let _ = writeln!(
+                out,
+                "gpud_host_cpu_queue_depth{{numa=\"{}\",class=\"{class}\"}} {}",
+                n.node,
+                by_class(&n.queued, class)
+            );
+        }
+    }
+    header(
+        out,
+        "gpud_host_memory_over_use_bytes",
+        "gauge",
+        "Resident memory (VmRSS) host-lease holders use beyond their host memory (audit).",
+    );
+    let _ = writeln!(
+        out,
+        "gpud_host_memory_over_use_bytes {}",
+        over_use.memory_bytes
+    );
+    header(
+        out,
+        "gpud_host_pinned_over_use_bytes",
+        "gauge",
+        "Locked memory (VmLck + VmPin) host-lease holders use beyond their page-locked memory (audit).",
+    );
+    let _ = writeln!(
+        out,
+        "gpud_host_pinned_over_use_bytes {}",
+        over_use.pinned_bytes
+    );
+}
+
+/// One class's count.
+fn by_class(q: &QueueCounts, class: Class) -> u32 {
+    match class {
+        Class::Critical => q.critical,
+        Class::High => q.high,
+        Class::Normal => q.normal,
+        Class::Background => q.background,
+    }
+}
+
 /// A per-device gauge: name, help, and how to read it from a sample.
 type Gauge = (&'static str, &'static str, fn(&DeviceSample) -> u64);
 
@@ -478,6 +621,79 @@ mod tests {
             let name = line.split_whitespace().nth(2).unwrap();
             let counter = line.ends_with("counter");
             assert_eq!(counter, name.ends_with("_total"), "{line}");
+        }
+    }
+
+    #[test]
+    fn the_host_families_show_each_pool_node_and_over_use() {
+        let pool = |total: u64, reserved: u64| gpud_proto::HostPoolStatus {
+            total_bytes: total,
+            headroom_bytes: 1,
+            unmanaged_bytes: 2,
+            capacity_bytes: total - 3,
+            reserved_bytes: reserved,
+            queued: QueueCounts {
+                high: 2,
+                ..QueueCounts::default()
+            },
+        };
+        let host = gpud_proto::HostStatus {
+            memory: pool(64 << 30, 8 << 30),
+            pinned: pool(32 << 30, 1 << 30),
+            numa: vec![
+                gpud_proto::NumaStatus {
+                    node: 0,
+                    cpus: (0..8).collect(),
+                    granted: vec![1, 2],
+                    queued: QueueCounts::default(),
+                },
+                gpud_proto::NumaStatus {
+                    node: 1,
+                    cpus: (8..16).collect(),
+                    granted: Vec::new(),
+                    queued: QueueCounts {
+                        normal: 1,
+                        ..QueueCounts::default()
+                    },
+                },
+            ],
+            holders: Vec::new(),
+        };
+        let mut text = String::new();
+        render_host(
+            &mut text,
+            &host,
+            HostOverUse {
+                memory_bytes: 5,
+                pinned_bytes: 0,
+            },
+        );
+        for line in [
+            "gpud_host_memory_total_bytes 68719476736",
+            "gpud_host_memory_capacity_bytes 68719476733",
+            "gpud_host_memory_reserved_bytes 8589934592",
+            "gpud_host_memory_unmanaged_bytes 2",
+            "gpud_host_pinned_capacity_bytes 34359738365",
+            "gpud_host_pinned_reserved_bytes 1073741824",
+            "gpud_host_queue_depth{pool=\"memory\",class=\"high\"} 2",
+            "gpud_host_cpus{numa=\"1\"} 8",
+            "gpud_host_cpus_granted{numa=\"0\"} 2",
+            "gpud_host_cpu_queue_depth{numa=\"1\",class=\"normal\"} 1",
+            "gpud_host_memory_over_use_bytes 5",
+            "gpud_host_pinned_over_use_bytes 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+        // Every sample's family has its HELP and TYPE.
+        for name in text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+        {
+            assert!(text.contains(&format!("# TYPE {name} gauge")), "{name}");
         }
     }
 

@@ -3,6 +3,7 @@
 //! gpudctl killed with SIGKILL; and the terminal, when gpudctl had it, so that an interactive
 //! program can read it from its own group. A program that stops on the terminal (Ctrl-Z) stops
 //! gpudctl too, so that the shell gets its terminal back, and continues when gpudctl does.
+//! A program granted CPUs is pinned to them before it runs (its children inherit the mask).
 //!
 //! The one unsafe call of gpudctl, `pre_exec`, is here.
 
@@ -10,6 +11,7 @@ use std::io::IsTerminal;
 use std::os::fd::BorrowedFd;
 use std::os::unix::process::CommandExt;
 
+use nix::sched::{CpuSet, sched_setaffinity};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, raise, sigprocmask};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid, tcgetpgrp, tcsetpgrp};
@@ -28,21 +30,49 @@ pub struct Started {
 }
 
 /// Starts `command` in a process group of its own with a parent-death signal.
+pub fn spawn(command: std::process::Command) -> std::io::Result<Started> {
+    spawn_pinned(command, &[])
+}
+
+/// The CPU mask of the CPUs a lease granted; an empty list gives no mask (nothing pinned).
+pub fn cpu_mask(cpus: &[u32]) -> std::io::Result<Option<CpuSet>> {
+    if cpus.is_empty() {
+        return Ok(None);
+    }
+    let mut set = CpuSet::new();
+    for &cpu in cpus {
+        set.set(cpu as usize).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "CPU {cpu} is beyond the {} CPUs sched_setaffinity takes",
+                    CpuSet::count()
+                ),
+            )
+        })?;
+    }
+    Ok(Some(set))
+}
+
+/// Like [`spawn`], pinned to `cpus` (sched_setaffinity in the child, before exec) when the
+/// list is not empty.
 ///
 /// PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process.
 /// gpudctl runs a current-thread runtime on its main thread, so the fork happens on the main
 /// thread, which lives exactly as long as gpudctl; it must stay so (spawning from a worker or
 /// blocking-pool thread would kill the program when that thread idles out).
-pub fn spawn(mut command: std::process::Command) -> std::io::Result<Started> {
+pub fn spawn_pinned(mut command: std::process::Command, cpus: &[u32]) -> std::io::Result<Started> {
+    let mask = cpu_mask(cpus)?;
     let parent = getpid();
     // The terminal goes to the program only if gpudctl has it now (not when run with `&`).
     let took_terminal =
         std::io::stdin().is_terminal() && tcgetpgrp(terminal()).is_ok_and(|g| g == getpgrp());
     command.process_group(0);
     // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
-    // calls are allowed: prctl, getppid, getpid, sigprocmask and tcsetpgrp are system calls
-    // that neither allocate nor take locks, and the error path builds an io::Error from a raw
-    // errno without allocating.
+    // calls are allowed: prctl, getppid, getpid, sigprocmask, tcsetpgrp and sched_setaffinity
+    // are system calls that neither allocate nor take locks (the mask was built before the
+    // fork and is copied in), and the error path builds an io::Error from a raw errno without
+    // allocating.
     unsafe {
         command.pre_exec(move || {
             nix::sys::prctl::set_pdeathsig(PARENT_DEATH_SIGNAL).map_err(errno)?;
@@ -54,6 +84,9 @@ pub fn spawn(mut command: std::process::Command) -> std::io::Result<Started> {
             }
             if took_terminal {
                 with_sigttou_blocked(|| tcsetpgrp(terminal(), getpid())).map_err(errno)?;
+            }
+            if let Some(mask) = &mask {
+                sched_setaffinity(Pid::from_raw(0), mask).map_err(errno)?;
             }
             Ok(())
         });
@@ -130,4 +163,19 @@ fn terminal() -> BorrowedFd<'static> {
 
 fn errno(e: nix::errno::Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(e as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_mask;
+
+    #[test]
+    fn the_mask_holds_the_granted_cpus_and_no_list_pins_nothing() {
+        assert!(cpu_mask(&[]).unwrap().is_none());
+        let mask = cpu_mask(&[0, 3]).unwrap().unwrap();
+        assert!(mask.is_set(0).unwrap() && mask.is_set(3).unwrap());
+        assert!(!mask.is_set(1).unwrap());
+        let e = cpu_mask(&[1 << 20]).unwrap_err();
+        assert!(e.to_string().contains("CPU 1048576"), "{e}");
+    }
 }

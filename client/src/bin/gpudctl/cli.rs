@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use gpud_client::LeaseId;
-use gpud_client::proto::{Class, Placement, PlacementPolicy, parse_duration, parse_size};
+use gpud_client::proto::{
+    Class, NumaPlacement, Placement, PlacementPolicy, parse_duration, parse_size,
+};
 
 /// Inspect and operate gpud, the GPU lease daemon.
 #[derive(Debug, Parser)]
@@ -26,7 +28,8 @@ pub struct Args {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Devices: capacity, reservations, compute holder, queues.
+    /// Devices and the host's memory, page-locked memory and CPUs: capacity, reservations,
+    /// compute holder, queues.
     Status {
         /// Machine-readable output (its fields: docs/PROTOCOL.md in the documentation, which FILES in
         /// gpudctl(1) locates).
@@ -70,10 +73,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a program under a lease: sets CUDA_VISIBLE_DEVICES and GPUD_LEASE_ID, releases when
-    /// it exits, and passes its exit status through. The program runs in its own process group,
-    /// which is stopped (SIGTERM, then SIGKILL) when the lease is revoked or lost, and which gpud
-    /// ends if gpudctl dies.
+    /// Run a program under a lease of devices and/or host resources: sets CUDA_VISIBLE_DEVICES
+    /// and GPUD_LEASE_ID (and GPUD_CPUS, pinning it, with --cpus), releases when it exits, and
+    /// passes its exit status through. The program runs in its own process group, which is
+    /// stopped (SIGTERM, then SIGKILL) when the lease is revoked or lost, and which gpud ends if
+    /// gpudctl dies.
     Run(RunArgs),
     /// Budgets: jobs' shares of devices that their processes lease from.
     #[command(subcommand)]
@@ -148,6 +152,24 @@ pub struct RunArgs {
     /// (most loaded that fits first) or near (all on one NVLink island or NUMA node).
     #[arg(long, value_name = "POLICY")]
     pub placement: Option<PlacementPolicy>,
+    /// Host memory to reserve with the lease, e.g. `64GiB`: what the program and its
+    /// children keep resident, page-locked memory included (docs/HOST.md). Without --vram and
+    /// --compute the lease is of the host alone (CUDA_VISIBLE_DEVICES is then empty).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub host_mem: Option<u64>,
+    /// Page-locked (pinned) host memory to reserve, e.g. `2GiB`: CUDA staging buffers,
+    /// registered memory. It counts as host memory too (at least this much is reserved there).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub pinned: Option<u64>,
+    /// Take N CPUs of one NUMA node: the program (and what it starts) is pinned to them with
+    /// sched_setaffinity, and GPUD_CPUS lists them in the kernel's list format (`4-7`).
+    /// Without it the program is not pinned.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub cpus: Option<u32>,
+    /// Which NUMA node the --cpus come from: any (the node with room, the default), near (the
+    /// node of the leased device; needs --vram or --compute) or a node number.
+    #[arg(long, value_name = "NODE", requires = "cpus")]
+    pub numa: Option<NumaPlacement>,
     /// Priority class.
     #[arg(long, default_value = "normal")]
     pub class: Class,

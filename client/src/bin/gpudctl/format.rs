@@ -2,7 +2,9 @@
 
 use std::fmt::Write;
 
-use gpud_client::proto::{Bytes, StatusReport};
+use gpud_client::proto::{
+    Bytes, HostArgs, HostGrant, HostStatus, LeaseStatus, QueueCounts, Resource, StatusReport,
+};
 
 /// `1h02m`, `3m12s`, `4.2s`, `85ms`.
 pub fn duration_ms(ms: u64) -> String {
@@ -182,6 +184,10 @@ pub fn status(s: &StatusReport) -> String {
         out.push('\n');
         out.push_str(&table(&rows));
     }
+    if let Some(host) = &s.host {
+        out.push('\n');
+        out.push_str(&host_section(host));
+    }
     if !s.budgets.is_empty() {
         out.push_str("\nbudgets (jobs' shares, leased from by their processes):\n");
         for b in &s.budgets {
@@ -189,6 +195,182 @@ pub fn status(s: &StatusReport) -> String {
         }
     }
     out
+}
+
+/// Queued requests by class, `c/h/n/b`.
+fn queue(q: &QueueCounts) -> String {
+    format!("{}/{}/{}/{}", q.critical, q.high, q.normal, q.background)
+}
+
+/// The kernel's list format of CPU numbers: ascending runs as ranges (`0-3,8,10-11`); `-`
+/// for none.
+pub fn cpu_list(cpus: &[u32]) -> String {
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut runs: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        let mut end = start;
+        while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
+            i += 1;
+            end = sorted[i];
+        }
+        runs.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    if runs.is_empty() {
+        "-".into()
+    } else {
+        runs.join(",")
+    }
+}
+
+/// The host's pools (memory, page-locked memory) and each NUMA node's CPUs.
+pub fn host_section(h: &HostStatus) -> String {
+    let mut rows = vec![
+        [
+            "HOST",
+            "TOTAL",
+            "HEADROOM",
+            "UNMANAGED",
+            "CAPACITY",
+            "RESERVED",
+            "FREE",
+            "QUEUE c/h/n/b",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for (name, pool) in [("memory", &h.memory), ("pinned", &h.pinned)] {
+        rows.push(vec![
+            name.into(),
+            Bytes(pool.total_bytes).to_string(),
+            Bytes(pool.headroom_bytes).to_string(),
+            Bytes(pool.unmanaged_bytes).to_string(),
+            Bytes(pool.capacity_bytes).to_string(),
+            Bytes(pool.reserved_bytes).to_string(),
+            Bytes(pool.capacity_bytes.saturating_sub(pool.reserved_bytes)).to_string(),
+            queue(&pool.queued),
+        ]);
+    }
+    let mut out = table(&rows);
+    if !h.numa.is_empty() {
+        let mut rows = vec![
+            ["NUMA", "CPUS", "GRANTED", "FREE", "QUEUE c/h/n/b"]
+                .map(String::from)
+                .to_vec(),
+        ];
+        for n in &h.numa {
+            let free: Vec<u32> = n
+                .cpus
+                .iter()
+                .copied()
+                .filter(|c| !n.granted.contains(c))
+                .collect();
+            rows.push(vec![
+                n.node.to_string(),
+                format!("{} ({})", cpu_list(&n.cpus), n.cpus.len()),
+                format!("{}/{}", n.granted.len(), n.cpus.len()),
+                cpu_list(&free),
+                queue(&n.queued),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&table(&rows));
+    }
+    if !h.holders.is_empty() {
+        let mut rows = vec![
+            [
+                "PID", "PROCESS", "RESIDENT", "HOST MEM", "LOCKED", "PINNED", "",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for u in &h.holders {
+            let over: Vec<&str> = [
+                (u.over_use, "OVER ITS HOST MEMORY"),
+                (u.pinned_over_use, "OVER ITS PINNED MEMORY"),
+            ]
+            .into_iter()
+            .filter_map(|(over, what)| over.then_some(what))
+            .collect();
+            rows.push(vec![
+                u.pid.to_string(),
+                u.process.clone(),
+                Bytes(u.rss_bytes).to_string(),
+                Bytes(u.mem_bytes).to_string(),
+                Bytes(u.locked_bytes).to_string(),
+                Bytes(u.pinned_bytes).to_string(),
+                over.join(", "),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&table(&rows));
+    }
+    out
+}
+
+/// What a lease holds of the host: `4.0 GiB host memory, 1.0 GiB pinned, CPUs 4-5 (numa 0)`.
+pub fn host_grant(h: &HostGrant) -> String {
+    let mut each = Vec::new();
+    if h.mem_bytes > 0 {
+        each.push(format!("{} host memory", Bytes(h.mem_bytes)));
+    }
+    if h.pinned_bytes > 0 {
+        each.push(format!("{} pinned", Bytes(h.pinned_bytes)));
+    }
+    if !h.cpus.is_empty() {
+        let node = h
+            .numa_node
+            .map(|n| format!(" (numa {n})"))
+            .unwrap_or_default();
+        each.push(format!("CPUs {}{node}", cpu_list(&h.cpus)));
+    }
+    if each.is_empty() {
+        "nothing of the host".into()
+    } else {
+        each.join(", ")
+    }
+}
+
+/// What a request asks of the host: `4.0 GiB mem, 1.0 GiB pinned, 2 CPUs (numa near)`.
+fn host_ask(h: &HostArgs) -> String {
+    let mut each = Vec::new();
+    if h.mem_bytes > 0 {
+        each.push(format!("{} mem", Bytes(h.mem_bytes)));
+    }
+    if h.pinned_bytes > 0 {
+        each.push(format!("{} pinned", Bytes(h.pinned_bytes)));
+    }
+    if h.cpus > 0 {
+        each.push(format!(
+            "{} (numa {})",
+            count(h.cpus as usize, "CPU"),
+            h.numa
+        ));
+    }
+    if each.is_empty() {
+        "-".into()
+    } else {
+        each.join(", ")
+    }
+}
+
+/// The amount a lease row reserves of its host part: memory, page-locked memory or CPUs.
+fn host_part(l: &LeaseStatus) -> String {
+    let h = l.host.clone().unwrap_or_default();
+    match l.resource {
+        Resource::Device => "-".into(),
+        Resource::HostMemory => format!("{} mem", Bytes(h.mem_bytes)),
+        Resource::Pinned => format!("{} pinned", Bytes(h.pinned_bytes)),
+        Resource::Cpus => format!("CPUs {}", cpu_list(&h.cpus)),
+    }
 }
 
 /// The lease and waiter tables.
@@ -247,6 +429,19 @@ pub fn leases(s: &StatusReport) -> String {
                 },
             ]);
         }
+        // Host parts (memory, page-locked memory, a node's CPUs) only where a lease has one:
+        // other hosts' screens stay as they were.
+        if s.leases.iter().any(|l| !l.resource.is_device()) {
+            rows[0].insert(3, "HOST".into());
+            for (row, l) in rows[1..].iter_mut().zip(&s.leases) {
+                row.insert(3, host_part(l));
+                if !l.resource.is_device() {
+                    // The device column names the pool (`host`, `numa0`); no VRAM there.
+                    row[1] = l.device.clone();
+                    row[2] = "-".into();
+                }
+            }
+        }
         out.push_str(&table(&rows));
     }
     if !s.waiters.is_empty() {
@@ -286,6 +481,12 @@ pub fn leases(s: &StatusReport) -> String {
                 w.label.clone().unwrap_or_default(),
             ]);
         }
+        if s.waiters.iter().any(|w| w.host.is_some()) {
+            rows[0].insert(4, "HOST".into());
+            for (row, w) in rows[1..].iter_mut().zip(&s.waiters) {
+                row.insert(4, w.host.as_ref().map_or_else(|| "-".into(), host_ask));
+            }
+        }
         out.push('\n');
         out.push_str(&table(&rows));
     }
@@ -310,8 +511,8 @@ fn mps_line(m: &gpud_client::proto::MpsStatus) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{count, mps_line};
-    use gpud_client::proto::MpsStatus;
+    use super::*;
+    use gpud_client::proto::{HostPoolStatus, HostUseStatus, MpsStatus, NumaStatus};
 
     #[test]
     fn the_mps_line_says_where_it_runs_or_why_not() {
@@ -335,6 +536,159 @@ mod tests {
             mps_line(&down),
             "MPS: not available: exited at once: status 1; next try in 2s"
         );
+    }
+
+    #[test]
+    fn cpu_lists_are_runs_in_the_kernels_format() {
+        assert_eq!(cpu_list(&[]), "-");
+        assert_eq!(cpu_list(&[3]), "3");
+        assert_eq!(cpu_list(&[0, 1, 2, 3]), "0-3");
+        assert_eq!(cpu_list(&[11, 0, 1, 8, 10, 1]), "0-1,8,10-11");
+    }
+
+    fn host() -> HostStatus {
+        let pool = |total: u64, reserved: u64| HostPoolStatus {
+            total_bytes: total << 30,
+            headroom_bytes: 2 << 30,
+            unmanaged_bytes: 1 << 30,
+            capacity_bytes: (total - 3) << 30,
+            reserved_bytes: reserved << 30,
+            queued: QueueCounts {
+                normal: 1,
+                ..QueueCounts::default()
+            },
+        };
+        HostStatus {
+            memory: pool(64, 8),
+            pinned: pool(32, 2),
+            numa: vec![NumaStatus {
+                node: 0,
+                cpus: (0..8).collect(),
+                granted: vec![2, 3],
+                queued: QueueCounts::default(),
+            }],
+            holders: vec![HostUseStatus {
+                pid: 77,
+                process: "prover".into(),
+                rss_bytes: 6 << 30,
+                locked_bytes: 0,
+                mem_bytes: 4 << 30,
+                pinned_bytes: 0,
+                over_use: true,
+                pinned_over_use: false,
+            }],
+        }
+    }
+
+    #[test]
+    fn the_host_section_shows_each_pool_and_each_nodes_cpus() {
+        let text = host_section(&host());
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("HOST") && lines[0].contains("UNMANAGED"),
+            "{text}"
+        );
+        let memory: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(memory[0], "memory", "{text}");
+        assert!(
+            lines[1].contains("64.0 GiB") && lines[1].contains("61.0 GiB"),
+            "{text}"
+        );
+        // Free: capacity 61 − reserved 8.
+        assert!(
+            lines[1].contains("53.0 GiB") && lines[1].ends_with("0/0/1/0"),
+            "{text}"
+        );
+        assert!(lines[2].starts_with("pinned"), "{text}");
+        let node = lines.iter().find(|l| l.starts_with("0 ")).expect(&text);
+        assert!(node.contains("0-7 (8)") && node.contains("2/8"), "{text}");
+        assert!(node.contains("0-1,4-7"), "the free CPUs: {text}");
+        let holder = lines.iter().find(|l| l.starts_with("77 ")).expect(&text);
+        assert!(
+            holder.contains("prover") && holder.contains("6.0 GiB"),
+            "{text}"
+        );
+        assert!(holder.contains("OVER ITS HOST MEMORY"), "{text}");
+    }
+
+    /// A lease row: a plain one with `extra`'s fields over it.
+    fn lease_row(extra: serde_json::Value) -> LeaseStatus {
+        let mut row = serde_json::json!({
+            "id": 1, "device": "GPU-a", "device_index": 0, "vram_bytes": 0, "compute": false,
+            "class": "normal", "pid": 10, "uid": 0, "process": "p", "session": 1,
+            "held_ms": 5, "yield_requested": false, "label": null,
+        });
+        if let (Some(row), Some(extra)) = (row.as_object_mut(), extra.as_object()) {
+            row.extend(extra.clone());
+        }
+        serde_json::from_value(row).unwrap()
+    }
+
+    fn report(leases: Vec<LeaseStatus>) -> StatusReport {
+        let mut s: StatusReport = serde_json::from_value(serde_json::json!({
+            "daemon": {"version": "0", "pid": 1, "uptime_ms": 0, "sessions": 1, "backend": "simulated"},
+            "devices": [], "leases": [], "waiters": [],
+        }))
+        .unwrap();
+        s.leases = leases;
+        s
+    }
+
+    #[test]
+    fn host_parts_show_their_pool_and_amount() {
+        let status = report(vec![
+            lease_row(
+                serde_json::json!({"id": 2, "device": "host", "resource": "host_memory",
+                "group": 1, "host": {"mem_bytes": 4u64 << 30}}),
+            ),
+            lease_row(
+                serde_json::json!({"id": 3, "device": "numa1", "resource": "cpus",
+                "group": 1, "host": {"cpus": [4, 5], "numa_node": 1}}),
+            ),
+        ]);
+        let text = leases(&status);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("HOST"), "{text}");
+        assert!(
+            lines[1].contains("host") && lines[1].contains("4.0 GiB mem"),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("numa1") && lines[2].contains("CPUs 4-5"),
+            "{text}"
+        );
+        assert_eq!(
+            host_grant(&HostGrant {
+                mem_bytes: 4 << 30,
+                pinned_bytes: 1 << 30,
+                cpus: vec![4, 5],
+                numa_node: Some(0),
+                parts: Vec::new(),
+            }),
+            "4.0 GiB host memory, 1.0 GiB pinned, CPUs 4-5 (numa 0)"
+        );
+        // Without host parts the table keeps its columns.
+        let plain = leases(&report(vec![lease_row(serde_json::json!({}))]));
+        assert!(!plain.contains("HOST"), "{plain}");
+        // A waiter's host ask has its column.
+        let mut waiting = report(Vec::new());
+        waiting.waiters = vec![
+            serde_json::from_value(serde_json::json!({
+                "session": 2, "request": 1, "pid": 10, "class": "normal", "device": "any",
+                "vram_bytes": 0, "compute": false, "grows_lease": null, "waited_ms": 5,
+                "label": null, "host": {"mem_bytes": 1u64 << 30, "cpus": 2},
+            }))
+            .unwrap(),
+        ];
+        let text = leases(&waiting);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[2].contains("HOST"), "{text}");
+        assert!(
+            lines[3].contains("1.0 GiB mem, 2 CPUs (numa any)"),
+            "{text}"
+        );
+        // And the status screen has no host section from a daemon without one.
+        assert!(!super::status(&report(Vec::new())).contains("HOST"));
     }
 
     #[test]

@@ -112,6 +112,8 @@ async fn dispatch(args: Args) -> Result<ExitCode> {
             }
         }
         Command::Run(run) if run.enforce == cli::Enforce::Preload => {
+            // Host resources are refused here: under preload gpudctl holds no lease.
+            run::host_args(&run)?;
             return preload::run(&client, run, &args.socket).await;
         }
         Command::Run(run) => return run::run(&client, run).await,

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use gpud_client::proto::{EnforcedBy, Event, RevokeReason};
+use gpud_client::proto::{EnforcedBy, Event, HostArgs, NumaPlacement, RevokeReason};
 use gpud_client::{Client, Lease, LeaseRequest};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -21,12 +21,24 @@ use crate::waiting::Progress;
 /// gpudctl's own outcome when it stopped the program (revoked, lost).
 pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
     let vram = args.vram.unwrap_or(0);
-    if vram == 0 && !args.compute {
+    let host = host_args(&args)?;
+    let device_part = vram > 0 || args.compute;
+    if !device_part && host.is_none() {
         return Err(Fail::new(
             exit::USAGE,
-            "nothing to reserve: give --vram SIZE and/or --compute",
+            "nothing to reserve: give --vram SIZE and/or --compute, or host resources \
+             (--host-mem SIZE, --pinned SIZE, --cpus N)",
         )
         .into());
+    }
+    if !device_part {
+        if let Some(why) = device_only(&args) {
+            return Err(Fail::new(
+                exit::USAGE,
+                format!("{why} is about devices: a lease of the host alone has none (add --vram or --compute)"),
+            )
+            .into());
+        }
     }
     // Checked before the wait: a host without MPS refuses at once.
     if args.enforce != Enforce::Preload && args.policy.is_some() {
@@ -68,6 +80,13 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
     if let Some(policy) = args.placement {
         request = request.placement(policy);
     }
+    if let Some(host) = &host {
+        request = request
+            .host_memory(host.mem_bytes)
+            .pinned(host.pinned_bytes)
+            .cpus(host.cpus)
+            .numa(host.numa);
+    }
     let mut signals = Signals::new()?;
     let started = Instant::now();
     let mut progress = Progress::new(
@@ -99,7 +118,9 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
         }
     };
     if args.verbose {
-        let devices = if lease.parts().is_empty() {
+        let devices = if lease.parts().is_empty() && lease.info().device_uuid.is_empty() {
+            "the host".to_string()
+        } else if lease.parts().is_empty() {
             format!(
                 "device {} ({})",
                 lease.info().device_index,
@@ -113,17 +134,26 @@ pub async fn run(client: &Client, args: RunArgs) -> Result<ExitCode> {
                 .collect();
             format!("devices {}", each.join(", "))
         };
+        let host = lease
+            .host()
+            .map(|h| format!(" with {}", crate::format::host_grant(h)))
+            .unwrap_or_default();
         eprintln!(
-            "gpudctl: lease {} on {devices} after {}",
+            "gpudctl: lease {} on {devices}{host} after {}",
             lease.id(),
             duration_ms(started.elapsed().as_millis() as u64)
         );
+    }
+    let cpus: Vec<u32> = lease.host().map(|h| h.cpus.clone()).unwrap_or_default();
+    if let Err(e) = may_run_on(&cpus) {
+        let _ = lease.release().await;
+        return Err(e);
     }
     let mut command = program_command(&args, &lease);
     if let Some(plan) = &mps {
         command.envs(plan.environment(&crate::mps::lease_devices(lease.info())));
     }
-    let program = match child::spawn(command) {
+    let program = match child::spawn_pinned(command, &cpus) {
         Ok(program) => program,
         Err(e) => {
             let code = match e.kind() {
@@ -167,7 +197,91 @@ pub fn program_command(args: &RunArgs, lease: &Lease) -> std::process::Command {
         .args(&args.command[1..])
         .env("CUDA_VISIBLE_DEVICES", lease.cuda_visible_devices())
         .env("GPUD_LEASE_ID", lease.id().to_string());
+    if let Some(host) = lease.host().filter(|h| !h.cpus.is_empty()) {
+        command.env(CPUS_ENV, crate::format::cpu_list(&host.cpus));
+    } else {
+        // A GPUD_CPUS of an outer lease names CPUs this program was not granted.
+        command.env_remove(CPUS_ENV);
+    }
     command
+}
+
+/// The environment variable that lists the CPUs the program is pinned to (`4-7,12`).
+pub const CPUS_ENV: &str = "GPUD_CPUS";
+
+/// The host resources `gpudctl run` asks for, or none; bad combinations are usage errors.
+pub fn host_args(args: &RunArgs) -> Result<Option<HostArgs>> {
+    let host = HostArgs {
+        mem_bytes: args.host_mem.unwrap_or(0),
+        pinned_bytes: args.pinned.unwrap_or(0),
+        cpus: args.cpus.unwrap_or(0),
+        numa: args.numa.unwrap_or_default(),
+    };
+    if host.is_empty() {
+        return Ok(None);
+    }
+    if host.numa == NumaPlacement::Near && args.vram.unwrap_or(0) == 0 && !args.compute {
+        return Err(Fail::new(
+            exit::USAGE,
+            "--numa near places the CPUs on the node of the leased device: add --vram or --compute, \
+             or give --numa any or a node number",
+        )
+        .into());
+    }
+    if args.enforce == Enforce::Preload {
+        return Err(Fail::new(
+            exit::USAGE,
+            "host resources (--host-mem, --pinned, --cpus) are leased by gpudctl, and under \
+             --enforce preload gpudctl holds no lease: use --enforce none or mps",
+        )
+        .into());
+    }
+    Ok(Some(host))
+}
+
+/// The first option given that only a device lease takes.
+fn device_only(args: &RunArgs) -> Option<&'static str> {
+    if args.enforce == Enforce::Mps {
+        Some("--enforce mps")
+    } else if args.devices.is_some() {
+        Some("--devices")
+    } else if args.placement.is_some() {
+        Some("--placement")
+    } else if args.device != gpud_client::Placement::Any {
+        Some("--device")
+    } else {
+        None
+    }
+}
+
+/// Whether gpudctl (and so the program) may run on the CPUs granted: a cpuset that leaves
+/// them out would make sched_setaffinity fail in the child, with a less helpful error.
+fn may_run_on(cpus: &[u32]) -> Result<()> {
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    let Ok(allowed) = nix::sched::sched_getaffinity(Pid::from_raw(0)) else {
+        // Unknown: the child's own call decides.
+        return Ok(());
+    };
+    let outside: Vec<u32> = cpus
+        .iter()
+        .copied()
+        .filter(|&c| !allowed.is_set(c as usize).unwrap_or(false))
+        .collect();
+    if outside.is_empty() {
+        return Ok(());
+    }
+    Err(Fail::new(
+        exit::FAILED,
+        format!(
+            "gpud granted CPUs {}, but gpudctl may not run on {} (its CPU affinity or cpuset \
+             leaves them out), so the program cannot be pinned to them",
+            crate::format::cpu_list(cpus),
+            crate::format::cpu_list(&outside)
+        ),
+    )
+    .into())
 }
 
 /// Tells gpud that the program uses the lease, so that gpud ends its process group if

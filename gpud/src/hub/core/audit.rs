@@ -8,6 +8,11 @@
 //! warned at once; under the `revoke` policy its leases on that device are revoked after the
 //! grace period, and with `kill` set its processes are killed after one more grace period if
 //! they still hold the memory.
+//!
+//! Host memory is audited the same way, by a second [`Auditor`] over the host pools: an
+//! owner's footprint there is what /proc says its processes keep resident (`VmRSS`) against
+//! its host memory, and what they keep locked (`VmLck` + `VmPin`) against its page-locked
+//! memory ([`HostFootprint::per_pool`]).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -34,6 +39,65 @@ impl Footprint {
     fn over(&self, tolerance: u64) -> bool {
         self.used_bytes > self.reserved_bytes.saturating_add(tolerance)
     }
+}
+
+/// One host-lease holder's use of host memory, as measured, and what its leases reserve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFootprint {
+    /// The owner's pid.
+    pub owner: u32,
+    /// Resident bytes of its processes (`VmRSS`, summed).
+    pub rss_bytes: u64,
+    /// Locked bytes of its processes (`VmLck` + `VmPin`, summed).
+    pub locked_bytes: u64,
+    /// Host memory its leases reserve (page-locked reservations included).
+    pub memory_reserved: u64,
+    /// Page-locked memory its leases reserve.
+    pub pinned_reserved: u64,
+    /// Its processes (the owner, its descendants, attached programs).
+    pub pids: Vec<u32>,
+}
+
+/// The ledger's host pools that host footprints are audited against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostPools {
+    /// Host memory.
+    pub memory: DeviceIdx,
+    /// Page-locked memory.
+    pub pinned: DeviceIdx,
+}
+
+impl HostFootprint {
+    /// As footprints of the host memory and page-locked pools, for the host [`Auditor`]: the
+    /// same policy then warns, revokes and kills as for device memory.
+    pub fn per_pool(&self, pools: HostPools) -> [Footprint; 2] {
+        [
+            Footprint {
+                owner: self.owner,
+                device: pools.memory,
+                used_bytes: self.rss_bytes,
+                // Page-locked memory is host memory too: at least that much is reserved.
+                reserved_bytes: self.memory_reserved.max(self.pinned_reserved),
+                pids: self.pids.clone(),
+            },
+            Footprint {
+                owner: self.owner,
+                device: pools.pinned,
+                used_bytes: self.locked_bytes,
+                reserved_bytes: self.pinned_reserved,
+                pids: self.pids.clone(),
+            },
+        ]
+    }
+}
+
+/// Bytes used beyond the reservation by the footprints the auditor holds over, per pool.
+pub fn over_use_bytes(auditor: &Auditor, footprints: &[Footprint], pool: DeviceIdx) -> u64 {
+    footprints
+        .iter()
+        .filter(|f| f.device == pool && auditor.is_over(f.owner, pool))
+        .map(|f| f.used_bytes.saturating_sub(f.reserved_bytes))
+        .sum()
 }
 
 /// What the hub must do.
@@ -292,6 +356,67 @@ mod tests {
                 device: 0
             }]
         );
+    }
+
+    const POOLS: HostPools = HostPools {
+        memory: 4,
+        pinned: 5,
+    };
+
+    fn host(rss: u64, locked: u64, memory: u64, pinned: u64) -> HostFootprint {
+        HostFootprint {
+            owner: 42,
+            rss_bytes: rss * MIB,
+            locked_bytes: locked * MIB,
+            memory_reserved: memory * MIB,
+            pinned_reserved: pinned * MIB,
+            pids: vec![42, 43],
+        }
+    }
+
+    #[test]
+    fn host_use_is_compared_with_each_host_reservation() {
+        let [memory, pinned] = host(3000, 10, 1000, 0).per_pool(POOLS);
+        assert_eq!(
+            (memory.device, memory.used_bytes, memory.reserved_bytes),
+            (4, 3000 * MIB, 1000 * MIB)
+        );
+        assert_eq!((pinned.device, pinned.used_bytes), (5, 10 * MIB));
+        // Pinned bytes count as host memory: 2 GiB pinned and no memory reserves 2 GiB there.
+        let [memory, _] = host(1500, 0, 0, 2048).per_pool(POOLS);
+        assert_eq!(memory.reserved_bytes, 2048 * MIB);
+        let mut a = Auditor::new(AuditConfig::default());
+        let t = Instant::now();
+        // Within tolerance on both: nothing.
+        let fine = host(1200, 200, 1000, 0).per_pool(POOLS);
+        assert!(a.review(t, &fine).is_empty());
+        // Over on memory only: one warning, about the memory pool.
+        let over = host(3000, 0, 1000, 0).per_pool(POOLS);
+        let w = a.review(t, &over);
+        assert!(
+            matches!(w.as_slice(), [Action::Warn { device: 4, used_bytes, reserved_bytes, .. }]
+                if *used_bytes == 3000 * MIB && *reserved_bytes == 1000 * MIB),
+            "{w:?}"
+        );
+        assert!(a.is_over(42, 4) && !a.is_over(42, 5));
+        assert_eq!(over_use_bytes(&a, &over, 4), 2000 * MIB);
+        assert_eq!(over_use_bytes(&a, &over, 5), 0);
+        // Locked memory beyond the page-locked lease is over-use of its own.
+        let locked = host(900, 600, 1000, 100).per_pool(POOLS);
+        let w = a.review(t, &locked);
+        assert!(
+            w.contains(&Action::Resolved {
+                owner: 42,
+                device: 4
+            }),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|v| matches!(v, Action::Warn { device: 5, .. })),
+            "{w:?}"
+        );
+        assert_eq!(over_use_bytes(&a, &locked, 5), 500 * MIB);
     }
 
     #[test]

@@ -361,6 +361,7 @@ impl Core {
             memory: pool(book.memory)?,
             pinned: pool(book.pinned)?,
             numa,
+            holders: self.host_use_rows(),
         })
     }
 

@@ -18,6 +18,7 @@ mod audit;
 mod bench;
 mod budgets;
 mod host;
+mod host_audit;
 mod journaling;
 mod liveness;
 mod observer;
@@ -51,10 +52,11 @@ use rand::RngCore;
 use crate::config::{Config, Limits};
 use crate::ledger::{Ledger, SessionId};
 
-use audit::{Auditor, Footprint};
+use audit::{Auditor, Footprint, HostFootprint};
 use timers::{Timer, TimerTable};
 
 pub use budgets::{BUDGETS, BudgetOwner};
+pub use host_audit::{HostHolder, HostSample};
 pub use journaling::{LeaseRecord, Restorable};
 pub use liveness::{ProcessState, Watched};
 pub use observer::{EndReason, Notice, wire_name};
@@ -155,6 +157,12 @@ pub enum KillReason {
         /// The device.
         device: usize,
     },
+    /// It kept host memory (resident or locked) a grace period after its leases were revoked
+    /// for over-use of host memory.
+    KeptHostMemory {
+        /// The owner it belongs to.
+        owner: u32,
+    },
     /// It was attached to a lease with `end_with_session`, and the session ended without
     /// releasing the lease.
     SessionEnded {
@@ -222,6 +230,12 @@ pub struct Core {
     usage: Vec<Vec<ProcessSample>>,
     /// The last poll's footprints, for metrics.
     footprints: Vec<Footprint>,
+    /// The host audit's over-use tracking (host memory and page-locked pools).
+    host_auditor: Auditor,
+    /// The last host audit's footprints (per host pool), for metrics.
+    host_footprints: Vec<Footprint>,
+    /// The last host audit's holders, for status.
+    host_seen: Vec<HostFootprint>,
     /// Frames waiting for a journal write that failed.
     withheld: withheld::Withheld,
     /// Whose each budget is.
@@ -252,6 +266,9 @@ impl Core {
             auditor: Auditor::new(settings.audit),
             observer: observer::Observer::new(names.len()),
             footprints: Vec::new(),
+            host_auditor: Auditor::new(settings.audit),
+            host_footprints: Vec::new(),
+            host_seen: Vec::new(),
             ledger,
             names,
             sessions: HashMap::new(),
@@ -307,6 +324,7 @@ impl Core {
     pub fn reload(&mut self, now: Now, config: &Config, access: Access) {
         self.settings = Settings::new(config, access);
         self.auditor.set_config(config.audit);
+        self.host_auditor.set_config(config.audit);
         self.ledger.set_config(now.at, config.scheduler.clone());
         self.ledger
             .set_slots(now.at, config.compute_slots, config.critical_slots);

@@ -259,6 +259,9 @@ impl Core {
         let ledger = &self.ledger;
         let enforced = self.supervision.counts(|id| ledger.lease(id).is_some());
         crate::metrics::render_enforced(&mut text, &enforced);
+        if let Some(host) = self.host_status() {
+            crate::metrics::render_host(&mut text, &host, self.host_over_use());
+        }
         text
     }
 

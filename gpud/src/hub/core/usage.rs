@@ -1,10 +1,10 @@
 //! What the device poll says: memory of processes without a lease lowers a device's
 //! capacity; memory of lease holders is audited against what they reserved, and the audit's
-//! verdicts are carried out here.
+//! verdicts (the host audit's too, [`super::host_audit`]) are carried out here.
 
 use std::collections::{BTreeMap, HashMap};
 
-use gpud_proto::{Event, LeaseId};
+use gpud_proto::{Event, LeaseId, Resource};
 use tracing::{info, warn};
 
 use super::audit::{Action as Verdict, Footprint};
@@ -93,7 +93,7 @@ impl Core {
     }
 
     /// Carries out what the audit decided.
-    fn carry_out(&mut self, now: Now, verdict: Verdict, starts: &HashMap<u32, u64>) {
+    pub(super) fn carry_out(&mut self, now: Now, verdict: Verdict, starts: &HashMap<u32, u64>) {
         match verdict {
             Verdict::Warn {
                 owner,
@@ -102,21 +102,42 @@ impl Core {
                 reserved_bytes,
                 revoke_at,
             } => {
-                warn!(
-                    owner,
-                    device,
-                    used_bytes,
-                    reserved_bytes,
-                    "process uses more device memory than it reserved"
-                );
+                let resource = self.audited_host_pool(device).unwrap_or_default();
+                match resource {
+                    Resource::Device => warn!(
+                        owner,
+                        device,
+                        used_bytes,
+                        reserved_bytes,
+                        "process uses more device memory than it reserved"
+                    ),
+                    Resource::Pinned => warn!(
+                        owner,
+                        used_bytes,
+                        reserved_bytes,
+                        "process locks more memory (VmLck + VmPin) than its page-locked leases reserve"
+                    ),
+                    Resource::HostMemory | Resource::Cpus => warn!(
+                        owner,
+                        used_bytes,
+                        reserved_bytes,
+                        "process keeps more memory resident (VmRSS) than its host leases reserve"
+                    ),
+                }
                 let revoke_in_ms =
                     revoke_at.map(|at| at.saturating_duration_since(now.at).as_millis() as u64);
                 for session in self.sessions_of(owner) {
                     let event = Event::OverUse {
-                        device_index: device as u32,
+                        // Host memory is no device: its over-use names the resource instead.
+                        device_index: if resource.is_device() {
+                            device as u32
+                        } else {
+                            0
+                        },
                         used_bytes,
                         reserved_bytes,
                         revoke_in_ms,
+                        resource,
                     };
                     self.event(session, event);
                 }
@@ -143,15 +164,24 @@ impl Core {
             } => {
                 for pid in pids {
                     let start = starts.get(&pid).copied().unwrap_or(0);
-                    self.signal(pid, start, KillReason::KeptMemory { owner, device });
+                    let why = match self.audited_host_pool(device) {
+                        Some(_) => KillReason::KeptHostMemory { owner },
+                        None => KillReason::KeptMemory { owner, device },
+                    };
+                    self.signal(pid, start, why);
                 }
             }
-            Verdict::Resolved { owner, device } => {
-                info!(
+            Verdict::Resolved { owner, device } => match self.audited_host_pool(device) {
+                None => info!(
                     owner,
                     device, "device memory use back within the reservation"
-                );
-            }
+                ),
+                Some(resource) => info!(
+                    owner,
+                    resource = super::wire_name(&resource),
+                    "host memory use back within the reservation"
+                ),
+            },
         }
     }
 
