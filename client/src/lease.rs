@@ -35,6 +35,7 @@ impl LeaseCore {
             lease: self.info.lease,
             vram_bytes,
             timeout_ms: timeout.map(|t| t.as_millis().min(u128::from(u64::MAX)) as u64),
+            host_mem_bytes: None,
         }
     }
 

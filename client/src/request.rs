@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use crate::error::{ClientError, Result};
-use crate::proto::{AcquireArgs, Class, HostArgs, NumaPlacement, PartArgs, Placement, PlacementPolicy};
+use crate::proto::{
+    AcquireArgs, Class, HostArgs, NumaPlacement, PartArgs, Placement, PlacementPolicy,
+};
 
 /// A lease request: VRAM and/or the compute slot of one device, or of several devices at once
 /// (granted together or not at all: [`LeaseRequest::devices`], [`LeaseRequest::part`]).
@@ -119,12 +121,18 @@ impl LeaseRequest {
     /// Reserve this many bytes of host memory with the lease (docs/HOST.md). A request with
     /// host resources and no device part is a lease of the host alone.
     pub fn host_memory(mut self, bytes: u64) -> Self {
-        self.args.host.get_or_insert_with(HostArgs::default).mem_bytes = bytes;
+        self.args
+            .host
+            .get_or_insert_with(HostArgs::default)
+            .mem_bytes = bytes;
         self
     }
     /// Reserve this many bytes of page-locked host memory (counted as host memory too).
     pub fn pinned(mut self, bytes: u64) -> Self {
-        self.args.host.get_or_insert_with(HostArgs::default).pinned_bytes = bytes;
+        self.args
+            .host
+            .get_or_insert_with(HostArgs::default)
+            .pinned_bytes = bytes;
         self
     }
     /// Take `n` CPUs of one NUMA node; the grant names them ([`crate::Lease::host`]).

@@ -321,9 +321,10 @@ impl std::str::FromStr for NumaPlacement {
         match s.trim() {
             "any" => Ok(NumaPlacement::Any),
             "near" => Ok(NumaPlacement::Near),
-            n => n.parse().map(NumaPlacement::Node).map_err(|_| {
-                format!("NUMA placement {s:?}: give any, near, or a node number")
-            }),
+            n => n
+                .parse()
+                .map(NumaPlacement::Node)
+                .map_err(|_| format!("NUMA placement {s:?}: give any, near, or a node number")),
         }
     }
 }
@@ -1173,9 +1174,10 @@ mod tests {
             token: String::new(),
             within: None,
             parts: Vec::new(),
+            host: None,
         };
         let text = serde_json::to_string(&info).unwrap();
-        assert!(!text.contains("parts"), "{text}");
+        assert!(!text.contains("parts") && !text.contains("host"), "{text}");
     }
 
     #[test]

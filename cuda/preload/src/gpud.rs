@@ -214,6 +214,7 @@ impl Connection {
             lease,
             vram_bytes,
             timeout_ms: timeout.map(|t| t.as_millis() as u64),
+            host_mem_bytes: None,
         };
         to_value(&op).unwrap_or(Value::Null)
     }

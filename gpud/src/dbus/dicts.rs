@@ -363,6 +363,7 @@ mod tests {
             token: "secret".into(),
             within: None,
             parts: Vec::new(),
+            host: None,
         };
         let out = lease(info);
         assert_eq!(*out["lease"], Variant::U64(4));
@@ -427,6 +428,7 @@ mod tests {
                     compute: true,
                 },
             ],
+            host: None,
         };
         let out = lease(info);
         let parts: Vec<(u64, u32, String, u64, bool)> = out["parts"].clone().try_into().unwrap();

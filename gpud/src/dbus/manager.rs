@@ -168,6 +168,7 @@ impl Manager {
             lease,
             vram_bytes: vram,
             timeout_ms: asked.timeout_ms,
+            host_mem_bytes: None,
         };
         match self
             .call_named(conn, &hdr, op, asked.request.as_deref())

@@ -266,6 +266,7 @@ impl Core {
             token,
             within: lease.within,
             parts,
+            host: None,
         })
     }
 }

@@ -106,6 +106,8 @@ impl Core {
                     group: l.group,
                     program_pid: attached.map(|a| a.pid),
                     enforced_by: attached.map(|a| a.enforced_by),
+                    resource: gpud_proto::Resource::Device,
+                    host: None,
                 }
             })
             .collect();
@@ -165,6 +167,7 @@ impl Core {
                         compute: p.need.compute,
                     })
                     .collect(),
+                host: None,
             })
             .collect();
         let (journal_skipped, journal_refused) = self.journal_left_out();
@@ -187,6 +190,7 @@ impl Core {
                 Vec::new()
             },
             enforcement: Some(self.enforcement.clone()),
+            host: None,
             more,
         }
     }
