@@ -57,6 +57,7 @@ impl Bench {
     pub(super) fn with_access(config: &Config, access: Access) -> Self {
         let devices = (0..2)
             .map(|i| DeviceSpec {
+                kind: crate::ledger::PoolKind::Gpu,
                 uuid: format!("GPU-fuzz-{i}"),
                 name: "fuzz".into(),
                 total_bytes: 16 * GIB,
