@@ -24,7 +24,7 @@ const (
 // NUMANode returns the NUMA placement of node n ("0", "1", …).
 func NUMANode(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
 
-// numaWire checks a NUMA placement ("", "any", "near" or a node number, as gpudctl reads one)
+// numaWire checks a NUMA placement ("", "any", "near" or a node number; names in any case)
 // and returns its wire form: nil for any (left out), "near", or {"node": n}.
 func numaWire(s string) (interface{}, error) {
 	t := strings.TrimSpace(s)
