@@ -162,7 +162,7 @@ impl Lease {
     /// The host resources granted with the lease (memory, page-locked memory, CPUs by
     /// number), when it asked for any.
     pub fn host(&self) -> Option<&crate::HostGrant> {
-        self.core.info.host.as_ref()
+        self.core.info.host.as_deref()
     }
     /// Whether the daemon asked this lease to yield its compute slot.
     pub fn yield_requested(&self) -> bool {

@@ -540,9 +540,10 @@ pub struct LeaseInfo {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<LeasePart>,
     /// The host resources granted with it. A lease of the host alone has them and no device:
-    /// its `device_uuid`, `device_name` and `cuda_visible_devices` are empty.
+    /// its `device_uuid`, `device_name` and `cuda_visible_devices` are empty. (Boxed: most
+    /// grants have none, and replies stay small.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<HostGrant>,
+    pub host: Option<Box<HostGrant>>,
 }
 
 /// One granted part of a lease of several devices.

@@ -1049,6 +1049,40 @@ fn run_g2(args: &Args, info: &driver::DeviceInfo) -> Res<()> {
         }
         report["g2_bench"] = json!({ "rows": rows });
         if bench_log >= 22 {
+            // The window the cost model picks was fitted to G1; a G2 addition costs about
+            // three times as much in the same memory traffic, so time every window at 2^22.
+            let n = 1usize << 22;
+            let s = scalars(Kind::Random, n);
+            let mut sweep = Vec::new();
+            for c in 12..=18u32 {
+                engine.set_window_bits(Some(c));
+                let t = time_runs(5, || {
+                    engine.msm(&bases, &s)?;
+                    Ok(())
+                })?;
+                println!("G2 window sweep at 2^22: c = {c:<2} {t:>8.2} ms");
+                sweep.push(json!({ "c": c, "ms": t }));
+            }
+            engine.set_window_bits(None);
+            let best = sweep
+                .iter()
+                .min_by(|a, b| {
+                    a["ms"]
+                        .as_f64()
+                        .partial_cmp(&b["ms"].as_f64())
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                })
+                .cloned();
+            if let Some(best) = &best {
+                println!(
+                    "G2 window sweep at 2^22: best c = {} ({:.2} ms; the model's c = {})",
+                    best["c"],
+                    best["ms"].as_f64().unwrap_or(0.0),
+                    engine.plan(n)?.window_bits
+                );
+            }
+            report["g2_window_sweep"] = json!({ "log": 22, "rows": sweep, "best": best });
+
             // Our G1 MSM at 2^22 (random scalars, host scalars in), for the ratio.
             let g1_bases = G1Bases::upload(&dev, &random_bases(1 << 22))?;
             let g1 = MsmEngine::new(&dev)?;
