@@ -474,6 +474,7 @@ mod tests {
             budget: None,
             evictable: false,
             group: None,
+            cpus: Vec::new(),
         }
     }
 

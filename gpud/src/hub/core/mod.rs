@@ -36,6 +36,8 @@ mod budget_tests;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
+mod host_tests;
+#[cfg(test)]
 mod liveness_tests;
 #[cfg(test)]
 mod tests;
