@@ -363,6 +363,14 @@ gpud_code gpud_lease_release(const gpud_lease *lease);
 gpud_code gpud_lease_resize(const gpud_lease *lease, uint64_t vram_bytes, int64_t timeout_ms);
 
 /**
+ * Changes the lease's reserved host memory to `bytes`, as `gpud_lease_resize` does its VRAM:
+ * shrinking is immediate; growing waits until the memory is free, for at most `timeout_ms`
+ * milliseconds (`GPUD_NO_TIMEOUT`, or any negative number: for ever), and on
+ * `GPUD_E_TIMED_OUT` the lease keeps its size. Needs a daemon that books host resources.
+ */
+gpud_code gpud_lease_resize_host_memory(const gpud_lease *lease, uint64_t bytes, int64_t timeout_ms);
+
+/**
  * The lease's id, as `gpudctl status` and `gpud_revoke` know it.
  */
 gpud_code gpud_lease_id(const gpud_lease *lease, uint64_t *out);

@@ -190,6 +190,13 @@ public:
         detail::check(gpud_lease_resize(held(), bytes, ms));
     }
 
+    /// Changes the reserved host memory, as resize() does the VRAM.
+    void resize_host_memory(uint64_t bytes,
+                            std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+        int64_t ms = timeout ? static_cast<int64_t>(timeout->count()) : GPUD_NO_TIMEOUT;
+        detail::check(gpud_lease_resize_host_memory(held(), bytes, ms));
+    }
+
     /// Releases the lease and waits until the daemon has freed it. The object is empty
     /// afterwards, also when this throws (a revoked lease: GPUD_E_UNKNOWN_LEASE).
     void release() {

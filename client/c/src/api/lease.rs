@@ -49,7 +49,7 @@ impl GpudLease {
     pub(crate) fn new(lease: Lease) -> Result<Self> {
         let watch = lease.watch();
         let info = lease.info();
-        let host = info.host.clone().unwrap_or_default();
+        let host = info.host.as_deref().cloned().unwrap_or_default();
         Ok(Self {
             id: info.lease,
             device_index: info.device_index,
@@ -144,6 +144,28 @@ pub extern "C" fn gpud_lease_resize(
         let held = held.as_mut().ok_or(Error::Released(lease.id))?;
         let size = held.resize(vram_bytes, timeout)?;
         lease.vram_bytes.store(size, Ordering::Release);
+        Ok(())
+    })
+}
+
+/// Changes the lease's reserved host memory to `bytes`, as `gpud_lease_resize` does its VRAM:
+/// shrinking is immediate; growing waits until the memory is free, for at most `timeout_ms`
+/// milliseconds (`GPUD_NO_TIMEOUT`, or any negative number: for ever), and on
+/// `GPUD_E_TIMED_OUT` the lease keeps its size. Needs a daemon that books host resources.
+// SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpud_lease_resize_host_memory(
+    lease: *const GpudLease,
+    bytes: u64,
+    timeout_ms: i64,
+) -> GpudCode {
+    boundary(|| {
+        let lease = ptr::handle(lease, "lease")?;
+        let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+        let mut held = lease.held();
+        let held = held.as_mut().ok_or(Error::Released(lease.id))?;
+        let size = held.resize_host_memory(bytes, timeout)?;
+        lease.host_memory.store(size, Ordering::Release);
         Ok(())
     })
 }
