@@ -504,6 +504,8 @@ def test_the_parser_refuses_mistakes() -> None:
         "scenario s\na pending l1 -> granted\nend\n",
         "scenario s\na acquire l1 size=1GiB -> granted\nend\n",
         "scenario s\na frobnicate l1\nend\n",
+        "scenario s\na resize l1 -> ok\nend\n",
+        "scenario s\na resize l1 vram=1 host_mem=1 -> ok\nend\n",
         "scenario s\na acquire l1 vram=1GiB -> granted\n",
         "a acquire l1 -> granted\n",
     ]:

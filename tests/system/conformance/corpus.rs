@@ -480,7 +480,45 @@ end
         "scenario s\na acquire l1 vram=1GiB -> granted\n",
         "a acquire l1 -> granted\n",
         "scenario s\na yield l1 -> maybe\nend\n",
+        "scenario s\na resize l1 -> ok\nend\n",
+        "scenario s\na resize l1 vram=1 host_mem=1 -> ok\nend\n",
+        "scenario s\na check l1 numa_node=far\nend\n",
     ] {
         assert!(parse(bad).is_err(), "{bad:?} was accepted");
+    }
+}
+
+#[test]
+fn the_parser_reads_host_resources() {
+    let corpus = "\
+scenario host
+a acquire l1 host_mem=4GiB pinned=1GiB cpus=2 numa=near -> granted
+a resize l1 host_mem=8GiB timeout=5 -> ok
+a check l1 host_mem=8GiB pinned=1GiB cpus=2 numa_node=none
+end
+";
+    let s = parse(corpus).unwrap();
+    match &s[0].steps[0].verb {
+        Verb::Acquire(_, r) => {
+            assert_eq!((r.host_mem, r.pinned, r.cpus), (4 << 30, 1 << 30, 2));
+            assert_eq!(r.numa.as_deref(), Some("near"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match &s[0].steps[1].verb {
+        Verb::Resize { vram, host, .. } => assert_eq!((*vram, *host), (8 << 30, true)),
+        other => panic!("{other:?}"),
+    }
+    match &s[0].steps[2].verb {
+        Verb::Check {
+            host_mem,
+            cpus,
+            numa_node,
+            ..
+        } => assert_eq!(
+            (*host_mem, *cpus, *numa_node),
+            (Some(8 << 30), Some(2), Some(None))
+        ),
+        other => panic!("{other:?}"),
     }
 }
