@@ -33,11 +33,11 @@ def _host(client: gpud.Client) -> gpud.HostStatus:
 def test_a_host_only_lease_names_its_cpus(host: Daemon) -> None:
     with host.client() as client:
         assert gpud.FEATURE_HOST in client.features
-        node_cpus = _host(client).numa[0].cpus
         lease = client.acquire(host_memory="4GiB", cpus=1, label="synthesis")
         assert lease.host_memory_bytes == 4 * GIB and lease.pinned_bytes == 0
-        assert len(lease.cpus) == 1 and lease.cpus[0] in node_cpus
-        assert lease.numa_node == _host(client).numa[0].node
+        nodes = {n.node: n for n in _host(client).numa}
+        assert lease.numa_node in nodes, "the CPUs' node is none of the host's"
+        assert len(lease.cpus) == 1 and lease.cpus[0] in nodes[lease.numa_node].cpus
         # No device: nothing for CUDA.
         assert lease.device_uuid == "" and lease.cuda_visible_devices == ""
         assert lease.vram_bytes == 0 and not lease.compute
@@ -52,11 +52,11 @@ def test_a_host_only_lease_names_its_cpus(host: Daemon) -> None:
         assert rows["cpus"].host is not None and rows["cpus"].host.cpus == lease.cpus
         assert rows["host_memory"].label == "synthesis"
         assert status.host is not None and status.host.memory.reserved_bytes == 4 * GIB
-        assert status.host.numa[0].granted == lease.cpus
+        assert [n.granted for n in status.host.numa if n.granted] == [lease.cpus]
         assert status.devices[0].reserved_bytes == 0
         lease.release()
         after = _host(client)
-        assert after.memory.reserved_bytes == 0 and after.numa[0].granted == ()
+        assert after.memory.reserved_bytes == 0 and all(n.granted == () for n in after.numa)
         assert client.status().leases == []
 
 
