@@ -287,6 +287,13 @@ class Client:
         (``None``: for ever), then :class:`~gpud.TimedOut`; ``label``: shown in status;
         ``on_yield``: ``callback(lease, notice)`` for each yield notice.
 
+        Host resources (docs/HOST.md), granted with the device part or alone (then no
+        ``vram`` nor ``compute`` is needed): ``host_memory`` and ``pinned`` (page-locked)
+        bytes or sizes, ``cpus`` (a number, of one NUMA node; the grant names them in
+        :attr:`Lease.cpus`), ``numa``: ``"any"``, ``"near"`` (the device's node) or a node's
+        number. A daemon whose welcome does not list ``"host"`` is not sent them
+        (:class:`~gpud.InvalidRequest`).
+
         Errors: :class:`~gpud.InvalidRequest`, :class:`~gpud.NeverFits`,
         :class:`~gpud.UnknownDevice`, :class:`~gpud.TimedOut`, :class:`~gpud.LimitExceeded`,
         :class:`~gpud.NotAllowed` (the critical class), …
