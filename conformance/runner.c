@@ -77,7 +77,8 @@ struct lease {
 /* A resize running on a thread, so that a grow that never ends fails the step, not the run. */
 struct resize {
     gpud_lease *lease;
-    uint64_t vram;
+    uint64_t vram; /* or, with host, the host memory */
+    bool host;
     int64_t timeout_ms;
     pthread_mutex_t lock;
     pthread_cond_t changed;
@@ -368,6 +369,19 @@ static gpud_request *build_request(char **args, int n, gpud_code *refused) {
             *refused = gpud_request_set_timeout_ms(r, atoll(v));
         } else if (strncmp(args[i], "label", k) == 0 && k == 5) {
             *refused = gpud_request_set_label(r, v);
+        } else if ((strncmp(args[i], "host_mem", k) == 0 && k == 8) ||
+                   (strncmp(args[i], "pinned", k) == 0 && k == 6)) {
+            uint64_t bytes;
+            if (!size_value(v, &bytes)) {
+                fail("%s is no size", args[i]);
+                break;
+            }
+            *refused = k == 8 ? gpud_request_set_host_memory(r, bytes)
+                              : gpud_request_set_pinned(r, bytes);
+        } else if (strncmp(args[i], "cpus", k) == 0 && k == 4) {
+            *refused = gpud_request_set_cpus(r, (uint32_t)strtoul(v, NULL, 10));
+        } else if (strncmp(args[i], "numa", k) == 0 && k == 4) {
+            *refused = gpud_request_set_numa(r, v);
         } else {
             fail("unknown argument %s", args[i]);
         }
@@ -436,7 +450,8 @@ static gpud_lease *granted(const char *name) {
 
 static void *resize_main(void *arg) {
     struct resize *r = arg;
-    gpud_code rc = gpud_lease_resize(r->lease, r->vram, r->timeout_ms);
+    gpud_code rc = r->host ? gpud_lease_resize_host_memory(r->lease, r->vram, r->timeout_ms)
+                           : gpud_lease_resize(r->lease, r->vram, r->timeout_ms);
     pthread_mutex_lock(&r->lock);
     r->result = rc;
     if (rc != GPUD_OK) {
@@ -451,6 +466,7 @@ static void *resize_main(void *arg) {
 static void resize(const char *name, char **args, int n, const char *expect) {
     gpud_lease *handle = granted(name);
     const char *vram = arg_value(args, n, "vram"), *timeout = arg_value(args, n, "timeout");
+    const char *host = arg_value(args, n, "host_mem");
     if (handle == NULL) {
         return;
     }
@@ -459,8 +475,9 @@ static void resize(const char *name, char **args, int n, const char *expect) {
     r->timeout_ms = timeout ? atoll(timeout) : GPUD_NO_TIMEOUT;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->changed, NULL);
-    if (vram == NULL || !size_value(vram, &r->vram)) {
-        fail("resize needs vram=SIZE");
+    r->host = host != NULL;
+    if ((vram == NULL) == (host == NULL) || !size_value(host ? host : vram, &r->vram)) {
+        fail("resize needs vram=SIZE or host_mem=SIZE");
         free(r);
         return;
     }
@@ -505,6 +522,41 @@ static void check(const char *name, char **args, int n) {
         gpud_lease_device_index(l, &got);
         if ((long)got != atol(device)) {
             fail("lease %s is on device %u, expected %s", name, got, device);
+        }
+    }
+    const char *host_mem = arg_value(args, n, "host_mem"), *pinned = arg_value(args, n, "pinned"),
+               *cpus = arg_value(args, n, "cpus"), *numa_node = arg_value(args, n, "numa_node");
+    for (int which = 0; which < 2; which++) {
+        const char *text = which == 0 ? host_mem : pinned;
+        if (text == NULL) {
+            continue;
+        }
+        uint64_t want = 0, got = 0;
+        size_value(text, &want);
+        if (which == 0) {
+            gpud_lease_host_memory_bytes(l, &got);
+        } else {
+            gpud_lease_pinned_bytes(l, &got);
+        }
+        if (want != got) {
+            fail("lease %s has %llu bytes of %s, expected %llu", name, (unsigned long long)got,
+                 which == 0 ? "host memory" : "page-locked memory", (unsigned long long)want);
+        }
+    }
+    if (cpus != NULL) {
+        const uint32_t *list = NULL;
+        size_t count = 0;
+        gpud_lease_cpus(l, &list, &count);
+        if ((long)count != atol(cpus)) {
+            fail("lease %s has %zu CPUs, expected %s", name, count, cpus);
+        }
+    }
+    if (numa_node != NULL) {
+        int32_t got = GPUD_NO_NUMA_NODE;
+        gpud_lease_numa_node(l, &got);
+        bool none = strcmp(numa_node, "none") == 0;
+        if (none ? got != GPUD_NO_NUMA_NODE : (long)got != atol(numa_node)) {
+            fail("lease %s has NUMA node %d, expected %s", name, (int)got, numa_node);
         }
     }
 }

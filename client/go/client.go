@@ -42,7 +42,10 @@ const handshakeLimit = 10 * time.Second
 // request was withdrawn, before it returns anyway.
 const cancelGrace = time.Second
 
-// Request is what an acquire asks for: memory and/or the compute slot of one device.
+// Request is what an acquire asks for: memory and/or the compute slot of one device, host
+// resources (host memory, page-locked memory, CPUs of one NUMA node), or both, granted together
+// or not at all. A request with host resources and no device part (no VRAM, no compute slot)
+// is a lease of the host alone.
 type Request struct {
 	// VRAM is the number of bytes of device memory to reserve (ParseSize reads "12GiB").
 	VRAM uint64
@@ -60,6 +63,20 @@ type Request struct {
 	Timeout time.Duration
 	// Label is a note shown in status (a job name): at most 256 bytes of printable text.
 	Label string
+
+	// HostMemory is the number of bytes of host memory to reserve (what the lease's processes
+	// keep resident; gpud books at least Pinned here). Host resources need a daemon whose
+	// welcome lists FeatureHost (Client.Speaks); docs/HOST.md describes how they are booked.
+	HostMemory uint64
+	// Pinned is the number of bytes of page-locked host memory to reserve (CUDA staging
+	// buffers, registered bases).
+	Pinned uint64
+	// CPUs is the number of CPUs to take, all of one NUMA node; the grant names them
+	// (Lease.CPUs).
+	CPUs uint32
+	// NUMA says which node the CPUs come from: "" or NUMAAny (any node with room), NUMANear
+	// (the node of the lease's device), or NUMANode(n).
+	NUMA string
 }
 
 // wire checks the request and returns its wire form; timeoutMS, when set, replaces Timeout.
@@ -75,10 +92,14 @@ func (r Request) wire(timeoutMS *uint64) (acquireArgs, error) {
 	if err != nil {
 		return acquireArgs{}, err
 	}
-	if r.VRAM == 0 && !r.Compute {
+	host, err := r.host()
+	if err != nil {
+		return acquireArgs{}, err
+	}
+	if r.VRAM == 0 && !r.Compute && host == nil {
 		return acquireArgs{}, invalid("a lease must reserve memory, the compute slot, or both")
 	}
-	args := acquireArgs{Device: device, VRAMBytes: r.VRAM, Compute: r.Compute, Class: class}
+	args := acquireArgs{Device: device, VRAMBytes: r.VRAM, Compute: r.Compute, Class: class, Host: host}
 	// Inside a scheduler's job with a gpud budget, leases come from the budget.
 	if handle := os.Getenv("GPUD_BUDGET"); handle != "" {
 		args.Budget = &handle
@@ -160,11 +181,12 @@ type OverUse struct {
 // and withdraws every waiting request; the client then reports its leases lost (Lease.Revoked)
 // and its calls fail with an error that matches ErrDisconnected (or ErrClosed after Close).
 type Client struct {
-	path    string
-	conn    net.Conn
-	session uint64
-	daemon  string
-	nextID  uint64 // atomic
+	path     string
+	conn     net.Conn
+	session  uint64
+	daemon   string
+	features []string
+	nextID   uint64 // atomic
 
 	wmu sync.Mutex // one frame at a time on the socket
 
@@ -283,7 +305,7 @@ func (c *Client) hello(ctx context.Context, reader *bufio.Reader, opts Options) 
 	}
 	switch {
 	case f.Type == "welcome":
-		c.session, c.daemon = f.Session, f.Daemon
+		c.session, c.daemon, c.features = f.Session, f.Daemon, f.Features
 		return nil
 	case f.Type == "error" && f.Error != nil:
 		return fmt.Errorf("gpud at %s refused the session: %w", c.path, f.Error.err())
@@ -296,6 +318,20 @@ func (c *Client) Session() uint64 { return c.session }
 
 // Daemon returns the daemon's name and version from its welcome ("gpud 0.1.0").
 func (c *Client) Daemon() string { return c.daemon }
+
+// Features returns the optional protocol additions the daemon's welcome lists (such as
+// FeatureHost); empty for older daemons.
+func (c *Client) Features() []string { return append([]string(nil), c.features...) }
+
+// Speaks reports whether the daemon's welcome lists feature.
+func (c *Client) Speaks(feature string) bool {
+	for _, f := range c.features {
+		if f == feature {
+			return true
+		}
+	}
+	return false
+}
 
 // Path returns the socket path the client connected to.
 func (c *Client) Path() string { return c.path }
@@ -394,7 +430,12 @@ func (c *Client) reply(id uint64, raw json.RawMessage) {
 			}
 			if err := json.Unmarshal(body, &r); err == nil {
 				if l := c.leases[r.Lease]; l != nil {
-					l.setVRAM(r.VRAMBytes)
+					// A resize of host memory answers with the host memory's size.
+					if cl != nil && cl.kind == "resize_host" {
+						l.setHostMem(r.VRAMBytes)
+					} else {
+						l.setVRAM(r.VRAMBytes)
+					}
 				}
 			}
 		case "released":
@@ -651,6 +692,9 @@ func (c *Client) acquire(ctx context.Context, req Request, timeoutMS *uint64) (*
 	args, err := req.wire(timeoutMS)
 	if err != nil {
 		return nil, err
+	}
+	if args.Host != nil && !c.Speaks(FeatureHost) {
+		return nil, invalid("this gpud books no host resources (its welcome does not list %q: it is older than this client)", FeatureHost)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, &withdrawn{what: "acquire", ctx: err}

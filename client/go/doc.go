@@ -20,6 +20,12 @@
 //	}
 //	lease.Release()
 //
+// A request may also ask for host resources (docs/HOST.md in the gpud repository): host
+// memory, page-locked memory and CPUs of one NUMA node (Request's HostMemory, Pinned, CPUs and
+// NUMA), alone or with the device part, granted together. The grant names the CPUs
+// (Lease.CPUs) to pin the work to; Lease.ResizeHostMemory resizes the host memory. A daemon
+// that does not list FeatureHost in its welcome (Client.Speaks) is never sent them.
+//
 // One Client carries any number of leases and concurrent requests; a reader goroutine
 // dispatches the daemon's replies by request id and its events by lease. Contexts cancel
 // waits: a cancelled Acquire or growing Resize is withdrawn on the daemon with the

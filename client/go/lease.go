@@ -3,6 +3,7 @@ package gpud
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -31,6 +32,10 @@ type LeaseInfo struct {
 	// Parts lists, for a lease of several devices, every part in the order asked (the first
 	// is this lease); it is empty for a lease of one device.
 	Parts []LeasePart `json:"parts,omitempty"`
+	// Host is the host resources granted with the lease; nil when it asked for none. A lease
+	// of the host alone has them and no device (DeviceUUID, DeviceName and
+	// CUDAVisibleDevices are empty).
+	Host *HostGrant `json:"host,omitempty"`
 }
 
 // LeasePart is one granted part of a lease of several devices.
@@ -100,10 +105,11 @@ const (
 // revoked, or its client's connection ends. Its methods may be called from any goroutine.
 type Lease struct {
 	c    *Client
-	info LeaseInfo // VRAM is kept in vram
+	info LeaseInfo // VRAM is kept in vram, Host.MemBytes in hostMem
 
 	mu             sync.Mutex
 	vram           uint64
+	hostMem        uint64
 	yieldRequested bool
 	ended          bool
 	reason         RevokeReason
@@ -112,22 +118,30 @@ type Lease struct {
 }
 
 func newLease(c *Client, info LeaseInfo) *Lease {
-	return &Lease{
+	l := &Lease{
 		c:       c,
 		info:    info,
 		vram:    info.VRAM,
 		yields:  make(chan YieldNotice, 8),
 		revoked: make(chan struct{}),
 	}
+	if info.Host != nil {
+		l.hostMem = info.Host.MemBytes
+	}
+	return l
 }
 
 // ID returns the lease's id.
 func (l *Lease) ID() uint64 { return l.info.ID }
 
-// Info returns what the daemon said about the lease, with its current size.
+// Info returns what the daemon said about the lease, with its current sizes.
 func (l *Lease) Info() LeaseInfo {
 	info := l.info
 	info.VRAM = l.VRAM()
+	if l.info.Host != nil {
+		host := l.Host()
+		info.Host = &host
+	}
 	return info
 }
 
@@ -149,6 +163,57 @@ func (l *Lease) VRAM() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.vram
+}
+
+// Host returns the host resources granted with the lease (their memory as of the last
+// resize); the zero HostGrant when it asked for none.
+func (l *Lease) Host() HostGrant {
+	if l.info.Host == nil {
+		return HostGrant{}
+	}
+	h := *l.info.Host
+	h.CPUs = append([]uint32(nil), h.CPUs...)
+	h.Parts = append([]uint64(nil), h.Parts...)
+	if h.NUMANode != nil {
+		n := *h.NUMANode
+		h.NUMANode = &n
+	}
+	l.mu.Lock()
+	h.MemBytes = l.hostMem
+	l.mu.Unlock()
+	return h
+}
+
+// HostMemory returns the bytes of host memory the lease reserves now (after any resize).
+func (l *Lease) HostMemory() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.hostMem
+}
+
+// Pinned returns the bytes of page-locked host memory the lease reserves.
+func (l *Lease) Pinned() uint64 {
+	if l.info.Host == nil {
+		return 0
+	}
+	return l.info.Host.PinnedBytes
+}
+
+// CPUs returns the CPUs granted (kernel numbers, ascending), empty when the lease asked for
+// none: pin the lease's threads to them (sched_setaffinity, taskset).
+func (l *Lease) CPUs() []uint32 {
+	if l.info.Host == nil {
+		return nil
+	}
+	return append([]uint32(nil), l.info.Host.CPUs...)
+}
+
+// NUMANode returns the NUMA node of the lease's CPUs; false when it holds no CPUs.
+func (l *Lease) NUMANode() (uint32, bool) {
+	if l.info.Host == nil || l.info.Host.NUMANode == nil {
+		return 0, false
+	}
+	return *l.info.Host.NUMANode, true
 }
 
 // Compute reports whether the lease holds its device's compute slot.
@@ -222,12 +287,42 @@ func (l *Lease) ResizeTimeout(ctx context.Context, bytes uint64, timeout time.Du
 	return l.resize(ctx, bytes, &ms)
 }
 
+// ResizeHostMemory changes the lease's reserved host memory to bytes, as Resize does its VRAM:
+// shrinking is immediate, growing waits until granted or until ctx ends. It needs a daemon
+// whose welcome lists FeatureHost (ErrInvalidRequest otherwise, before sending).
+func (l *Lease) ResizeHostMemory(ctx context.Context, bytes uint64) error {
+	return l.resizeHost(ctx, bytes, nil)
+}
+
+// ResizeHostMemoryTimeout is ResizeHostMemory with the daemon giving up a grow after timeout:
+// ErrTimedOut, and the lease keeps its size.
+func (l *Lease) ResizeHostMemoryTimeout(ctx context.Context, bytes uint64, timeout time.Duration) error {
+	ms, err := millis(timeout)
+	if err != nil {
+		return err
+	}
+	return l.resizeHost(ctx, bytes, &ms)
+}
+
+func (l *Lease) resizeHost(ctx context.Context, bytes uint64, timeoutMS *uint64) error {
+	if !l.c.Speaks(FeatureHost) {
+		return invalid("this gpud books no host memory (its welcome does not list %q: it is older than this client)", FeatureHost)
+	}
+	args := resizeArgs{Lease: l.info.ID, TimeoutMS: timeoutMS, HostMemBytes: &bytes}
+	return l.send(ctx, args, "resize_host")
+}
+
 func (l *Lease) resize(ctx context.Context, bytes uint64, timeoutMS *uint64) error {
+	return l.send(ctx, resizeArgs{Lease: l.info.ID, VRAMBytes: bytes, TimeoutMS: timeoutMS}, "resize")
+}
+
+// send sends a resize (kind "resize" or "resize_host") and waits for it.
+func (l *Lease) send(ctx context.Context, args resizeArgs, kind string) error {
 	if err := ctx.Err(); err != nil {
 		return &withdrawn{what: "resize", ctx: err}
 	}
-	op := map[string]resizeArgs{"resize": {Lease: l.info.ID, VRAMBytes: bytes, TimeoutMS: timeoutMS}}
-	id, cl, err := l.c.start(op, "resize", l)
+	op := map[string]resizeArgs{"resize": args}
+	id, cl, err := l.c.start(op, kind, l)
 	if err != nil {
 		return err
 	}
@@ -243,17 +338,36 @@ func (l *Lease) resize(ctx context.Context, bytes uint64, timeoutMS *uint64) err
 
 // String describes the lease for logs.
 func (l *Lease) String() string {
-	compute := ""
-	if l.info.Compute {
-		compute = " + compute"
+	var what []string
+	if l.info.DeviceUUID != "" {
+		device := FormatSize(l.VRAM())
+		if l.info.Compute {
+			device += " + compute"
+		}
+		what = append(what, fmt.Sprintf("%s on GPU %d (%s)", device, l.info.DeviceIndex, l.info.DeviceUUID))
 	}
-	return fmt.Sprintf("lease %d: %s%s on GPU %d (%s), %s", l.info.ID, FormatSize(l.VRAM()), compute,
-		l.info.DeviceIndex, l.info.DeviceUUID, l.info.Class)
+	if h := l.info.Host; h != nil {
+		host := "host " + FormatSize(l.HostMemory())
+		if h.PinnedBytes > 0 {
+			host += fmt.Sprintf(" (%s pinned)", FormatSize(h.PinnedBytes))
+		}
+		if len(h.CPUs) > 0 && h.NUMANode != nil {
+			host += fmt.Sprintf(", %d CPUs of NUMA node %d", len(h.CPUs), *h.NUMANode)
+		}
+		what = append(what, host)
+	}
+	return fmt.Sprintf("lease %d: %s, %s", l.info.ID, strings.Join(what, " + "), l.info.Class)
 }
 
 func (l *Lease) setVRAM(v uint64) {
 	l.mu.Lock()
 	l.vram = v
+	l.mu.Unlock()
+}
+
+func (l *Lease) setHostMem(v uint64) {
+	l.mu.Lock()
+	l.hostMem = v
 	l.mu.Unlock()
 }
 

@@ -13,6 +13,9 @@ type Status struct {
 	Leases []LeaseStatus `json:"leases"`
 	// Waiters lists every waiting request, in the order they would be served.
 	Waiters []WaiterStatus `json:"waiters"`
+	// Host is the host's own resources (memory, page-locked memory, CPUs by NUMA node); nil
+	// from daemons that do not book them (no FeatureHost).
+	Host *HostStatus `json:"host,omitempty"`
 }
 
 // statusPage is a status reply that may be one page of several.
@@ -144,7 +147,16 @@ type LeaseStatus struct {
 	YieldRequested bool `json:"yield_requested"`
 	// Label is the client's label ("" when none).
 	Label string `json:"label"`
+	// Resource is what the row reserves: "" (a device, which the wire leaves out) or a host
+	// part (ResourceHostMemory, ResourcePinned, ResourceCPUs). A host part's row has Device
+	// "host" (memory) or "numa<N>" (CPUs), no VRAM and no compute; its amount is in Host.
+	Resource Resource `json:"resource,omitempty"`
+	// Host is a host part's amount: MemBytes, PinnedBytes, or CPUs with NUMANode.
+	Host *HostGrant `json:"host,omitempty"`
 }
+
+// IsDevice reports whether the row reserves a device (memory and/or compute), not a host part.
+func (s LeaseStatus) IsDevice() bool { return s.Resource == "" || s.Resource == ResourceDevice }
 
 // WaiterStatus is one waiting request.
 type WaiterStatus struct {
@@ -168,4 +180,7 @@ type WaiterStatus struct {
 	WaitedMS uint64 `json:"waited_ms"`
 	// Label is the client's label ("" when none).
 	Label string `json:"label"`
+	// Host is the host resources it asks for (for a resize of host memory: the extra bytes);
+	// nil when none.
+	Host *HostRequest `json:"host,omitempty"`
 }

@@ -69,12 +69,16 @@ type acquireArgs struct {
 	Label     *string `json:"label,omitempty"`
 	// Budget is the handle of the job's budget (GPUD_BUDGET), when there is one.
 	Budget *string `json:"budget,omitempty"`
+	// Host is the host resources asked for; left out when none (older daemons refuse it).
+	Host *hostArgs `json:"host,omitempty"`
 }
 
 type resizeArgs struct {
 	Lease     uint64  `json:"lease"`
 	VRAMBytes uint64  `json:"vram_bytes"`
 	TimeoutMS *uint64 `json:"timeout_ms,omitempty"`
+	// HostMemBytes resizes the lease's host memory instead of its VRAM.
+	HostMemBytes *uint64 `json:"host_mem_bytes,omitempty"`
 }
 
 type leaseArg struct {
@@ -96,6 +100,8 @@ type serverFrame struct {
 	Version uint32 `json:"version"`
 	Session uint64 `json:"session"`
 	Daemon  string `json:"daemon"`
+	// Features lists the optional protocol additions the daemon speaks.
+	Features []string `json:"features"`
 	// reply
 	ID      uint64          `json:"id"`
 	Outcome json.RawMessage `json:"outcome"`

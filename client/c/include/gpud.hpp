@@ -30,6 +30,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace gpud {
 
@@ -63,7 +64,8 @@ inline void check(gpud_code code) {
 }
 } // namespace detail
 
-/// What to ask for: VRAM bytes and/or the compute slot, and where, how urgently, how long.
+/// What to ask for: VRAM bytes and/or the compute slot, host resources (host memory,
+/// page-locked memory, CPUs of a NUMA node), and where, how urgently, how long.
 class Request {
 public:
     Request() { detail::check(gpud_request_new(&raw_)); }
@@ -98,6 +100,19 @@ public:
     Request& label(const std::string& label) {
         return set(gpud_request_set_label(raw_, label.c_str()));
     }
+    /// Host memory to reserve with the lease (with no VRAM and no compute: a host-only lease).
+    Request& host_memory(uint64_t bytes) {
+        return set(gpud_request_set_host_memory(raw_, bytes));
+    }
+    /// Page-locked host memory to reserve (counted as host memory too).
+    Request& pinned(uint64_t bytes) { return set(gpud_request_set_pinned(raw_, bytes)); }
+    /// CPUs to take, all of one NUMA node.
+    Request& cpus(uint32_t count) { return set(gpud_request_set_cpus(raw_, count)); }
+    /// Where the CPUs come from: "any", "near" (the lease's device's node) or a node ("1").
+    Request& numa(const std::string& numa) {
+        return set(gpud_request_set_numa(raw_, numa.c_str()));
+    }
+    Request& numa_node(uint32_t node) { return set(gpud_request_set_numa_node(raw_, node)); }
 
     const gpud_request* get() const noexcept { return raw_; }
 
@@ -147,6 +162,25 @@ public:
     bool lost() const { return get_value<bool>(gpud_lease_is_lost); }
     /// An eventfd that becomes readable on a yield notice or a revocation (gpud.h).
     int notice_fd() const { return get_value<int>(gpud_lease_notice_fd); }
+    /// Host memory reserved now (0 without host resources).
+    uint64_t host_memory_bytes() const { return get_value<uint64_t>(gpud_lease_host_memory_bytes); }
+    /// Page-locked host memory reserved.
+    uint64_t pinned_bytes() const { return get_value<uint64_t>(gpud_lease_pinned_bytes); }
+    /// The CPUs granted (kernel numbers, ascending): what sched_setaffinity pins to.
+    std::vector<uint32_t> cpus() const {
+        const uint32_t* list = nullptr;
+        size_t count = 0;
+        detail::check(gpud_lease_cpus(held(), &list, &count));
+        return count == 0 ? std::vector<uint32_t>() : std::vector<uint32_t>(list, list + count);
+    }
+    /// The CPUs' NUMA node; empty when the lease holds no CPUs.
+    std::optional<uint32_t> numa_node() const {
+        int32_t node = get_value<int32_t>(gpud_lease_numa_node);
+        if (node == GPUD_NO_NUMA_NODE) {
+            return std::nullopt;
+        }
+        return static_cast<uint32_t>(node);
+    }
 
     /// Changes the reserved VRAM: a shrink is immediate, a grow waits (at most `timeout`) and
     /// throws GPUD_E_TIMED_OUT, leaving the size as it was, when it passes.
@@ -154,6 +188,13 @@ public:
                 std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
         int64_t ms = timeout ? static_cast<int64_t>(timeout->count()) : GPUD_NO_TIMEOUT;
         detail::check(gpud_lease_resize(held(), bytes, ms));
+    }
+
+    /// Changes the reserved host memory, as resize() does the VRAM.
+    void resize_host_memory(uint64_t bytes,
+                            std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+        int64_t ms = timeout ? static_cast<int64_t>(timeout->count()) : GPUD_NO_TIMEOUT;
+        detail::check(gpud_lease_resize_host_memory(held(), bytes, ms));
     }
 
     /// Releases the lease and waits until the daemon has freed it. The object is empty

@@ -22,6 +22,6 @@ mod ptr;
 
 pub use api::client::GpudClient;
 pub use api::lease::GpudLease;
-pub use api::misc::GPUD_NO_TIMEOUT;
+pub use api::misc::{GPUD_NO_NUMA_NODE, GPUD_NO_TIMEOUT};
 pub use api::request::GpudRequest;
 pub use code::{GpudClass, GpudCode};

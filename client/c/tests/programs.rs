@@ -214,6 +214,35 @@ fn a_cxx_program_leases_through_gpud_hpp() {
     assert!(run_ok(c).ends_with("ok\n"));
 }
 
+/// A daemon that books 16 GiB of host memory, no headroom, and the machine's CPUs.
+const HOST: &str = "[host]\nmemory = \"16GiB\"\nmemory_headroom = \"0\"\n";
+
+#[test]
+fn host_resources_are_asked_granted_with_their_cpus_refused_and_resized() {
+    let program = build("host.c", Link::Shared);
+    let daemon = Daemon::start_with("1x16GiB", HOST);
+    let mut c = command(&program);
+    c.arg(socket(&daemon));
+    assert!(run_ok(c).ends_with("ok\n"));
+    // Everything the program leased went back with it.
+    let status = daemon.client().status().unwrap();
+    let host = status.host.expect("a host section");
+    assert_eq!(
+        (host.memory.reserved_bytes, host.pinned.reserved_bytes),
+        (0, 0)
+    );
+    assert!(host.numa.iter().all(|n| n.granted.is_empty()));
+}
+
+#[test]
+fn a_cxx_program_leases_host_resources_through_gpud_hpp() {
+    let program = build("host_lease.cpp", Link::Shared);
+    let daemon = Daemon::start_with("1x16GiB", HOST);
+    let mut c = command(&program);
+    c.arg(socket(&daemon));
+    assert!(run_ok(c).ends_with("ok\n"));
+}
+
 #[test]
 fn a_write_to_a_daemon_that_stopped_reading_does_not_kill_the_program_with_sigpipe() {
     use std::io::{Read, Write};

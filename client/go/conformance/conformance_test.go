@@ -77,6 +77,7 @@ end
 		"scenario x\na acquire l1 vram=1GiB -> granted extra\nend\n", // one expectation
 		"scenario x\na drain -> ok\nend\n",                           // drain needs device
 		"scenario x\na resize l1 -> ok\nend\n",                       // resize needs vram
+		"scenario x\na resize l1 vram=1 host_mem=1 -> ok\nend\n",     // one of the two
 		"scenario x\nsleep soon\nend\n",                              // milliseconds
 		"scenario x\nraw bad_frame\nend\n",                           // no frame
 		"scenario x\na drop\n",                                       // no end

@@ -59,7 +59,7 @@ type verbSpec struct {
 	expect bool     // takes (requires) "-> <expect>"
 }
 
-var requestKeys = []string{"vram", "compute", "device", "class", "timeout", "label"}
+var requestKeys = []string{"vram", "compute", "device", "class", "timeout", "label", "host_mem", "pinned", "cpus", "numa"}
 
 var verbs = map[string]verbSpec{
 	"acquire":  {lease: true, keys: requestKeys, expect: true},
@@ -67,8 +67,8 @@ var verbs = map[string]verbSpec{
 	"pending":  {lease: true},
 	"await":    {lease: true, expect: true},
 	"release":  {lease: true, expect: true},
-	"resize":   {lease: true, keys: []string{"vram", "timeout"}, expect: true},
-	"check":    {lease: true, keys: []string{"vram", "compute", "device"}},
+	"resize":   {lease: true, keys: []string{"vram", "host_mem", "timeout"}, expect: true},
+	"check":    {lease: true, keys: []string{"vram", "compute", "device", "host_mem", "pinned", "cpus", "numa_node"}},
 	"yield":    {lease: true, expect: true},
 	"revoked":  {lease: true, expect: true},
 	"drop":     {},
@@ -237,8 +237,8 @@ func parseStep(line string, fields []string) (Step, error) {
 	if (st.Verb == "drain" || st.Verb == "undrain") && st.Args["device"] == "" {
 		return st, fmt.Errorf("%s needs device=N", st.Verb)
 	}
-	if st.Verb == "resize" && st.Args["vram"] == "" {
-		return st, fmt.Errorf("resize needs vram=SIZE")
+	if st.Verb == "resize" && (st.Args["vram"] == "") == (st.Args["host_mem"] == "") {
+		return st, fmt.Errorf("resize needs vram=SIZE or host_mem=SIZE")
 	}
 	return st, nil
 }

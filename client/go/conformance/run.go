@@ -210,6 +210,23 @@ func request(args map[string]string) (gpud.Request, *time.Duration, error) {
 	req.Device = args["device"]
 	req.Class = gpud.Class(args["class"])
 	req.Label = args["label"]
+	for key, to := range map[string]*uint64{"host_mem": &req.HostMemory, "pinned": &req.Pinned} {
+		if v, ok := args[key]; ok {
+			n, err := size(v)
+			if err != nil {
+				return req, nil, err
+			}
+			*to = n
+		}
+	}
+	if v, ok := args["cpus"]; ok {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return req, nil, fmt.Errorf("cpus takes a number, not %q", v)
+		}
+		req.CPUs = uint32(n)
+	}
+	req.NUMA = args["numa"]
 	if v, ok := args["timeout"]; ok {
 		ms, err := strconv.ParseUint(v, 10, 63)
 		if err != nil {
@@ -343,7 +360,12 @@ func (r *runner) step(st Step) (string, string, bool) {
 		if err != nil {
 			return bad(err)
 		}
-		n, err := size(st.Args["vram"])
+		host, ok := st.Args["host_mem"]
+		v := st.Args["vram"]
+		if ok {
+			v = host
+		}
+		n, err := size(v)
 		if err != nil {
 			return bad(err)
 		}
@@ -352,7 +374,13 @@ func (r *runner) step(st Step) (string, string, bool) {
 			if perr != nil {
 				return bad(fmt.Errorf("timeout takes milliseconds, not %q", v))
 			}
-			err = l.ResizeTimeout(ctx, n, time.Duration(ms)*time.Millisecond)
+			if host != "" {
+				err = l.ResizeHostMemoryTimeout(ctx, n, time.Duration(ms)*time.Millisecond)
+			} else {
+				err = l.ResizeTimeout(ctx, n, time.Duration(ms)*time.Millisecond)
+			}
+		} else if host != "" {
+			err = l.ResizeHostMemory(ctx, n)
 		} else {
 			err = l.Resize(ctx, n)
 		}
@@ -437,6 +465,34 @@ func check(l *gpud.Lease, args map[string]string) (string, string, bool) {
 			got = append(got, "device="+strconv.FormatUint(uint64(l.DeviceIndex()), 10))
 		} else {
 			got = append(got, "device="+l.DeviceUUID())
+		}
+	}
+	for _, key := range []string{"host_mem", "pinned"} {
+		v, ok := args[key]
+		if !ok {
+			continue
+		}
+		n, err := size(v)
+		if err != nil {
+			return "a valid step", err.Error(), false
+		}
+		has := l.HostMemory()
+		if key == "pinned" {
+			has = l.Pinned()
+		}
+		want = append(want, key+"="+strconv.FormatUint(n, 10))
+		got = append(got, key+"="+strconv.FormatUint(has, 10))
+	}
+	if v, ok := args["cpus"]; ok {
+		want = append(want, "cpus="+v)
+		got = append(got, "cpus="+strconv.Itoa(len(l.CPUs())))
+	}
+	if v, ok := args["numa_node"]; ok {
+		want = append(want, "numa_node="+v)
+		if n, held := l.NUMANode(); held {
+			got = append(got, "numa_node="+strconv.FormatUint(uint64(n), 10))
+		} else {
+			got = append(got, "numa_node=none")
 		}
 	}
 	w, g := strings.Join(want, " "), strings.Join(got, " ")

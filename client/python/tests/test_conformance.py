@@ -27,7 +27,18 @@ PENDING = 0.2  # pending: still waiting this much later
 NOTICE = 2.0  # yield yes / revoked: within this
 NO_NOTICE = 0.3  # yield no: none within this
 
-REQUEST_KEYS = {"vram", "compute", "device", "class", "timeout", "label"}
+REQUEST_KEYS = {
+    "vram",
+    "compute",
+    "device",
+    "class",
+    "timeout",
+    "label",
+    "host_mem",
+    "pinned",
+    "cpus",
+    "numa",
+}
 #: verb -> (names a lease, keys it takes, takes `-> expect`)
 VERBS: Dict[str, Tuple[bool, set, bool]] = {
     "acquire": (True, REQUEST_KEYS, True),
@@ -35,8 +46,12 @@ VERBS: Dict[str, Tuple[bool, set, bool]] = {
     "pending": (True, set(), False),
     "await": (True, set(), True),
     "release": (True, set(), True),
-    "resize": (True, {"vram", "timeout"}, True),
-    "check": (True, {"vram", "compute", "device"}, False),
+    "resize": (True, {"vram", "host_mem", "timeout"}, True),
+    "check": (
+        True,
+        {"vram", "compute", "device", "host_mem", "pinned", "cpus", "numa_node"},
+        False,
+    ),
     "yield": (True, set(), True),
     "revoked": (True, set(), True),
     "drop": (False, set(), False),
@@ -114,6 +129,8 @@ def parse_step(line: int, text: str) -> Step:
         if not eq or k not in keys or k in step.args:
             raise CorpusError(f"line {line}: bad argument {t!r} for {verb}")
         step.args[k] = v
+    if verb == "resize" and ("vram" in step.args) == ("host_mem" in step.args):
+        raise CorpusError(f"line {line}: `resize` needs vram=SIZE or host_mem=SIZE")
     if takes_expect != (step.expect is not None):
         raise CorpusError(f"line {line}: `{verb}` {'needs' if takes_expect else 'takes no'} `->`")
     return step
@@ -175,6 +192,14 @@ def request_args(args: Dict[str, str]) -> Dict[str, Any]:
         out["timeout"] = int(args["timeout"]) / 1000
     if "label" in args:
         out["label"] = args["label"]
+    if "host_mem" in args:
+        out["host_memory"] = size(args["host_mem"])
+    if "pinned" in args:
+        out["pinned"] = size(args["pinned"])
+    if "cpus" in args:
+        out["cpus"] = int(args["cpus"])
+    if "numa" in args:
+        out["numa"] = args["numa"]
     return out
 
 
@@ -347,9 +372,14 @@ class Run:
             self.expect(step, word(lambda: api.call(lease.release), "ok"))
         elif v == "resize":
             lease = self.lease(step.lease or "")
-            vram = size(step.args["vram"])
             timeout = int(step.args["timeout"]) / 1000 if "timeout" in step.args else None
-            self.expect(step, word(lambda: api.call(lambda: lease.resize(vram, timeout)), "ok"))
+            if "host_mem" in step.args:
+                host = size(step.args["host_mem"])
+                resize = lambda: lease.resize_host_memory(host, timeout)  # noqa: E731
+            else:
+                vram = size(step.args["vram"])
+                resize = lambda: lease.resize(vram, timeout)  # noqa: E731
+            self.expect(step, word(lambda: api.call(resize), "ok"))
         elif v == "check":
             info = self.lease(step.lease or "").info
             wrong = []
@@ -359,6 +389,16 @@ class Run:
                 wrong.append(f"compute {info.compute}")
             if "device" in step.args and int(step.args["device"]) != info.device_index:
                 wrong.append(f"device {info.device_index}")
+            host = info.host or gpud.HostGrant()
+            if "host_mem" in step.args and size(step.args["host_mem"]) != host.mem_bytes:
+                wrong.append(f"host memory {host.mem_bytes}")
+            if "pinned" in step.args and size(step.args["pinned"]) != host.pinned_bytes:
+                wrong.append(f"page-locked memory {host.pinned_bytes}")
+            if "cpus" in step.args and int(step.args["cpus"]) != len(host.cpus):
+                wrong.append(f"CPUs {list(host.cpus)}")
+            node = "none" if host.numa_node is None else str(host.numa_node)
+            if step.args.get("numa_node", node) != node:
+                wrong.append(f"NUMA node {node}")
             if wrong:
                 raise StepFailed("the lease has " + ", ".join(wrong))
         elif v == "yield":
@@ -464,6 +504,8 @@ def test_the_parser_refuses_mistakes() -> None:
         "scenario s\na pending l1 -> granted\nend\n",
         "scenario s\na acquire l1 size=1GiB -> granted\nend\n",
         "scenario s\na frobnicate l1\nend\n",
+        "scenario s\na resize l1 -> ok\nend\n",
+        "scenario s\na resize l1 vram=1 host_mem=1 -> ok\nend\n",
         "scenario s\na acquire l1 vram=1GiB -> granted\n",
         "a acquire l1 -> granted\n",
     ]:

@@ -36,6 +36,12 @@ pub struct Request {
     pub class: Option<String>,
     pub timeout_ms: Option<u64>,
     pub label: Option<String>,
+    /// Host resources: memory, page-locked memory, CPUs and where (docs/HOST.md). NUMA stays
+    /// text, as class and device do.
+    pub host_mem: u64,
+    pub pinned: u64,
+    pub cpus: u32,
+    pub numa: Option<String>,
 }
 
 /// What a step does.
@@ -46,9 +52,11 @@ pub enum Verb {
     Pending(String),
     Await(String),
     Release(String),
+    /// A resize of the lease's VRAM, or with `host` of its host memory.
     Resize {
         lease: String,
         vram: u64,
+        host: bool,
         timeout_ms: Option<u64>,
     },
     Check {
@@ -56,6 +64,12 @@ pub enum Verb {
         vram: Option<u64>,
         compute: Option<bool>,
         device: Option<u32>,
+        host_mem: Option<u64>,
+        pinned: Option<u64>,
+        /// How many CPUs the grant names.
+        cpus: Option<usize>,
+        /// Their NUMA node; `Some(None)` for `none` (no CPUs).
+        numa_node: Option<Option<u32>>,
     },
     Yield(String),
     Revoked(String),
@@ -165,11 +179,21 @@ impl<'a> Args<'a> {
                 .map(|t| number("timeout", t))
                 .transpose()?,
             label: self.get("label").map(String::from),
+            host_mem: self.get("host_mem").map(size).transpose()?.unwrap_or(0),
+            pinned: self.get("pinned").map(size).transpose()?.unwrap_or(0),
+            cpus: self
+                .get("cpus")
+                .map(|c| number("cpus", c))
+                .transpose()?
+                .unwrap_or(0),
+            numa: self.get("numa").map(String::from),
         })
     }
 }
 
-const REQUEST_KEYS: &[&str] = &["vram", "compute", "device", "class", "timeout", "label"];
+const REQUEST_KEYS: &[&str] = &[
+    "vram", "compute", "device", "class", "timeout", "label", "host_mem", "pinned", "cpus", "numa",
+];
 
 /// Parses one step line (not a directive).
 fn step(line: usize, text: &str) -> Result<Step, String> {
@@ -245,8 +269,12 @@ fn step(line: usize, text: &str) -> Result<Step, String> {
         }
         "resize" => {
             let name = lease(&tokens)?;
-            let args = Args::new(&tokens[1..], &["vram", "timeout"])?;
-            let vram = size(args.get("vram").ok_or("resize needs vram=SIZE")?)?;
+            let args = Args::new(&tokens[1..], &["vram", "host_mem", "timeout"])?;
+            let (vram, host) = match (args.get("vram"), args.get("host_mem")) {
+                (Some(v), None) => (size(v)?, false),
+                (None, Some(h)) => (size(h)?, true),
+                _ => return Err("resize needs vram=SIZE or host_mem=SIZE".into()),
+            };
             let timeout_ms = args
                 .get("timeout")
                 .map(|t| number("timeout", t))
@@ -255,6 +283,7 @@ fn step(line: usize, text: &str) -> Result<Step, String> {
                 Verb::Resize {
                     lease: name,
                     vram,
+                    host,
                     timeout_ms,
                 },
                 true,
@@ -262,7 +291,18 @@ fn step(line: usize, text: &str) -> Result<Step, String> {
         }
         "check" => {
             let name = lease(&tokens)?;
-            let args = Args::new(&tokens[1..], &["vram", "compute", "device"])?;
+            let args = Args::new(
+                &tokens[1..],
+                &[
+                    "vram",
+                    "compute",
+                    "device",
+                    "host_mem",
+                    "pinned",
+                    "cpus",
+                    "numa_node",
+                ],
+            )?;
             (
                 Verb::Check {
                     lease: name,
@@ -271,6 +311,16 @@ fn step(line: usize, text: &str) -> Result<Step, String> {
                     device: args
                         .get("device")
                         .map(|d| number("device", d))
+                        .transpose()?,
+                    host_mem: args.get("host_mem").map(size).transpose()?,
+                    pinned: args.get("pinned").map(size).transpose()?,
+                    cpus: args.get("cpus").map(|c| number("cpus", c)).transpose()?,
+                    numa_node: args
+                        .get("numa_node")
+                        .map(|n| match n {
+                            "none" => Ok(None),
+                            n => number("numa_node", n).map(Some),
+                        })
                         .transpose()?,
                 },
                 false,
@@ -430,7 +480,45 @@ end
         "scenario s\na acquire l1 vram=1GiB -> granted\n",
         "a acquire l1 -> granted\n",
         "scenario s\na yield l1 -> maybe\nend\n",
+        "scenario s\na resize l1 -> ok\nend\n",
+        "scenario s\na resize l1 vram=1 host_mem=1 -> ok\nend\n",
+        "scenario s\na check l1 numa_node=far\nend\n",
     ] {
         assert!(parse(bad).is_err(), "{bad:?} was accepted");
+    }
+}
+
+#[test]
+fn the_parser_reads_host_resources() {
+    let corpus = "\
+scenario host
+a acquire l1 host_mem=4GiB pinned=1GiB cpus=2 numa=near -> granted
+a resize l1 host_mem=8GiB timeout=5 -> ok
+a check l1 host_mem=8GiB pinned=1GiB cpus=2 numa_node=none
+end
+";
+    let s = parse(corpus).unwrap();
+    match &s[0].steps[0].verb {
+        Verb::Acquire(_, r) => {
+            assert_eq!((r.host_mem, r.pinned, r.cpus), (4 << 30, 1 << 30, 2));
+            assert_eq!(r.numa.as_deref(), Some("near"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match &s[0].steps[1].verb {
+        Verb::Resize { vram, host, .. } => assert_eq!((*vram, *host), (8 << 30, true)),
+        other => panic!("{other:?}"),
+    }
+    match &s[0].steps[2].verb {
+        Verb::Check {
+            host_mem,
+            cpus,
+            numa_node,
+            ..
+        } => assert_eq!(
+            (*host_mem, *cpus, *numa_node),
+            (Some(8 << 30), Some(2), Some(None))
+        ),
+        other => panic!("{other:?}"),
     }
 }

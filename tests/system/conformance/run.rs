@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use gpud_client::blocking::{Client, Lease};
 use gpud_client::proto::LeaseId;
-use gpud_client::{Class, ClientError, ClientOptions, LeaseRequest, Placement};
+use gpud_client::{Class, ClientError, ClientOptions, LeaseRequest, NumaPlacement, Placement};
 use gpud_tests::{Daemon, frame, wait_until};
 
 use super::corpus::{Request, Scenario, Step, Verb};
@@ -191,6 +191,21 @@ impl Run {
         if let Some(label) = &r.label {
             request = request.label(label.clone());
         }
+        if r.host_mem != 0 {
+            request = request.host_memory(r.host_mem);
+        }
+        if r.pinned != 0 {
+            request = request.pinned(r.pinned);
+        }
+        if r.cpus != 0 {
+            request = request.cpus(r.cpus);
+        }
+        if let Some(numa) = &r.numa {
+            match numa.parse::<NumaPlacement>() {
+                Ok(n) => request = request.numa(n),
+                Err(_) => return Ok(Some(CLIENT_REFUSAL.into())),
+            }
+        }
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
             // When nobody awaits any more, the lease is released as it drops.
@@ -272,10 +287,16 @@ impl Run {
             Verb::Resize {
                 lease,
                 vram,
+                host,
                 timeout_ms,
             } => {
                 let timeout = timeout_ms.map(Duration::from_millis);
-                let result = self.held(lease)?.resize(*vram, timeout);
+                let held = self.held(lease)?;
+                let result = if *host {
+                    held.resize_host_memory(*vram, timeout)
+                } else {
+                    held.resize(*vram, timeout)
+                };
                 expect(step, &word(&result, "ok"))
             }
             Verb::Check {
@@ -283,8 +304,14 @@ impl Run {
                 vram,
                 compute,
                 device,
+                host_mem,
+                pinned,
+                cpus,
+                numa_node,
             } => {
-                let info = self.held(lease)?.info().clone();
+                let held = self.held(lease)?;
+                let host = held.host().cloned().unwrap_or_default();
+                let info = held.info().clone();
                 let mut wrong = Vec::new();
                 if vram.is_some_and(|v| v != info.vram_bytes) {
                     wrong.push(format!(
@@ -298,6 +325,18 @@ impl Run {
                 }
                 if device.is_some_and(|d| d != info.device_index) {
                     wrong.push(format!("device {}", info.device_index));
+                }
+                if host_mem.is_some_and(|m| m != host.mem_bytes) {
+                    wrong.push(format!("host memory {}", host.mem_bytes));
+                }
+                if pinned.is_some_and(|p| p != host.pinned_bytes) {
+                    wrong.push(format!("page-locked memory {}", host.pinned_bytes));
+                }
+                if cpus.is_some_and(|c| c != host.cpus.len()) {
+                    wrong.push(format!("CPUs {:?}", host.cpus));
+                }
+                if numa_node.is_some_and(|n| n != host.numa_node) {
+                    wrong.push(format!("NUMA node {:?}", host.numa_node));
                 }
                 if wrong.is_empty() {
                     Ok(())

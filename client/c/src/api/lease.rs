@@ -8,6 +8,7 @@ use std::time::Duration;
 use gpud_client::blocking::Lease;
 use gpud_client::{Class, LeaseWatch};
 
+use crate::api::misc::GPUD_NO_NUMA_NODE;
 use crate::code::{GpudClass, GpudCode};
 use crate::error::{Error, Result, boundary, boundary_void};
 use crate::notice::NoticeFd;
@@ -32,6 +33,11 @@ pub struct GpudLease {
     device_uuid: CString,
     device_name: CString,
     cuda_visible_devices: CString,
+    /// Host memory reserved now (after any resize); 0 without host resources.
+    host_memory: AtomicU64,
+    pinned: u64,
+    cpus: Vec<u32>,
+    numa_node: Option<u32>,
 }
 
 fn c_text(s: &str) -> Result<CString> {
@@ -43,6 +49,7 @@ impl GpudLease {
     pub(crate) fn new(lease: Lease) -> Result<Self> {
         let watch = lease.watch();
         let info = lease.info();
+        let host = info.host.as_deref().cloned().unwrap_or_default();
         Ok(Self {
             id: info.lease,
             device_index: info.device_index,
@@ -52,6 +59,10 @@ impl GpudLease {
             device_uuid: c_text(&info.device_uuid)?,
             device_name: c_text(&info.device_name)?,
             cuda_visible_devices: c_text(&info.cuda_visible_devices)?,
+            host_memory: AtomicU64::new(host.mem_bytes),
+            pinned: host.pinned_bytes,
+            cpus: host.cpus,
+            numa_node: host.numa_node,
             watch,
             notice: Mutex::new(None),
             lease: Mutex::new(Some(lease)),
@@ -137,6 +148,28 @@ pub extern "C" fn gpud_lease_resize(
     })
 }
 
+/// Changes the lease's reserved host memory to `bytes`, as `gpud_lease_resize` does its VRAM:
+/// shrinking is immediate; growing waits until the memory is free, for at most `timeout_ms`
+/// milliseconds (`GPUD_NO_TIMEOUT`, or any negative number: for ever), and on
+/// `GPUD_E_TIMED_OUT` the lease keeps its size. Needs a daemon that books host resources.
+// SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpud_lease_resize_host_memory(
+    lease: *const GpudLease,
+    bytes: u64,
+    timeout_ms: i64,
+) -> GpudCode {
+    boundary(|| {
+        let lease = ptr::handle(lease, "lease")?;
+        let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+        let mut held = lease.held();
+        let held = held.as_mut().ok_or(Error::Released(lease.id))?;
+        let size = held.resize_host_memory(bytes, timeout)?;
+        lease.host_memory.store(size, Ordering::Release);
+        Ok(())
+    })
+}
+
 /// The lease's id, as `gpudctl status` and `gpud_revoke` know it.
 // SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
 #[unsafe(no_mangle)]
@@ -149,6 +182,7 @@ pub extern "C" fn gpud_lease_id(lease: *const GpudLease, out: *mut u64) -> GpudC
 }
 
 /// The leased device's UUID (`GPU-…`), owned by the lease: valid until `gpud_lease_free`.
+/// Empty for a lease of the host alone, and so are its name and `CUDA_VISIBLE_DEVICES`.
 // SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpud_lease_device_uuid(
@@ -213,6 +247,75 @@ pub extern "C" fn gpud_lease_vram_bytes(lease: *const GpudLease, out: *mut u64) 
                 .vram_bytes
                 .load(Ordering::Acquire),
         );
+        Ok(())
+    })
+}
+
+/// The bytes of host memory the lease reserves now (after any resize); 0 when it asked for
+/// no host resources.
+// SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpud_lease_host_memory_bytes(lease: *const GpudLease, out: *mut u64) -> GpudCode {
+    boundary(|| {
+        let out = ptr::out(out, "out")?;
+        out.set(
+            ptr::handle(lease, "lease")?
+                .host_memory
+                .load(Ordering::Acquire),
+        );
+        Ok(())
+    })
+}
+
+/// The bytes of page-locked host memory the lease reserves; 0 when it asked for none.
+// SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpud_lease_pinned_bytes(lease: *const GpudLease, out: *mut u64) -> GpudCode {
+    boundary(|| {
+        let out = ptr::out(out, "out")?;
+        out.set(ptr::handle(lease, "lease")?.pinned);
+        Ok(())
+    })
+}
+
+/// The CPUs granted, as the kernel numbers them, ascending (what `sched_setaffinity` pins
+/// to): `*cpus` points to `*count` numbers owned by the lease, valid until `gpud_lease_free`.
+/// Without CPUs, `*count` is 0 and `*cpus` NULL.
+// SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpud_lease_cpus(
+    lease: *const GpudLease,
+    cpus: *mut *const u32,
+    count: *mut usize,
+) -> GpudCode {
+    boundary(|| {
+        let cpus_out = ptr::out(cpus, "cpus")?;
+        let count_out = ptr::out(count, "count")?;
+        let lease = ptr::handle(lease, "lease")?;
+        count_out.set(lease.cpus.len());
+        cpus_out.set(if lease.cpus.is_empty() {
+            std::ptr::null()
+        } else {
+            lease.cpus.as_ptr()
+        });
+        Ok(())
+    })
+}
+
+/// The NUMA node of the lease's CPUs; `GPUD_NO_NUMA_NODE` (-1) when it holds none.
+// SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpud_lease_numa_node(lease: *const GpudLease, out: *mut i32) -> GpudCode {
+    boundary(|| {
+        let out = ptr::out(out, "out")?;
+        let node = ptr::handle(lease, "lease")?.numa_node;
+        // Linux numbers at most a few thousand nodes; a number past i32 is a daemon's bug.
+        let node = match node {
+            None => GPUD_NO_NUMA_NODE,
+            Some(n) => i32::try_from(n)
+                .map_err(|_| Error::Protocol(format!("the daemon sent NUMA node {n}")))?,
+        };
+        out.set(node);
         Ok(())
     })
 }

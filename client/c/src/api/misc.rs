@@ -11,6 +11,9 @@ use crate::ptr;
 /// Passed as a timeout: wait for ever.
 pub const GPUD_NO_TIMEOUT: i64 = -1;
 
+/// `gpud_lease_numa_node`'s answer for a lease that holds no CPUs.
+pub const GPUD_NO_NUMA_NODE: i32 = -1;
+
 /// The library's version, `MAJOR.MINOR.PATCH`; the major is the soname's (`libgpud.so.1`).
 const VERSION: &std::ffi::CStr = c"1.0.0";
 

@@ -2,16 +2,17 @@
 
 use std::ffi::c_char;
 
-use gpud_client::{Class, LeaseRequest, Placement};
+use gpud_client::{Class, LeaseRequest, NumaPlacement, Placement};
 
 use crate::code::{GpudClass, GpudCode};
 use crate::error::{Error, Result, boundary, boundary_void};
 use crate::ptr;
 
-/// A lease request: VRAM bytes and/or the compute slot, on a device (any by default), in a
-/// class (normal by default), with an optional label and timeout. Made by
-/// `gpud_request_new`, freed by `gpud_request_free`. A request is a plain value: it may be
-/// used by several threads' acquires at once, but not changed while one uses it.
+/// A lease request: VRAM bytes and/or the compute slot, on a device (any by default), and/or
+/// host resources (host memory, page-locked memory, CPUs of a NUMA node), in a class (normal
+/// by default), with an optional label and timeout. Made by `gpud_request_new`, freed by
+/// `gpud_request_free`. A request is a plain value: it may be used by several threads'
+/// acquires at once, but not changed while one uses it.
 #[derive(Debug, Clone, Default)]
 pub struct GpudRequest {
     vram_bytes: u64,
@@ -20,6 +21,10 @@ pub struct GpudRequest {
     class: Class,
     timeout_ms: Option<u64>,
     label: Option<String>,
+    host_memory: u64,
+    pinned: u64,
+    cpus: u32,
+    numa: NumaPlacement,
 }
 
 impl GpudRequest {
@@ -36,6 +41,20 @@ impl GpudRequest {
         if let Some(label) = &self.label {
             r = r.label(label.clone());
         }
+        // Host resources go on the wire only when asked for: a daemon that does not book
+        // them would not understand the field.
+        if self.host_memory != 0 {
+            r = r.host_memory(self.host_memory);
+        }
+        if self.pinned != 0 {
+            r = r.pinned(self.pinned);
+        }
+        if self.cpus != 0 {
+            r = r.cpus(self.cpus);
+        }
+        if self.numa != NumaPlacement::Any {
+            r = r.numa(self.numa);
+        }
         r
     }
 }
@@ -49,7 +68,8 @@ pub(crate) fn placement(device: &str) -> Result<Placement> {
         })
 }
 
-/// Makes an empty request (no VRAM, no compute: set at least one), stored in `*out`.
+/// Makes an empty request (no VRAM, no compute, no host resources: set at least one), stored
+/// in `*out`.
 // SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpud_request_new(out: *mut *mut GpudRequest) -> GpudCode {
@@ -193,6 +213,71 @@ pub extern "C" fn gpud_request_set_label(
     })
 }
 
+/// Sets the bytes of host memory to reserve with the lease (0 by default): what the lease's
+/// processes keep resident, page-locked memory included (gpud books at least the pinned
+/// bytes here). A request with host resources and no VRAM or compute is a lease of the host
+/// alone. Host resources need a daemon that books them (docs/HOST.md); an older one refuses
+/// the acquire with `GPUD_E_INVALID_REQUEST`.
+// SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpud_request_set_host_memory(request: *mut GpudRequest, bytes: u64) -> GpudCode {
+    boundary(|| {
+        ptr::handle_mut(request, "request")?.host_memory = bytes;
+        Ok(())
+    })
+}
+
+/// Sets the bytes of page-locked (pinned) host memory to reserve (0 by default): CUDA staging
+/// buffers, registered bases.
+// SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpud_request_set_pinned(request: *mut GpudRequest, bytes: u64) -> GpudCode {
+    boundary(|| {
+        ptr::handle_mut(request, "request")?.pinned = bytes;
+        Ok(())
+    })
+}
+
+/// Sets the number of CPUs to take, all of one NUMA node (0 by default); the grant names them
+/// (`gpud_lease_cpus`).
+// SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpud_request_set_cpus(request: *mut GpudRequest, count: u32) -> GpudCode {
+    boundary(|| {
+        ptr::handle_mut(request, "request")?.cpus = count;
+        Ok(())
+    })
+}
+
+/// Says which NUMA node the CPUs come from, as gpudctl reads it: `"any"` (a node with room,
+/// the default), `"near"` (the node of the lease's device: the request must ask for VRAM or
+/// compute too, else the daemon refuses it with `GPUD_E_INVALID_REQUEST`), or a node's number
+/// (`"1"`). Anything else is `GPUD_E_INVALID_REQUEST` (the request is unchanged).
+// SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpud_request_set_numa(
+    request: *mut GpudRequest,
+    numa: *const c_char,
+) -> GpudCode {
+    boundary(|| {
+        let request = ptr::handle_mut(request, "request")?;
+        request.numa = ptr::text(numa, "numa")?
+            .parse()
+            .map_err(Error::InvalidRequest)?;
+        Ok(())
+    })
+}
+
+/// Takes the CPUs from NUMA node `node`.
+// SAFETY: the symbol's name is unique to this library (every export has the gpud_ prefix).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpud_request_set_numa_node(request: *mut GpudRequest, node: u32) -> GpudCode {
+    boundary(|| {
+        ptr::handle_mut(request, "request")?.numa = NumaPlacement::Node(node);
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,8 +324,92 @@ mod tests {
         assert_eq!(args.args().timeout_ms, None);
         assert_eq!(args.args().label, None);
         assert_eq!(args.args().class, Class::Background);
+        // No host resources asked: none on the wire.
+        assert_eq!(args.args().host, None);
         gpud_request_free(r);
         gpud_request_free(std::ptr::null_mut());
+    }
+
+    #[test]
+    fn host_setters_build_the_rust_request() {
+        let r = new();
+        assert_eq!(gpud_request_set_host_memory(r, 64 << 30), GpudCode::GPUD_OK);
+        assert_eq!(gpud_request_set_pinned(r, 2 << 30), GpudCode::GPUD_OK);
+        assert_eq!(gpud_request_set_cpus(r, 8), GpudCode::GPUD_OK);
+        assert_eq!(
+            gpud_request_set_numa(r, c"near".as_ptr()),
+            GpudCode::GPUD_OK
+        );
+        let request = ptr::handle(r, "r").unwrap().to_lease_request();
+        let host = request.args().host.clone().expect("host resources asked");
+        assert_eq!(
+            (host.mem_bytes, host.pinned_bytes, host.cpus, host.numa),
+            (64 << 30, 2 << 30, 8, NumaPlacement::Near)
+        );
+        // A host-only request: no device part.
+        assert_eq!(request.args().vram_bytes, 0);
+        assert!(!request.args().compute);
+        assert_eq!(gpud_request_set_numa(r, c" 3 ".as_ptr()), GpudCode::GPUD_OK);
+        let numa = |r: *mut GpudRequest| {
+            let request = ptr::handle(r, "r").unwrap().to_lease_request();
+            request.args().host.as_ref().map(|h| h.numa)
+        };
+        assert_eq!(numa(r), Some(NumaPlacement::Node(3)));
+        assert_eq!(gpud_request_set_numa_node(r, 1), GpudCode::GPUD_OK);
+        assert_eq!(numa(r), Some(NumaPlacement::Node(1)));
+        assert_eq!(gpud_request_set_numa(r, c"any".as_ptr()), GpudCode::GPUD_OK);
+        assert_eq!(numa(r), Some(NumaPlacement::Any));
+        // Each amount alone is a host request; all zero is none.
+        for (mem, pinned, cpus) in [(1, 0, 0), (0, 1, 0), (0, 0, 1)] {
+            gpud_request_set_host_memory(r, mem);
+            gpud_request_set_pinned(r, pinned);
+            gpud_request_set_cpus(r, cpus);
+            let request = ptr::handle(r, "r").unwrap().to_lease_request();
+            let host = request.args().host.clone().expect("host resources asked");
+            assert_eq!(
+                (host.mem_bytes, host.pinned_bytes, host.cpus),
+                (mem, pinned, cpus)
+            );
+        }
+        gpud_request_set_cpus(r, 0);
+        let request = ptr::handle(r, "r").unwrap().to_lease_request();
+        assert_eq!(request.args().host, None);
+        gpud_request_free(r);
+    }
+
+    #[test]
+    fn bad_host_arguments_are_codes() {
+        let r = new();
+        assert_eq!(
+            gpud_request_set_host_memory(std::ptr::null_mut(), 1),
+            GpudCode::GPUD_E_NULL_ARGUMENT
+        );
+        assert_eq!(
+            gpud_request_set_cpus(std::ptr::null_mut(), 1),
+            GpudCode::GPUD_E_NULL_ARGUMENT
+        );
+        assert_eq!(
+            gpud_request_set_numa(r, std::ptr::null()),
+            GpudCode::GPUD_E_NULL_ARGUMENT
+        );
+        assert_eq!(gpud_request_set_numa(r, c"1".as_ptr()), GpudCode::GPUD_OK);
+        for bad in [c"far", c"-1", c"node1", c""] {
+            assert_eq!(
+                gpud_request_set_numa(r, bad.as_ptr()),
+                GpudCode::GPUD_E_INVALID_REQUEST,
+                "{bad:?}"
+            );
+            let message = ptr::text(crate::api::misc::gpud_last_error(), "message").unwrap();
+            assert!(message.contains("NUMA placement"), "{message:?}");
+        }
+        // A refused change leaves the request as it was.
+        gpud_request_set_cpus(r, 2);
+        let request = ptr::handle(r, "r").unwrap().to_lease_request();
+        assert_eq!(
+            request.args().host.as_ref().map(|h| h.numa),
+            Some(NumaPlacement::Node(1))
+        );
+        gpud_request_free(r);
     }
 
     #[test]

@@ -51,7 +51,15 @@ from .errors import (
     UnsupportedVersion,
     error_from_body,
 )
-from .protocol import DEFAULT_SOCKET, PROTOCOL_VERSION, Class, Device, socket_path
+from .protocol import (
+    DEFAULT_SOCKET,
+    FEATURE_HOST,
+    PROTOCOL_VERSION,
+    Class,
+    Device,
+    Numa,
+    socket_path,
+)
 from .pytorch import limit_torch_memory
 from .sizes import Size, format_size, parse_size
 from .types import (
@@ -59,9 +67,14 @@ from .types import (
     DaemonInfo,
     DeviceStatus,
     Event,
+    HostGrant,
+    HostPoolStatus,
+    HostRequest,
+    HostStatus,
     LeaseInfo,
     LeasePart,
     LeaseStatus,
+    NumaStatus,
     OverUse,
     ProcessStatus,
     QueueCounts,
@@ -78,10 +91,12 @@ __all__ = [
     "__version__",
     "PROTOCOL_VERSION",
     "DEFAULT_SOCKET",
+    "FEATURE_HOST",
     "Client",
     "Lease",
     "Class",
     "Device",
+    "Numa",
     "Size",
     "YieldCallback",
     "aio",
@@ -122,6 +137,11 @@ __all__ = [
     "ProtocolError",
     "LeaseInfo",
     "LeasePart",
+    "HostGrant",
+    "HostRequest",
+    "HostStatus",
+    "HostPoolStatus",
+    "NumaStatus",
     "StatusReport",
     "DaemonInfo",
     "DeviceStatus",
@@ -156,13 +176,30 @@ def lease(
     on_yield: Optional[YieldCallback] = None,
     socket: SocketPath = None,
     name: Optional[str] = None,
+    host_memory: Size = 0,
+    pinned: Size = 0,
+    cpus: int = 0,
+    numa: Numa = "any",
 ) -> Iterator[Lease]:
     """A lease on a connection of its own, released (and the connection closed) when the
     block ends. Arguments as :meth:`Client.acquire`: ``vram`` in bytes or ``"12GiB"``,
     ``compute``, ``device`` (``"any"``, an index, a UUID), ``cls``, ``timeout`` in seconds,
-    ``label``, ``on_yield(lease, notice)``."""
+    ``label``, ``on_yield(lease, notice)``; host resources ``host_memory``, ``pinned``,
+    ``cpus``, ``numa``."""
     with Client(socket, name=name) as client:
-        granted = client.acquire(vram, compute, device, cls, timeout, label, on_yield)
+        granted = client.acquire(
+            vram,
+            compute,
+            device,
+            cls,
+            timeout,
+            label,
+            on_yield,
+            host_memory=host_memory,
+            pinned=pinned,
+            cpus=cpus,
+            numa=numa,
+        )
         with granted:
             yield granted
 

@@ -6,6 +6,7 @@ the frames it returns.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
@@ -14,6 +15,7 @@ from . import protocol
 from .errors import ConnectionLost, Error, ProtocolError, ShuttingDown, error_from_body
 from .types import (
     Event,
+    HostGrant,
     LeaseInfo,
     OverUse,
     Revoked,
@@ -284,6 +286,36 @@ class LeaseView:
         return self._state.info.cls
 
     @property
+    def host(self) -> Optional[HostGrant]:
+        """The host resources granted with the lease (``None`` when it asked for none)."""
+        return self._state.info.host
+
+    @property
+    def host_memory_bytes(self) -> int:
+        """The bytes of host memory the lease reserves now (after any resize)."""
+        host = self._state.info.host
+        return 0 if host is None else host.mem_bytes
+
+    @property
+    def pinned_bytes(self) -> int:
+        """The bytes of page-locked host memory the lease reserves."""
+        host = self._state.info.host
+        return 0 if host is None else host.pinned_bytes
+
+    @property
+    def cpus(self) -> Tuple[int, ...]:
+        """The CPUs granted (kernel numbers, ascending), empty when none were asked: pin the
+        work to them with ``os.sched_setaffinity(0, lease.cpus)``."""
+        host = self._state.info.host
+        return () if host is None else host.cpus
+
+    @property
+    def numa_node(self) -> Optional[int]:
+        """The NUMA node of the lease's CPUs; ``None`` when it holds none."""
+        host = self._state.info.host
+        return None if host is None else host.numa_node
+
+    @property
     def cuda_visible_devices(self) -> str:
         """The value for ``CUDA_VISIBLE_DEVICES`` that shows CUDA exactly the leased device."""
         return self._state.info.cuda_visible_devices
@@ -320,8 +352,20 @@ class LeaseView:
 
     def __repr__(self) -> str:
         i = self._state.info
+        host = ""
+        if i.host is not None:
+            host = (
+                f", host_memory_bytes={i.host.mem_bytes}, pinned_bytes={i.host.pinned_bytes}, "
+                f"cpus={list(i.host.cpus)}"
+            )
         return (
             f"{type(self).__module__.replace('.client', '')}.{type(self).__name__}"
             f"(id={i.lease}, device={i.device_index}, "
-            f"vram_bytes={i.vram_bytes}, compute={i.compute}, cls={i.cls!r})"
+            f"vram_bytes={i.vram_bytes}, compute={i.compute}{host}, cls={i.cls!r})"
         )
+
+
+def with_host_memory(info: LeaseInfo, size: int) -> LeaseInfo:
+    """The grant after a resize of its host memory."""
+    host = info.host if info.host is not None else HostGrant()
+    return dataclasses.replace(info, host=dataclasses.replace(host, mem_bytes=size))

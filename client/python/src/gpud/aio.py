@@ -20,7 +20,15 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from . import protocol
-from ._session import LeaseState, LeaseView, Result, Session, log, run_callbacks
+from ._session import (
+    LeaseState,
+    LeaseView,
+    Result,
+    Session,
+    log,
+    run_callbacks,
+    with_host_memory,
+)
 from .client import _expect, _program_name
 from .errors import (
     ConnectError,
@@ -30,7 +38,7 @@ from .errors import (
     UnknownLease,
     error_from_body,
 )
-from .protocol import Class, Device
+from .protocol import Class, Device, Numa
 from .sizes import Size
 from .types import Event, LeaseInfo, StatusReport, YieldRequested
 
@@ -81,6 +89,8 @@ class Client:
         self.session_id: int = int(welcome.get("session", 0))
         #: The daemon's name and version.
         self.daemon: str = str(welcome.get("daemon", ""))
+        #: The optional protocol additions the daemon's welcome lists (``"host"``, …).
+        self.features: Tuple[str, ...] = tuple(str(f) for f in welcome.get("features", ()))
         self._session.session_id = self.session_id
         self._tasks: Set["asyncio.Future[Any]"] = set()
         self._closed = False
@@ -234,9 +244,26 @@ class Client:
         timeout: Optional[float] = None,
         label: Optional[str] = None,
         on_yield: Optional[YieldCallback] = None,
+        *,
+        host_memory: Size = 0,
+        pinned: Size = 0,
+        cpus: int = 0,
+        numa: Numa = "any",
     ) -> "Lease":
         """Waits until a lease is granted; arguments as :meth:`gpud.Client.acquire`."""
-        op = protocol.acquire_op(vram, compute, device, cls, timeout, label)
+        op = protocol.acquire_op(
+            vram,
+            compute,
+            device,
+            cls,
+            timeout,
+            label,
+            host_memory=host_memory,
+            pinned=pinned,
+            cpus=cpus,
+            numa=numa,
+        )
+        protocol.require_features(op, self.features)
         state = _expect(await self._call(op, on_yield), "granted")
         lease: Lease = state.handle
         return lease
@@ -362,6 +389,16 @@ class Lease(LeaseView):
         self._state.info = dataclasses.replace(self._state.info, vram_bytes=size)
         return size
 
+    async def resize_host_memory(self, host_memory: Size, timeout: Optional[float] = None) -> int:
+        """Changes the reserved host memory and returns the new size; as
+        :meth:`gpud.Lease.resize_host_memory`."""
+        op = protocol.resize_host_op(self.id, host_memory, timeout)
+        protocol.require_features(op, self._client.features)
+        value = _expect(await self._client._call(op), "resized")
+        size = int(value["vram_bytes"])
+        self._state.info = with_host_memory(self._state.info, size)
+        return size
+
     def _give_back(self) -> None:
         """Releases without waiting for the answer (a grant nobody wants)."""
         if self._state.released or self._client.closed:
@@ -407,12 +444,28 @@ async def lease(
     on_yield: Optional[YieldCallback] = None,
     socket: SocketPath = None,
     name: Optional[str] = None,
+    host_memory: Size = 0,
+    pinned: Size = 0,
+    cpus: int = 0,
+    numa: Numa = "any",
 ) -> AsyncIterator[Lease]:
     """A lease on a connection of its own, released (and the connection closed) when the
     block ends; arguments as :meth:`gpud.Client.acquire`."""
     client = await connect(socket, name=name)
     try:
-        granted = await client.acquire(vram, compute, device, cls, timeout, label, on_yield)
+        granted = await client.acquire(
+            vram,
+            compute,
+            device,
+            cls,
+            timeout,
+            label,
+            on_yield,
+            host_memory=host_memory,
+            pinned=pinned,
+            cpus=cpus,
+            numa=numa,
+        )
         async with granted:
             yield granted
     finally:

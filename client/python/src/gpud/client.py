@@ -22,7 +22,14 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import protocol
-from ._session import LeaseState, LeaseView, Result, Session, run_callbacks
+from ._session import (
+    LeaseState,
+    LeaseView,
+    Result,
+    Session,
+    run_callbacks,
+    with_host_memory,
+)
 from .errors import (
     ConnectError,
     ConnectionLost,
@@ -31,7 +38,7 @@ from .errors import (
     UnknownLease,
     error_from_body,
 )
-from .protocol import Class, Device
+from .protocol import Class, Device, Numa
 from .sizes import Size
 from .types import Event, LeaseInfo, StatusReport, YieldRequested
 
@@ -127,6 +134,8 @@ class Client:
         self.session_id: int = int(welcome.get("session", 0))
         #: The daemon's name and version (``gpud 0.1.0``).
         self.daemon: str = str(welcome.get("daemon", ""))
+        #: The optional protocol additions the daemon's welcome lists (``"host"``, …).
+        self.features: Tuple[str, ...] = tuple(str(f) for f in welcome.get("features", ()))
         self._session.session_id = self.session_id
         self._reader = threading.Thread(
             target=self._read_loop, args=(reader, rest), name="gpud-client", daemon=True
@@ -264,6 +273,11 @@ class Client:
         timeout: Optional[float] = None,
         label: Optional[str] = None,
         on_yield: Optional[YieldCallback] = None,
+        *,
+        host_memory: Size = 0,
+        pinned: Size = 0,
+        cpus: int = 0,
+        numa: Numa = "any",
     ) -> "Lease":
         """Waits until a lease is granted and returns it.
 
@@ -273,11 +287,30 @@ class Client:
         (``None``: for ever), then :class:`~gpud.TimedOut`; ``label``: shown in status;
         ``on_yield``: ``callback(lease, notice)`` for each yield notice.
 
+        Host resources (docs/HOST.md), granted with the device part or alone (then no
+        ``vram`` nor ``compute`` is needed): ``host_memory`` and ``pinned`` (page-locked)
+        bytes or sizes, ``cpus`` (a number, of one NUMA node; the grant names them in
+        :attr:`Lease.cpus`), ``numa``: ``"any"``, ``"near"`` (the device's node) or a node's
+        number. A daemon whose welcome does not list ``"host"`` is not sent them
+        (:class:`~gpud.InvalidRequest`).
+
         Errors: :class:`~gpud.InvalidRequest`, :class:`~gpud.NeverFits`,
         :class:`~gpud.UnknownDevice`, :class:`~gpud.TimedOut`, :class:`~gpud.LimitExceeded`,
         :class:`~gpud.NotAllowed` (the critical class), …
         """
-        op = protocol.acquire_op(vram, compute, device, cls, timeout, label)
+        op = protocol.acquire_op(
+            vram,
+            compute,
+            device,
+            cls,
+            timeout,
+            label,
+            host_memory=host_memory,
+            pinned=pinned,
+            cpus=cpus,
+            numa=numa,
+        )
+        protocol.require_features(op, self.features)
         state = _expect(self._call(op, on_yield), "granted")
         lease: Lease = state.handle
         return lease
@@ -400,6 +433,17 @@ class Lease(LeaseView):
         value = _expect(self._client._call(op), "resized")
         size = int(value["vram_bytes"])
         self._state.info = dataclasses.replace(self._state.info, vram_bytes=size)
+        return size
+
+    def resize_host_memory(self, host_memory: Size, timeout: Optional[float] = None) -> int:
+        """Changes the reserved host memory and returns the new size, as :meth:`resize` does
+        the VRAM: shrinking is immediate, growing waits (``timeout`` seconds at most). Needs
+        a daemon that books host resources (its welcome lists ``"host"``)."""
+        op = protocol.resize_host_op(self.id, host_memory, timeout)
+        protocol.require_features(op, self._client.features)
+        value = _expect(self._client._call(op), "resized")
+        size = int(value["vram_bytes"])
+        self._state.info = with_host_memory(self._state.info, size)
         return size
 
     def _release_quietly(self) -> None:

@@ -27,8 +27,14 @@ __all__ = [
     "encode",
     "FrameReader",
     "hello",
+    "FEATURE_HOST",
+    "Numa",
     "acquire_op",
+    "host_args",
+    "numa_placement",
+    "require_features",
     "resize_op",
+    "resize_host_op",
     "placement",
     "parse_class",
     "split_reply",
@@ -61,6 +67,14 @@ class Class(str, enum.Enum):
 
 #: A device selector: ``"any"``, an index (``0`` or ``"0"``), or a UUID (``"GPU-…"``).
 Device = Union[int, str]
+
+#: Where a lease's CPUs come from: ``"any"`` (a node with room), ``"near"`` (the node of the
+#: lease's device), or a NUMA node's number (``1`` or ``"1"``).
+Numa = Union[int, str]
+
+#: The welcome's feature name of host resources (docs/HOST.md): acquire's ``host``, resize's
+#: ``host_mem_bytes``, the grant's and status's ``host``.
+FEATURE_HOST = "host"
 
 
 def socket_path(socket: Union[str, "os.PathLike[str]", None] = None) -> str:
@@ -178,6 +192,65 @@ def timeout_ms(timeout: Optional[float], what: str = "timeout") -> Optional[int]
     return ms
 
 
+def numa_placement(numa: Numa) -> Optional[Union[str, Dict[str, int]]]:
+    """The wire form of a NUMA placement: ``None`` for ``any`` (left out), ``"near"``, or
+    ``{"node": N}``."""
+
+    def fail() -> InvalidRequest:
+        return InvalidRequest(f"NUMA placement {numa!r}: give any, near, or a node number")
+
+    if isinstance(numa, bool):
+        raise fail()
+    if isinstance(numa, int):
+        if 0 <= numa <= _U32_MAX:
+            return {"node": numa}
+        raise fail()
+    if not isinstance(numa, str):
+        raise fail()
+    t = numa.strip().lower()
+    if t == "any":
+        return None
+    if t == "near":
+        return "near"
+    if t and all(c in "0123456789" for c in t) and int(t) <= _U32_MAX:
+        return {"node": int(t)}
+    raise fail()
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U32_MAX:
+        raise InvalidRequest(f"{what} must be a whole number from 0 to {_U32_MAX}, not {value!r}")
+    return value
+
+
+def host_args(
+    host_memory: Size = 0, pinned: Size = 0, cpus: int = 0, numa: Numa = "any"
+) -> Optional[Dict[str, Any]]:
+    """The ``host`` part of an acquire (docs/HOST.md), or ``None`` when nothing is asked."""
+    args: Dict[str, Any] = {
+        "mem_bytes": to_bytes(host_memory, "host_memory"),
+        "pinned_bytes": to_bytes(pinned, "pinned"),
+        "cpus": _count(cpus, "cpus"),
+    }
+    where = numa_placement(numa)
+    if where is not None:
+        args["numa"] = where
+    if where is None and not (args["mem_bytes"] or args["pinned_bytes"] or args["cpus"]):
+        return None
+    return args
+
+
+def require_features(op: Dict[str, Any], features: Any) -> None:
+    """Refuses (:class:`~gpud.InvalidRequest`) an operation that needs a protocol addition the
+    daemon's welcome does not list: an older daemon would not understand it."""
+    body = op.get("acquire") or op.get("resize") or {}
+    if ("host" in body or "host_mem_bytes" in body) and FEATURE_HOST not in features:
+        raise InvalidRequest(
+            f"this gpud books no host resources (its welcome does not list {FEATURE_HOST!r}: "
+            "it is older than this client)"
+        )
+
+
 def acquire_op(
     vram: Size = 0,
     compute: bool = False,
@@ -185,10 +258,17 @@ def acquire_op(
     cls: Union[str, Class] = Class.NORMAL,
     timeout: Optional[float] = None,
     label: Optional[str] = None,
+    *,
+    host_memory: Size = 0,
+    pinned: Size = 0,
+    cpus: int = 0,
+    numa: Numa = "any",
 ) -> Dict[str, Any]:
     """The ``acquire`` operation. Arguments the daemon could not even parse are refused here
     with :class:`~gpud.InvalidRequest`; the daemon checks the rest (nothing asked, a label too
-    long, a timeout over a year) and answers with the same code."""
+    long, a timeout over a year) and answers with the same code. ``host_memory``, ``pinned``,
+    ``cpus`` and ``numa`` ask for host resources with the lease (:func:`host_args`); with no
+    VRAM and no compute, the lease is of the host alone."""
     if not isinstance(compute, bool):
         raise InvalidRequest(f"compute must be True or False, not {compute!r}")
     if label is not None and not isinstance(label, str):
@@ -204,6 +284,9 @@ def acquire_op(
         args["timeout_ms"] = ms
     if label is not None:
         args["label"] = label
+    host = host_args(host_memory, pinned, cpus, numa)
+    if host is not None:
+        args["host"] = host
     # Inside a scheduler's job with a gpud budget, leases come from the budget.
     budget = os.environ.get("GPUD_BUDGET")
     if budget:
@@ -214,6 +297,21 @@ def acquire_op(
 def resize_op(lease: int, vram: Size, timeout: Optional[float] = None) -> Dict[str, Any]:
     """The ``resize`` operation."""
     args: Dict[str, Any] = {"lease": lease, "vram_bytes": to_bytes(vram, "vram")}
+    ms = timeout_ms(timeout)
+    if ms is not None:
+        args["timeout_ms"] = ms
+    return {"resize": args}
+
+
+def resize_host_op(
+    lease: int, host_memory: Size, timeout: Optional[float] = None
+) -> Dict[str, Any]:
+    """The ``resize`` operation of a lease's host memory."""
+    args: Dict[str, Any] = {
+        "lease": lease,
+        "vram_bytes": 0,
+        "host_mem_bytes": to_bytes(host_memory, "host_memory"),
+    }
     ms = timeout_ms(timeout)
     if ms is not None:
         args["timeout_ms"] = ms

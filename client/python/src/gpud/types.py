@@ -13,6 +13,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 __all__ = [
     "LeaseInfo",
     "LeasePart",
+    "HostGrant",
+    "HostRequest",
+    "HostPoolStatus",
+    "NumaStatus",
+    "HostStatus",
     "DaemonInfo",
     "QueueCounts",
     "ComputeHolder",
@@ -51,10 +56,71 @@ class LeasePart:
         )
 
 
+def _ints(items: Any) -> Tuple[int, ...]:
+    return tuple(int(x) for x in items or ())
+
+
+@dataclass(frozen=True)
+class HostGrant:
+    """The host resources a lease holds (docs/HOST.md): host memory and page-locked memory in
+    bytes, and CPUs by number (ascending; what ``os.sched_setaffinity`` pins to) with their
+    NUMA node (``None`` without CPUs). ``parts`` are the lease ids of the host parts. In a
+    status row, the part's own amount."""
+
+    mem_bytes: int = 0
+    pinned_bytes: int = 0
+    cpus: Tuple[int, ...] = ()
+    numa_node: Optional[int] = None
+    parts: Tuple[int, ...] = ()
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "HostGrant":
+        node = d.get("numa_node")
+        return cls(
+            mem_bytes=int(d.get("mem_bytes", 0)),
+            pinned_bytes=int(d.get("pinned_bytes", 0)),
+            cpus=_ints(d.get("cpus")),
+            numa_node=None if node is None else int(node),
+            parts=_ints(d.get("parts")),
+        )
+
+
+def _numa_from_wire(numa: Any) -> Union[str, int]:
+    if numa is None:
+        return "any"
+    if isinstance(numa, str):
+        return numa
+    if isinstance(numa, dict) and "node" in numa:
+        return int(numa["node"])
+    raise ValueError(f"unknown NUMA placement {numa!r}")
+
+
+@dataclass(frozen=True)
+class HostRequest:
+    """The host resources a waiting request asks for (for a resize of host memory: the extra
+    bytes). ``numa``: ``"any"``, ``"near"``, or a node's number."""
+
+    mem_bytes: int = 0
+    pinned_bytes: int = 0
+    cpus: int = 0
+    numa: Union[str, int] = "any"
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "HostRequest":
+        return cls(
+            mem_bytes=int(d.get("mem_bytes", 0)),
+            pinned_bytes=int(d.get("pinned_bytes", 0)),
+            cpus=int(d.get("cpus", 0)),
+            numa=_numa_from_wire(d.get("numa")),
+        )
+
+
 @dataclass(frozen=True)
 class LeaseInfo:
     """A granted lease as its holder sees it. ``parts`` lists, for a lease of several devices,
-    every part in the order asked (the first is this lease); it is empty for one device."""
+    every part in the order asked (the first is this lease); it is empty for one device.
+    ``host`` is the host resources granted with it (``None`` when it asked for none); a lease
+    of the host alone has them and no device (its ``device_uuid`` is empty)."""
 
     lease: int
     device_uuid: str
@@ -67,9 +133,11 @@ class LeaseInfo:
     #: Secret that re-adopts the lease after a daemon restart; keep it private.
     token: str = field(default="", repr=False)
     parts: Tuple[LeasePart, ...] = ()
+    host: Optional[HostGrant] = None
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "LeaseInfo":
+        host = d.get("host")
         return cls(
             lease=int(d["lease"]),
             device_uuid=str(d["device_uuid"]),
@@ -81,6 +149,7 @@ class LeaseInfo:
             cuda_visible_devices=str(d["cuda_visible_devices"]),
             token=str(d.get("token", "")),
             parts=tuple(LeasePart.from_wire(p) for p in d.get("parts", ())),
+            host=None if host is None else HostGrant.from_wire(host),
         )
 
 
@@ -232,9 +301,15 @@ class LeaseStatus:
     held_ms: int
     yield_requested: bool
     label: Optional[str]
+    #: What the row reserves: ``"device"``, or a host part (``"host_memory"``, ``"pinned"``,
+    #: ``"cpus"``), whose ``device`` is ``"host"`` or ``"numa<N>"`` and whose amount is in
+    #: ``host``.
+    resource: str = "device"
+    host: Optional[HostGrant] = None
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "LeaseStatus":
+        host = d.get("host")
         return cls(
             id=int(d["id"]),
             device=str(d["device"]),
@@ -249,6 +324,8 @@ class LeaseStatus:
             held_ms=int(d["held_ms"]),
             yield_requested=bool(d["yield_requested"]),
             label=d.get("label"),
+            resource=str(d.get("resource", "device")),
+            host=None if host is None else HostGrant.from_wire(host),
         )
 
 
@@ -266,10 +343,12 @@ class WaiterStatus:
     grows_lease: Optional[int]
     waited_ms: int
     label: Optional[str]
+    host: Optional[HostRequest] = None
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "WaiterStatus":
         grows = d.get("grows_lease")
+        host = d.get("host")
         return cls(
             session=int(d["session"]),
             request=int(d["request"]),
@@ -281,12 +360,79 @@ class WaiterStatus:
             grows_lease=None if grows is None else int(grows),
             waited_ms=int(d["waited_ms"]),
             label=d.get("label"),
+            host=None if host is None else HostRequest.from_wire(host),
+        )
+
+
+@dataclass(frozen=True)
+class HostPoolStatus:
+    """A host pool of bytes (host memory, page-locked memory), counted like a device's
+    memory: ``capacity_bytes`` = total − headroom − unmanaged."""
+
+    total_bytes: int
+    headroom_bytes: int
+    unmanaged_bytes: int
+    capacity_bytes: int
+    reserved_bytes: int
+    queued: QueueCounts
+
+    @property
+    def free_bytes(self) -> int:
+        """What leases may still reserve (0 when over-committed)."""
+        return max(0, self.capacity_bytes - self.reserved_bytes)
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "HostPoolStatus":
+        return cls(
+            total_bytes=int(d["total_bytes"]),
+            headroom_bytes=int(d["headroom_bytes"]),
+            unmanaged_bytes=int(d["unmanaged_bytes"]),
+            capacity_bytes=int(d["capacity_bytes"]),
+            reserved_bytes=int(d["reserved_bytes"]),
+            queued=QueueCounts.from_wire(d.get("queued", {})),
+        )
+
+
+@dataclass(frozen=True)
+class NumaStatus:
+    """One NUMA node's CPUs that gpud hands out, and those granted now."""
+
+    node: int
+    cpus: Tuple[int, ...]
+    granted: Tuple[int, ...]
+    queued: QueueCounts
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "NumaStatus":
+        return cls(
+            node=int(d["node"]),
+            cpus=_ints(d.get("cpus")),
+            granted=_ints(d.get("granted")),
+            queued=QueueCounts.from_wire(d.get("queued", {})),
+        )
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """The host's own resources as gpud books them."""
+
+    memory: HostPoolStatus
+    pinned: HostPoolStatus
+    numa: List[NumaStatus]
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "HostStatus":
+        return cls(
+            memory=HostPoolStatus.from_wire(d["memory"]),
+            pinned=HostPoolStatus.from_wire(d["pinned"]),
+            numa=[NumaStatus.from_wire(n) for n in d.get("numa", [])],
         )
 
 
 @dataclass(frozen=True)
 class StatusReport:
-    """The daemon's whole state: devices, leases and waiters (every page, when paged)."""
+    """The daemon's whole state: devices, leases and waiters (every page, when paged), and
+    the host's resources (``host``; ``None`` from daemons that do not book them)."""
 
     daemon: DaemonInfo
     devices: List[DeviceStatus]
@@ -294,15 +440,18 @@ class StatusReport:
     waiters: List[WaiterStatus]
     #: The report as the daemon sent it (pages joined), for fields this version does not name.
     raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    host: Optional[HostStatus] = None
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "StatusReport":
+        host = d.get("host")
         return cls(
             daemon=DaemonInfo.from_wire(d["daemon"]),
             devices=[DeviceStatus.from_wire(x) for x in d.get("devices", [])],
             leases=[LeaseStatus.from_wire(x) for x in d.get("leases", [])],
             waiters=[WaiterStatus.from_wire(x) for x in d.get("waiters", [])],
             raw=dict(d),
+            host=None if host is None else HostStatus.from_wire(host),
         )
 
 
