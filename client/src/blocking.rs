@@ -92,6 +92,11 @@ impl Client {
         self.inner.offers_mps()
     }
 
+    /// Whether the daemon books host resources ([`crate::Client::offers_host`]).
+    pub fn offers_host(&self) -> bool {
+        self.inner.offers_host()
+    }
+
     /// Blocks until the lease is granted (or refused).
     pub fn acquire(&self, request: &LeaseRequest) -> Result<Lease> {
         let inner = self.runtime.block_on(self.inner.acquire(request))?;
@@ -285,6 +290,12 @@ impl Lease {
     pub fn resize(&mut self, vram_bytes: u64, timeout: Option<Duration>) -> Result<u64> {
         self.runtime
             .block_on(self.inner.resize(vram_bytes, timeout))
+    }
+
+    /// Changes the reserved host memory; see [`crate::Lease::resize_host_memory`].
+    pub fn resize_host_memory(&mut self, bytes: u64, timeout: Option<Duration>) -> Result<u64> {
+        self.runtime
+            .block_on(self.inner.resize_host_memory(bytes, timeout))
     }
 
     /// Blocks until the next event; `None` when the connection is gone.

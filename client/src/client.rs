@@ -80,6 +80,15 @@ impl Client {
         self.handle.offers_mps()
     }
 
+    /// Whether the daemon's welcome listed [`FEATURE_HOST`](crate::proto::FEATURE_HOST): it
+    /// books host memory, page-locked memory and CPUs ([`LeaseRequest::host_memory`] and the
+    /// rest; older daemons refuse them).
+    ///
+    /// [`LeaseRequest::host_memory`]: crate::LeaseRequest::host_memory
+    pub fn offers_host(&self) -> bool {
+        self.handle.offers_host()
+    }
+
     async fn call(&self, op: Op) -> Result<Answer> {
         let id = self.handle.next_id();
         let rx = self.handle.call(id, op)?;

@@ -23,7 +23,7 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use crate::error::{ClientError, Result};
 use crate::proto::frame::{MAX_REQUEST_FRAME, MAX_SERVER_FRAME, codec, from_payload, to_payload};
 use crate::proto::{
-    AttachArgs, ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_ATTACH, FEATURE_MPS,
+    AttachArgs, ClientFrame, ErrorBody, ErrorCode, Event, FEATURE_ATTACH, FEATURE_HOST, FEATURE_MPS,
     FEATURE_MULTI_DEVICE, FEATURE_QUEUED, LeaseInfo, Op, Outcome, PROTOCOL_VERSION, Reply,
     RequestId, RevokeReason, ServerFrame,
 };
@@ -157,6 +157,8 @@ pub(crate) struct Handle {
     mps: Arc<AtomicBool>,
     /// The daemon's welcome listed [`FEATURE_ATTACH`].
     attach: Arc<AtomicBool>,
+    /// The daemon's welcome listed [`FEATURE_HOST`].
+    host: Arc<AtomicBool>,
 }
 
 impl Handle {
@@ -213,6 +215,11 @@ impl Handle {
         self.attach.load(Ordering::Relaxed)
     }
 
+    /// Whether the daemon books host resources ([`FEATURE_HOST`]).
+    pub fn offers_host(&self) -> bool {
+        self.host.load(Ordering::Relaxed)
+    }
+
     /// Sends a request and forgets it.
     pub fn fire(&self, op: Op) {
         let id = self.next_id();
@@ -241,6 +248,8 @@ struct Welcomed {
     mps: bool,
     /// The daemon records which program uses a lease ([`FEATURE_ATTACH`]).
     attach: bool,
+    /// The daemon books host resources ([`FEATURE_HOST`]).
+    host: bool,
 }
 
 /// Connects and says hello: the stream halves and what the welcome said.
@@ -271,6 +280,7 @@ async fn open(path: &Path, name: Option<String>) -> Result<(Reader, Writer, Welc
                 multi_device: features.iter().any(|f| f == FEATURE_MULTI_DEVICE),
                 mps: features.iter().any(|f| f == FEATURE_MPS),
                 attach: features.iter().any(|f| f == FEATURE_ATTACH),
+                host: features.iter().any(|f| f == FEATURE_HOST),
             },
             Ok(ServerFrame::Error { error }) => {
                 return Err(ClientError::Refused {
@@ -310,6 +320,7 @@ pub(crate) async fn connect(
         multi_device: Arc::new(AtomicBool::new(welcomed.multi_device)),
         mps: Arc::new(AtomicBool::new(welcomed.mps)),
         attach: Arc::new(AtomicBool::new(welcomed.attach)),
+        host: Arc::new(AtomicBool::new(welcomed.host)),
     };
     let driver = Driver {
         path: path.to_path_buf(),
@@ -324,6 +335,7 @@ pub(crate) async fn connect(
         multi_device: handle.multi_device.clone(),
         mps: handle.mps.clone(),
         attach: handle.attach.clone(),
+        host: handle.host.clone(),
         part_of: HashMap::new(),
     };
     Ok((handle, driver.run(reader, writer, rx)))
@@ -381,6 +393,7 @@ struct Driver {
     multi_device: Arc<AtomicBool>,
     mps: Arc<AtomicBool>,
     attach: Arc<AtomicBool>,
+    host: Arc<AtomicBool>,
     /// The parts of leases of several devices, other than the first: the lease (group) each
     /// belongs to, so that a notice about a part reaches its lease.
     part_of: HashMap<LeaseId, LeaseId>,
@@ -549,6 +562,7 @@ impl Driver {
                     .store(welcomed.multi_device, Ordering::Relaxed);
                 self.mps.store(welcomed.mps, Ordering::Relaxed);
                 self.attach.store(welcomed.attach, Ordering::Relaxed);
+                self.host.store(welcomed.host, Ordering::Relaxed);
                 if self.resume(&mut writer).await.is_ok() {
                     return Some((reader, writer));
                 }
@@ -649,6 +663,11 @@ impl Driver {
                     (Outcome::Ok(Reply::Granted(info)), _) => {
                         for part in info.parts.iter().filter(|p| p.lease != info.lease) {
                             self.part_of.insert(part.lease, info.lease);
+                        }
+                        // The host parts too: a notice about one is about the lease.
+                        let host_parts = info.host.iter().flat_map(|h| h.parts.iter());
+                        for &part in host_parts.filter(|&&p| p != info.lease) {
+                            self.part_of.insert(part, info.lease);
                         }
                         let (events, rx) = mpsc::unbounded_channel();
                         let flags = Arc::new(LeaseFlags::default());

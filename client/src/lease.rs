@@ -39,6 +39,28 @@ impl LeaseCore {
         }
     }
 
+    pub fn resize_host_op(&self, bytes: u64, timeout: Option<Duration>) -> Op {
+        Op::Resize {
+            lease: self.info.lease,
+            vram_bytes: 0,
+            timeout_ms: timeout.map(|t| t.as_millis().min(u128::from(u64::MAX)) as u64),
+            host_mem_bytes: Some(bytes),
+        }
+    }
+
+    /// Applies the answer to a resize of host memory.
+    pub fn host_resized(&mut self, answer: Result<Answer>) -> Result<u64> {
+        match answer? {
+            Answer::Reply(Reply::Resized { vram_bytes, .. }) => {
+                if let Some(host) = self.info.host.as_mut() {
+                    host.mem_bytes = vram_bytes;
+                }
+                Ok(vram_bytes)
+            }
+            _ => Err(ClientError::Protocol("unexpected answer to resize".into())),
+        }
+    }
+
     /// Applies a resize answer.
     pub fn resized(&mut self, answer: Result<Answer>) -> Result<u64> {
         match answer? {
@@ -210,6 +232,19 @@ impl Lease {
             .call(id, self.core.resize_op(vram_bytes, timeout))?;
         let answer = rx.await.map_err(|_| ClientError::Disconnected)?;
         self.core.resized(answer)
+    }
+
+    /// Changes the reserved host memory (docs/HOST.md) to `bytes`, like [`Lease::resize`]
+    /// does device memory: shrinking is immediate, growing waits up to `timeout`. Never below
+    /// the lease's page-locked memory. Returns the host memory reserved now.
+    pub async fn resize_host_memory(&mut self, bytes: u64, timeout: Option<Duration>) -> Result<u64> {
+        let id = self.core.handle.next_id();
+        let rx = self
+            .core
+            .handle
+            .call(id, self.core.resize_host_op(bytes, timeout))?;
+        let answer = rx.await.map_err(|_| ClientError::Disconnected)?;
+        self.core.host_resized(answer)
     }
 
     /// Whether the daemon records which program uses a lease (its welcome lists `attach`):

@@ -195,6 +195,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn host_resources_reach_the_wire_alone_or_with_a_device() {
+        let alone = LeaseRequest::default()
+            .host_memory(64 << 30)
+            .cpus(8)
+            .numa(NumaPlacement::Node(1))
+            .wire()
+            .unwrap();
+        assert_eq!((alone.vram_bytes, alone.compute, alone.parts.len()), (0, false, 0));
+        let host = alone.host.unwrap();
+        assert_eq!((host.mem_bytes, host.pinned_bytes, host.cpus), (64 << 30, 0, 8));
+        assert_eq!(host.numa, NumaPlacement::Node(1));
+        let json = serde_json::to_value(LeaseRequest::default().pinned(4096).wire().unwrap())
+            .unwrap();
+        assert_eq!(json["host"], serde_json::json!({"mem_bytes": 0, "pinned_bytes": 4096, "cpus": 0}));
+        let with = LeaseRequest::default()
+            .vram(8)
+            .compute()
+            .devices(2)
+            .pinned(2)
+            .numa(NumaPlacement::Near)
+            .wire()
+            .unwrap();
+        assert_eq!(with.parts.len(), 2);
+        assert_eq!(with.host.unwrap().numa, NumaPlacement::Near);
+        // Without host methods nothing about the host goes out (older daemons refuse it).
+        let plain = serde_json::to_string(&LeaseRequest::default().vram(1).wire().unwrap()).unwrap();
+        assert!(!plain.contains("host"), "{plain}");
+    }
+
+    #[test]
     fn devices_expand_into_parts_and_one_part_is_one_device() {
         let two = LeaseRequest::default()
             .vram(8)

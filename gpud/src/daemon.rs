@@ -84,6 +84,7 @@ impl Daemon {
         let specs: Vec<DeviceSpec> = probed
             .iter()
             .map(|d| DeviceSpec {
+                kind: crate::ledger::PoolKind::Gpu,
                 uuid: d.uuid.clone(),
                 name: d.name.clone(),
                 total_bytes: d.total_bytes,
@@ -135,12 +136,24 @@ impl Daemon {
 
         let kind = backend.kind();
         let names = probed.iter().map(|d| d.name.clone()).collect();
+        // The host's pools come after the devices (docs/HOST.md).
+        let host = host_layout(&config);
+        let mut specs = specs;
+        if let Some(layout) = &host {
+            specs.extend(layout.pools());
+        }
         let hub = Hub::new(
             Ledger::new(config.scheduler.clone(), specs),
             names,
             &config,
             kind,
         );
+        let hub = match &host {
+            // A configured capacity is the operator's: what the machine's other processes
+            // use is not measured against it.
+            Some(layout) => hub.with_host(layout, config.host.memory_bytes.is_none()),
+            None => hub,
+        };
         // Leases from before a restart are back before the first client is accepted.
         let hub = match &state_dir {
             Some(dir) => {
@@ -173,7 +186,7 @@ impl Daemon {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
                         let id = ids.next();
-                        sessions.spawn(session::serve(stream, id, commands.clone(), limits, offer.clone()));
+                        sessions.spawn(session::serve(stream, id, commands.clone(), limits, offer.clone(), host.is_some()));
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: wait a little rather than spin.
@@ -272,5 +285,33 @@ mod tests {
             "{why}"
         );
         assert!(no_capacity(512 << 20, 16 << 30).is_none());
+    }
+}
+
+/// The host as `[host]` books it, or `None` when host resources are off (or the host cannot
+/// be read: then they are off, and the log says why).
+fn host_layout(config: &Config) -> Option<crate::host::HostLayout> {
+    if !config.host.enabled {
+        info!("host resources are off ([host] enabled = false)");
+        return None;
+    }
+    match crate::host::discover() {
+        Ok(facts) => {
+            let layout = crate::host::HostLayout::new(&facts, &config.host);
+            let cpus: usize = layout.nodes.iter().map(|n| n.cpus.len()).sum();
+            info!(
+                memory = layout.memory_total,
+                headroom = layout.memory_headroom,
+                pinned = layout.pinned_total,
+                nodes = layout.nodes.len(),
+                cpus,
+                "host resources"
+            );
+            Some(layout)
+        }
+        Err(e) => {
+            warn!("host resources are off: {e}");
+            None
+        }
     }
 }

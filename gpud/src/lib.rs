@@ -15,6 +15,7 @@ pub mod backend;
 pub mod config;
 pub mod daemon;
 pub mod dbus;
+pub mod host;
 pub mod hub;
 pub mod journal;
 pub mod ledger;

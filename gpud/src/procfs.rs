@@ -128,6 +128,17 @@ pub fn primary_gid(pid: u32) -> Option<u32> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Every process id /proc lists now.
+pub fn all_pids() -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 /// A process and its ancestors, nearest first, within 32 generations.
 pub fn lineage(pid: u32) -> Vec<u32> {
     let mut line = vec![pid];
@@ -155,6 +166,7 @@ mod tests {
         assert!(process_start(me).is_some());
         assert!(owner_alive(me, process_start(me).unwrap_or(0)));
         assert!(descends_from(me, me));
+        assert!(all_pids().contains(&me));
         let uid = nix::unistd::getuid().as_raw();
         assert_eq!(uids(me), Some((uid, nix::unistd::geteuid().as_raw())));
         assert_eq!(

@@ -10,6 +10,7 @@ mod dbus_parity;
 mod descriptors;
 mod evictable;
 mod gpudctl;
+mod host;
 mod hostile;
 mod journal;
 mod leases;

@@ -19,12 +19,14 @@ use crate::ledger::{LedgerConfig, PerClass};
 pub mod audit;
 pub mod bus;
 pub mod enforce;
+pub mod host;
 pub mod listen;
 pub mod simulate;
 
 pub use audit::{AuditConfig, Policy};
 pub use bus::{BusChoice, BusChoiceError};
 pub use enforce::EnforceConfig;
+pub use host::{Headroom, HostConfig};
 pub use listen::{ListenParseError, MetricsListen};
 
 /// Default path of the config file.
@@ -88,6 +90,18 @@ struct RawConfig {
     enforce: RawEnforce,
     #[serde(default)]
     supervision: RawSupervision,
+    #[serde(default)]
+    host: RawHost,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    enabled: Option<bool>,
+    memory: Option<String>,
+    memory_headroom: Option<String>,
+    pinned: Option<String>,
+    cpu_headroom: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -331,6 +345,8 @@ pub struct Config {
     pub enforce: EnforceConfig,
     /// Programs attached to leases.
     pub supervision: SupervisionConfig,
+    /// The host's memory, page-locked memory and CPUs (`[host]`).
+    pub host: HostConfig,
 }
 
 /// How gpud ends a program attached to a lease whose session ended without releasing it.
@@ -372,6 +388,7 @@ impl Default for Config {
             metrics: None,
             enforce: EnforceConfig::default(),
             supervision: SupervisionConfig::default(),
+            host: HostConfig::default(),
         }
     }
 }
@@ -416,6 +433,7 @@ impl Config {
         check(self.dbus != new.dbus, "dbus.bus");
         check(self.metrics != new.metrics, "metrics.listen");
         check(self.enforce != new.enforce, "enforce");
+        check(self.host != new.host, "host");
         keys
     }
 
@@ -785,6 +803,36 @@ impl Config {
             c.supervision.kill_grace =
                 parse_duration(&g).map_err(|e| value_err("supervision.kill_grace", e))?;
         }
+        let h = raw.host;
+        if let Some(on) = h.enabled {
+            c.host.enabled = on;
+        }
+        if let Some(m) = h.memory {
+            c.host.memory_bytes =
+                Some(parse_size(&m).ok().filter(|&b| b > 0).ok_or_else(|| {
+                    value_err(
+                        "host.memory",
+                        format!("{m:?} is not a size above 0 such as \"64GiB\""),
+                    )
+                })?);
+        }
+        if let Some(m) = h.memory_headroom {
+            c.host.memory_headroom =
+                host::parse_headroom(&m).map_err(|e| value_err("host.memory_headroom", e))?;
+        }
+        if let Some(p) = h.pinned {
+            c.host.pinned_bytes =
+                Some(parse_size(&p).map_err(|e| value_err("host.pinned", e.to_string()))?);
+        }
+        if let Some(n) = h.cpu_headroom {
+            if n > 4096 {
+                return Err(value_err(
+                    "host.cpu_headroom",
+                    format!("{n} is not in 0..=4096"),
+                ));
+            }
+            c.host.cpu_headroom = n;
+        }
         if let Some(listen) = raw.metrics.listen {
             c.metrics = Some(
                 listen
@@ -1100,5 +1148,42 @@ critical = "90s"
             .unwrap_err()
             .to_string();
         assert!(e.contains("devices.simulate"), "{e}");
+    }
+
+    #[test]
+    fn the_host_section_is_read_and_each_bad_value_names_its_key() {
+        let c = parse("").unwrap();
+        assert_eq!(c.host, HostConfig::default());
+        assert!(c.host.enabled);
+        let c = parse(
+            "[host]\nenabled = false\nmemory = \"8GiB\"\nmemory_headroom = \"10%\"\npinned = \"2GiB\"\ncpu_headroom = 1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.host,
+            HostConfig {
+                enabled: false,
+                memory_bytes: Some(8 << 30),
+                memory_headroom: Headroom::Percent(10),
+                pinned_bytes: Some(2 << 30),
+                cpu_headroom: 1,
+            }
+        );
+        for (text, key) in [
+            ("memory = \"lots\"", "host.memory"),
+            ("memory = \"0\"", "host.memory"),
+            ("memory_headroom = \"200%\"", "host.memory_headroom"),
+            ("pinned = \"-1\"", "host.pinned"),
+            ("cpu_headroom = 5000", "host.cpu_headroom"),
+        ] {
+            let e = parse(&format!("[host]\n{text}\n")).unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+        let e = parse("[host]\ncpus = 2\n").unwrap_err().to_string();
+        assert!(e.contains("cpus"), "{e}");
+        assert_eq!(
+            Config::default().start_only_changes(&parse("[host]\ncpu_headroom = 1\n").unwrap()),
+            vec!["host"]
+        );
     }
 }

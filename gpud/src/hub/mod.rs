@@ -65,6 +65,14 @@ impl Hub {
         }
     }
 
+    /// Books the host's resources (`layout`'s pools are in the ledger, after the GPUs);
+    /// `measure_unmanaged`: what unleased processes use lowers host memory's capacity. Before
+    /// [`Hub::with_journal`], so that host parts are restored with their CPUs.
+    pub fn with_host(mut self, layout: &crate::host::HostLayout, measure_unmanaged: bool) -> Self {
+        self.core.set_host(layout, measure_unmanaged);
+        self
+    }
+
     /// Journals every lease from now on, and puts back the leases of `records` whose owners
     /// are still running: they stay reserved for `grace`, for their owners to re-adopt.
     pub fn with_journal(
@@ -122,7 +130,10 @@ impl Hub {
                     armed = None;
                     self.core.handle_timeout(now());
                 }
-                _ = liveness.tick() => self.sample_holders(),
+                _ = liveness.tick() => {
+                    self.sample_holders();
+                    self.sample_host_memory();
+                }
             }
             self.carry_out();
         }
@@ -181,6 +192,36 @@ impl Hub {
             })
             .collect();
         self.core.process_states(now(), &states);
+    }
+
+    /// Reads the host's used memory and the resident memory of host memory holders (and their
+    /// descendants, as for device memory), and tells the core.
+    fn sample_host_memory(&mut self) {
+        if !self.core.measures_host_memory() {
+            return;
+        }
+        let holders = self.core.host_memory_holders();
+        let Some(used) = crate::host::memory_used() else {
+            return;
+        };
+        let mut resident: Vec<(u32, u64)> = holders
+            .iter()
+            .map(|&(pid, _)| (pid, crate::host::resident_bytes(pid)))
+            .collect();
+        if !holders.is_empty() {
+            for pid in procfs::all_pids() {
+                if let Some(owner) = procfs::lineage(pid)
+                    .iter()
+                    .skip(1)
+                    .find(|p| holders.iter().any(|(h, _)| h == *p))
+                {
+                    if let Some(e) = resident.iter_mut().find(|(h, _)| h == owner) {
+                        e.1 = e.1.saturating_add(crate::host::resident_bytes(pid));
+                    }
+                }
+            }
+        }
+        self.core.host_usage(now(), used, &resident);
     }
 
     /// Ends a session in the core and drops its queue, which ends its task.
@@ -411,6 +452,7 @@ mod tests {
     async fn hub_with_session(room: QueueRoom) -> (mpsc::Sender<Command>, outbox::Inbox) {
         let config = Config::default();
         let device = DeviceSpec {
+            kind: crate::ledger::PoolKind::Gpu,
             uuid: "GPU-test-0".into(),
             name: "test".into(),
             total_bytes: 16 << 30,

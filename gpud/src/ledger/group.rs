@@ -85,7 +85,9 @@ impl Ledger {
                 "more parts than devices: every part needs a device of its own",
             ));
         }
+        let gpu_parts = spec.parts.iter().filter(|p| p.kind.is_gpu()).count();
         if spec.policy == PlacementPolicy::Near
+            && gpu_parts > 1
             && self
                 .islands(&(0..self.devices.len()).collect::<Vec<_>>())
                 .is_empty()
@@ -94,19 +96,25 @@ impl Ledger {
                 "placement near needs the devices' NVLink islands or NUMA nodes, and none is known",
             ));
         }
+        if gpu_parts == 0 && spec.parts.iter().any(|p| p.same_node) {
+            return Err(LedgerError::Invalid(
+                "a host part near the lease's devices needs a device part",
+            ));
+        }
         let mut named = BTreeSet::new();
         let mut parts = Vec::with_capacity(spec.parts.len());
         for part in &spec.parts {
             parts.push(self.waiting_part(part, &mut named)?);
         }
         if !self.group_ever_fits(&parts, spec.policy) {
-            return Err(LedgerError::Invalid(
-                if spec.policy == PlacementPolicy::Near {
-                    "no NVLink island or NUMA node has a device for every part, even with all free"
-                } else {
-                    "the parts cannot be placed on distinct devices, even with all free"
-                },
-            ));
+            return Err(LedgerError::Invalid(if parts.iter().any(|p| p.same_node) {
+                "no NUMA node has both the lease's devices and the host resources asked \
+                     near them, even with all free"
+            } else if spec.policy == PlacementPolicy::Near {
+                "no NVLink island or NUMA node has a device for every part, even with all free"
+            } else {
+                "the parts cannot be placed on distinct devices, even with all free"
+            }));
         }
         Ok(parts)
     }
@@ -123,7 +131,17 @@ impl Ledger {
                 "every part must reserve memory, a compute slot, or both",
             ));
         }
-        let candidates = self.resolve(&part.placement)?;
+        if !part.kind.is_gpu() && part.compute {
+            return Err(LedgerError::Invalid(
+                "only a device part takes a compute slot",
+            ));
+        }
+        if part.kind.is_gpu() && part.same_node {
+            return Err(LedgerError::Invalid(
+                "a device part goes by the placement policy, not by NUMA node",
+            ));
+        }
+        let candidates = self.resolve_kind(part.kind, &part.placement)?;
         if part.placement != Placement::Any && !named.insert(candidates[0]) {
             return Err(LedgerError::Invalid("two parts name the same device"));
         }
@@ -132,6 +150,24 @@ impl Ledger {
             .copied()
             .filter(|&d| self.devices[d].capacity() >= part.vram_bytes)
             .collect();
+        if fitting.is_empty() && !part.kind.is_gpu() {
+            let largest = candidates
+                .iter()
+                .copied()
+                .max_by_key(|&d| (self.devices[d].capacity(), std::cmp::Reverse(d)));
+            let (pool, capacity) = largest.map_or((String::new(), 0), |d| {
+                (
+                    self.devices[d].spec.uuid.clone(),
+                    self.devices[d].capacity(),
+                )
+            });
+            return Err(LedgerError::HostNeverFits {
+                kind: part.kind,
+                pool,
+                need: part.vram_bytes,
+                capacity,
+            });
+        }
         if fitting.is_empty() {
             return Err(LedgerError::NeverFits {
                 need: part.vram_bytes,
@@ -143,6 +179,8 @@ impl Ledger {
             });
         }
         Ok(WaitingPart {
+            kind: part.kind,
+            same_node: part.same_node,
             placement: part.placement.clone(),
             need: Need {
                 vram_bytes: part.vram_bytes,

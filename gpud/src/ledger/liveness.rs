@@ -252,6 +252,12 @@ impl Ledger {
             return false;
         }
         let dev = &self.devices[lease.device];
+        // A group competes on this pool with what its parts need here.
+        let need = if waiter.parts.is_empty() {
+            waiter.need
+        } else {
+            waiter.need_on(lease.device)
+        };
         let same_budget = waiter.within.is_some() && waiter.within == lease.within;
         let budget_lacks = |need: Need| {
             waiter
@@ -259,15 +265,15 @@ impl Ledger {
                 .is_some_and(|b| same_budget && !self.budget_fits(b, &need))
         };
         let memory = lease.vram_bytes > 0
-            && waiter.need.vram_bytes > 0
+            && need.vram_bytes > 0
             && match (waiter.within, lease.within) {
-                (None, None) => waiter.need.vram_bytes > dev.free(),
+                (None, None) => need.vram_bytes > dev.free(),
                 _ => budget_lacks(Need {
-                    vram_bytes: waiter.need.vram_bytes,
+                    vram_bytes: need.vram_bytes,
                     compute: false,
                 }),
             };
-        let compute = waiter.need.compute
+        let compute = need.compute
             && lease.compute
             && (dev.free_slots(waiter.class) == 0
                 || budget_lacks(Need {

@@ -11,16 +11,21 @@
 //!   [`Ledger::set_unmanaged`] and [`Ledger::handle_timeout`];
 //! - outputs, polled after every input: [`Ledger::poll_decision`] until it returns `None`, then
 //!   [`Ledger::poll_timeout`] for the instant at which to call `handle_timeout` next;
-//! - views for status: [`Ledger::devices`], [`Ledger::leases`], [`Ledger::waiters`].
+//! - views for status: [`Ledger::devices`] (GPUs), [`Ledger::host_pools`], [`Ledger::leases`],
+//!   [`Ledger::waiters`].
+//!
+//! The ledger books *pools*: GPUs, and the host's memory, page-locked memory and CPUs of each
+//! NUMA node ([`PoolKind`], docs/HOST.md), after the GPUs. A request with host parts is a group
+//! (see the `group` module), so it is granted with its device parts or not at all.
 //!
 //! ```
 //! use std::time::Instant;
 //! use gpud::ledger::{AcquireSpec, Decision, DeviceSpec, Ledger, LedgerConfig, Ticket};
-//! use gpud::ledger::{Class, Placement, PlacementPolicy, Topology};
+//! use gpud::ledger::{Class, Placement, PlacementPolicy, PoolKind, Topology};
 //!
 //! let gib = 1u64 << 30;
 //! let device = DeviceSpec {
-//!     uuid: "GPU-sim-0".into(), name: "sim".into(), total_bytes: 16 * gib,
+//!     kind: PoolKind::Gpu, uuid: "GPU-sim-0".into(), name: "sim".into(), total_bytes: 16 * gib,
 //!     headroom_bytes: 0, unmanaged_bytes: 0, compute_slots: 1, critical_slots: 0,
 //!     topology: Topology::default(),
 //! };
@@ -71,8 +76,8 @@ use device::Device;
 use timers::{Timer, Timers};
 pub use types::{
     AcquireSpec, Decision, DeviceIdx, DeviceSpec, Island, Lease, LeaseChange, LedgerConfig,
-    LedgerError, Liveness, Need, Part, PerClass, ResizeOutcome, RestoredLease, SessionId, Ticket,
-    Topology, Waiter, WaitingPart,
+    LedgerError, Liveness, Need, Part, PerClass, PoolKind, ResizeOutcome, RestoredLease, SessionId,
+    Ticket, Topology, Waiter, WaitingPart,
 };
 // The vocabulary the ledger's inputs and outputs are written in.
 pub use vocab::{
@@ -99,7 +104,9 @@ pub struct Disconnected {
 #[derive(Debug)]
 pub struct Ledger {
     config: LedgerConfig,
+    /// The pools: the GPUs first (`gpus` of them, by gpud index), then the host pools.
     devices: Vec<Device>,
+    gpus: usize,
     leases: BTreeMap<LeaseId, Lease>,
     /// Groups by id (their first lease's): their parts' leases, in the parts' order.
     groups: BTreeMap<LeaseId, Vec<LeaseId>>,
@@ -124,11 +131,17 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// A ledger over `devices`, indexed in the given order.
+    /// A ledger over `devices`, indexed in the given order; host pools (docs/HOST.md) are
+    /// moved after the GPUs, so that a GPU's index stays its gpud index.
     pub fn new(config: LedgerConfig, devices: Vec<DeviceSpec>) -> Self {
+        let (mut gpus, host): (Vec<DeviceSpec>, Vec<DeviceSpec>) =
+            devices.into_iter().partition(|d| d.kind.is_gpu());
+        let gpu_count = gpus.len();
+        gpus.extend(host);
         Self {
             config,
-            devices: devices.into_iter().map(Device::new).collect(),
+            devices: gpus.into_iter().map(Device::new).collect(),
+            gpus: gpu_count,
             leases: BTreeMap::new(),
             groups: BTreeMap::new(),
             waiters: BTreeMap::new(),
@@ -176,6 +189,16 @@ impl Ledger {
             return Err(LedgerError::UnknownDevice(Placement::Index(
                 lease.device as u32,
             )));
+        }
+        if !self.devices[lease.device].spec.kind.is_gpu()
+            && (lease.compute
+                || lease.evictable
+                || lease.within.is_some()
+                || lease.budget_compute_slots.is_some())
+        {
+            return Err(LedgerError::Invalid(
+                "a restored host part holds no compute, is not evictable, and is no budget",
+            ));
         }
         if self.leases.contains_key(&lease.id) {
             return Err(LedgerError::Invalid(
@@ -329,6 +352,11 @@ impl Ledger {
             return Err(LedgerError::DuplicateRequest(ticket.request));
         }
         let mut spec = spec;
+        if spec.parts.iter().any(|p| !p.kind.is_gpu() || p.same_node) {
+            // Host parts, even one alone, make a group: they are granted, ended and journaled
+            // together (docs/HOST.md).
+            return self.acquire_group(now, ticket, spec);
+        }
         if let [part] = spec.parts.as_slice() {
             // One part is a lease of one device.
             if spec.vram_bytes != 0 || spec.compute || spec.placement != Placement::Any {
@@ -645,7 +673,7 @@ impl Ledger {
     /// reload). Holders keep their slots when the counts drop: a device grants no more compute
     /// until its holders are below the new count. More slots serve waiters at once.
     pub fn set_slots(&mut self, now: Instant, compute_slots: u32, critical_slots: u32) {
-        for d in 0..self.devices.len() {
+        for d in 0..self.gpus {
             let spec = &mut self.devices[d].spec;
             spec.compute_slots = compute_slots.max(1);
             spec.critical_slots = critical_slots;
@@ -727,9 +755,9 @@ impl Ledger {
 
     // ---------------------------------------------------------------- views
 
-    /// Every device, by index.
+    /// Every device (GPU), by index; host pools are [`Ledger::host_pools`].
     pub fn devices(&self) -> impl ExactSizeIterator<Item = DeviceView<'_>> + '_ {
-        self.devices
+        self.devices[..self.gpus]
             .iter()
             .enumerate()
             .map(move |(index, device)| DeviceView {
@@ -739,13 +767,45 @@ impl Ledger {
             })
     }
 
-    /// One device.
+    /// One device (GPU); `None` for a host pool's index.
     pub fn device(&self, index: DeviceIdx) -> Option<DeviceView<'_>> {
+        self.devices[..self.gpus]
+            .get(index)
+            .map(|device| DeviceView {
+                index,
+                device,
+                ledger: self,
+            })
+    }
+
+    /// The host pools (memory, page-locked memory, CPUs by NUMA node), by ledger index: they
+    /// come after the GPUs.
+    pub fn host_pools(&self) -> impl ExactSizeIterator<Item = DeviceView<'_>> + '_ {
+        let gpus = self.gpus;
+        self.devices[gpus..]
+            .iter()
+            .enumerate()
+            .map(move |(i, device)| DeviceView {
+                index: gpus + i,
+                device,
+                ledger: self,
+            })
+    }
+
+    /// Any pool, a GPU or a host pool, by ledger index.
+    pub fn pool(&self, index: DeviceIdx) -> Option<DeviceView<'_>> {
         self.devices.get(index).map(|device| DeviceView {
             index,
             device,
             ledger: self,
         })
+    }
+
+    /// The first host pool of `kind` named `uuid` (or, for `None`, the first of `kind`).
+    pub fn host_pool(&self, kind: PoolKind, uuid: Option<&str>) -> Option<DeviceIdx> {
+        self.host_pools()
+            .find(|p| p.spec().kind == kind && uuid.is_none_or(|u| p.spec().uuid == u))
+            .map(|p| p.index())
     }
 
     /// Every granted lease, by id.
@@ -824,6 +884,19 @@ impl Ledger {
             if compute != holders || holders.len() != dev.holders.len() {
                 return Err(format!(
                     "device {d}: holders {holders:?} != compute leases {compute:?}"
+                ));
+            }
+            if !dev.spec.kind.is_gpu()
+                && on_device.iter().any(|l| {
+                    l.compute
+                        || l.evictable
+                        || l.within.is_some()
+                        || l.budget.is_some()
+                        || l.group.is_none()
+                })
+            {
+                return Err(format!(
+                    "host pool {d}: a lease computes, is evictable, is in a budget or is no group's"
                 ));
             }
             // Holders may outnumber the slots after a reload lowered them ([`Ledger::set_slots`]);
@@ -964,23 +1037,34 @@ impl Ledger {
         self.next_seq
     }
 
+    /// The GPUs a placement names.
     pub(super) fn resolve(&self, placement: &Placement) -> Result<Vec<DeviceIdx>, LedgerError> {
+        self.resolve_kind(PoolKind::Gpu, placement)
+    }
+
+    /// The pools of `kind` a placement names (an index is the ledger's).
+    pub(super) fn resolve_kind(
+        &self,
+        kind: PoolKind,
+        placement: &Placement,
+    ) -> Result<Vec<DeviceIdx>, LedgerError> {
         let unknown = || LedgerError::UnknownDevice(placement.clone());
+        let of_kind = |d: &DeviceIdx| self.devices[*d].spec.kind == kind;
+        let all: Vec<DeviceIdx> = (0..self.devices.len()).filter(of_kind).collect();
         match placement {
-            Placement::Any if self.devices.is_empty() => Err(unknown()),
-            Placement::Any => Ok((0..self.devices.len()).collect()),
+            Placement::Any if all.is_empty() => Err(unknown()),
+            Placement::Any => Ok(all),
             Placement::Index(i) => {
                 let i = *i as usize;
-                if i < self.devices.len() {
+                if all.contains(&i) {
                     Ok(vec![i])
                 } else {
                     Err(unknown())
                 }
             }
-            Placement::Uuid(uuid) => self
-                .devices
-                .iter()
-                .position(|d| d.spec.uuid.eq_ignore_ascii_case(uuid))
+            Placement::Uuid(uuid) => all
+                .into_iter()
+                .find(|&d| self.devices[d].spec.uuid.eq_ignore_ascii_case(uuid))
                 .map(|d| vec![d])
                 .ok_or_else(unknown),
         }
@@ -1012,12 +1096,12 @@ impl Ledger {
     /// for memory, that slot is not what keeps it waiting, and holding the slot back would stall
     /// the budget's job, whose budget holds the very memory `o` waits for.
     fn pin_applies(&self, o: &Waiter, waiter: &Waiter, d: DeviceIdx) -> bool {
-        let o_need = o.device_need();
+        let o_need = o.need_on(d);
         // Warm state yields to real work: an evictable waiter is protected against other
         // evictable requests only (it is not granted while they wait for memory anyway).
         (!o.evictable || waiter.evictable)
             && self.waits_for_device(o)
-            && o_need.competes_with(&waiter.device_need())
+            && o_need.competes_with(&waiter.need_on(d))
             && !(waiter.within.is_some() && o_need.vram_bytes > self.devices[d].free())
     }
 

@@ -60,44 +60,95 @@ impl Ledger {
     /// part can be granted now, as its policy prefers them; `None` while some part cannot be.
     pub(super) fn group_grantable(&self, waiter: &Waiter) -> Option<Vec<DeviceIdx>> {
         let fits = |part: &WaitingPart, d: DeviceIdx| self.part_grantable(waiter, &part.need, d);
-        if waiter.policy != PlacementPolicy::Near {
-            return self.assign(&waiter.parts, waiter.policy, |_| true, fits);
-        }
-        // The tightest island that can take every part: least free memory, then first.
-        let mut best: Option<((u64, Island), Vec<DeviceIdx>)> = None;
-        for (island, devices) in self.islands(&waiter.candidates) {
-            let Some(found) =
-                self.assign(&waiter.parts, waiter.policy, |d| devices.contains(&d), fits)
-            else {
+        // The tightest scope that can take every part: least free memory on its island, then
+        // first (islands in order, then NUMA nodes).
+        let mut best: Option<((u64, usize), Vec<DeviceIdx>)> = None;
+        for (i, scope) in self
+            .scopes(&waiter.parts, waiter.policy, &waiter.candidates)
+            .iter()
+            .enumerate()
+        {
+            let Some(found) = self.assign(&waiter.parts, waiter.policy, |p, d| {
+                scope.allows(self, p, d) && fits(p, d)
+            }) else {
                 continue;
             };
-            let free: u64 = devices.iter().map(|&d| self.devices[d].free()).sum();
-            if best.as_ref().is_none_or(|(key, _)| (free, island) < *key) {
-                best = Some(((free, island), found));
+            let free: u64 = match &scope.island {
+                Some(island) => island.iter().map(|&d| self.devices[d].free()).sum(),
+                None => 0,
+            };
+            if best.as_ref().is_none_or(|(key, _)| (free, i) < *key) {
+                best = Some(((free, i), found));
+            }
+            if scope.is_everything() {
+                break;
             }
         }
         best.map(|(_, found)| found)
     }
 
     /// Whether `parts` could ever be granted together under `policy`: on distinct devices
-    /// large enough for each (and for `near`, on one island), were the devices empty.
+    /// large enough for each (and for `near`, on one island; for a part on the GPUs' NUMA
+    /// node, on theirs), were the devices empty.
     pub(super) fn group_ever_fits(&self, parts: &[WaitingPart], policy: PlacementPolicy) -> bool {
-        let fits =
-            |part: &WaitingPart, d: DeviceIdx| self.devices[d].capacity() >= part.need.vram_bytes;
-        if policy != PlacementPolicy::Near {
-            return self.assign(parts, policy, |_| true, fits).is_some();
-        }
         let all: Vec<DeviceIdx> = (0..self.devices.len()).collect();
-        self.islands(&all).into_values().any(|devices| {
-            self.assign(parts, policy, |d| devices.contains(&d), fits)
-                .is_some()
+        self.scopes(parts, policy, &all).iter().any(|scope| {
+            self.assign(parts, policy, |p, d| {
+                scope.allows(self, p, d) && self.devices[d].capacity() >= p.need.vram_bytes
+            })
+            .is_some()
         })
     }
 
-    /// The devices among `candidates` by island; devices whose island is unknown are in none.
+    /// Where a group may be placed at once: everywhere, or (policy `near`) one NVLink island or
+    /// NUMA node of GPUs, and (a host part on the GPUs' node) one NUMA node for them all.
+    fn scopes(
+        &self,
+        parts: &[WaitingPart],
+        policy: PlacementPolicy,
+        candidates: &[DeviceIdx],
+    ) -> Vec<Scope> {
+        let gpus: Vec<DeviceIdx> = candidates
+            .iter()
+            .copied()
+            .filter(|&d| self.devices[d].spec.kind.is_gpu())
+            .collect();
+        let islands: Vec<Option<Vec<DeviceIdx>>> = if policy == PlacementPolicy::Near {
+            self.islands(&gpus).into_values().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        let nodes: Vec<Option<u32>> = if parts.iter().any(|p| p.same_node) {
+            let nodes: std::collections::BTreeSet<u32> = parts
+                .iter()
+                .filter(|p| p.same_node)
+                .flat_map(|p| p.candidates.iter())
+                .filter_map(|&d| self.devices[d].spec.topology.numa_node)
+                .collect();
+            nodes.into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        let mut scopes = Vec::with_capacity(islands.len() * nodes.len());
+        for island in &islands {
+            for &node in &nodes {
+                scopes.push(Scope {
+                    island: island.clone(),
+                    node,
+                });
+            }
+        }
+        scopes
+    }
+
+    /// The GPUs among `candidates` by island; GPUs whose island is unknown (and host pools)
+    /// are in none.
     pub(super) fn islands(&self, candidates: &[DeviceIdx]) -> BTreeMap<Island, Vec<DeviceIdx>> {
         let mut islands: BTreeMap<Island, Vec<DeviceIdx>> = BTreeMap::new();
         for &d in candidates {
+            if !self.devices[d].spec.kind.is_gpu() {
+                continue;
+            }
             if let Some(island) = self.devices[d].spec.topology.island() {
                 islands.entry(island).or_default().push(d);
             }
@@ -105,15 +156,13 @@ impl Ledger {
         islands
     }
 
-    /// Assigns each part a distinct device among its candidates that `allowed` and `fits`
-    /// accept, trying devices in `policy`'s order. Parts with fewer candidates (named devices)
-    /// and larger needs are placed first; a dead end backtracks. The result is in the parts'
-    /// order.
+    /// Assigns each part a distinct device among its candidates that `fits` accepts, trying
+    /// devices in `policy`'s order. Parts with fewer candidates (named devices) and larger
+    /// needs are placed first; a dead end backtracks. The result is in the parts' order.
     fn assign(
         &self,
         parts: &[WaitingPart],
         policy: PlacementPolicy,
-        allowed: impl Fn(DeviceIdx) -> bool,
         fits: impl Fn(&WaitingPart, DeviceIdx) -> bool,
     ) -> Option<Vec<DeviceIdx>> {
         let options: Vec<Vec<DeviceIdx>> = parts
@@ -123,7 +172,7 @@ impl Ledger {
                     .candidates
                     .iter()
                     .copied()
-                    .filter(|&d| allowed(d) && fits(part, d))
+                    .filter(|&d| fits(part, d))
                     .collect();
                 devices.sort_by_key(|&d| self.preference(policy, &part.need, d));
                 devices
@@ -144,6 +193,34 @@ impl Ledger {
             chosen.into_iter().collect()
         } else {
             None
+        }
+    }
+}
+
+/// Where a group's parts may go together.
+struct Scope {
+    /// The GPU parts' island (`None`: any GPUs).
+    island: Option<Vec<DeviceIdx>>,
+    /// The NUMA node of the GPU parts and of the host parts that must be on it.
+    node: Option<u32>,
+}
+
+impl Scope {
+    /// No restriction.
+    fn is_everything(&self) -> bool {
+        self.island.is_none() && self.node.is_none()
+    }
+
+    /// Whether `part` may go on pool `d` in this scope.
+    fn allows(&self, ledger: &Ledger, part: &WaitingPart, d: DeviceIdx) -> bool {
+        let on_node = || {
+            self.node
+                .is_none_or(|n| ledger.devices[d].spec.topology.numa_node == Some(n))
+        };
+        if part.kind.is_gpu() {
+            self.island.as_ref().is_none_or(|i| i.contains(&d)) && on_node()
+        } else {
+            !part.same_node || on_node()
         }
     }
 }

@@ -66,7 +66,7 @@ impl Ledger {
             .take(self.config.max_scan)
             .filter_map(|(_, seq)| self.waiters.get(seq))
             .filter(|w| !w.evictable)
-            .map(|w| w.device_need().vram_bytes)
+            .map(|w| w.need_on(d).vram_bytes)
             .fold(0u64, u64::saturating_add);
         wanted > 0 && wanted.saturating_add(taking) > dev.free()
     }

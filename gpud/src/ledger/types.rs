@@ -22,10 +22,56 @@ pub struct Ticket {
     pub request: RequestId,
 }
 
-/// A device as the ledger needs to know it.
+/// What a pool of the ledger books: a GPU, or one of the host's resources (docs/HOST.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PoolKind {
+    /// A GPU: memory (bytes) and compute slots. GPUs come first; their index is gpud's
+    /// device index.
+    #[default]
+    Gpu,
+    /// The host's memory, in bytes.
+    HostMemory,
+    /// The host's page-locked memory, in bytes.
+    Pinned,
+    /// The CPUs of one NUMA node, counted (`total_bytes` etc. are CPUs).
+    Cpus,
+}
+
+impl PoolKind {
+    /// Whether it is a GPU.
+    pub fn is_gpu(self) -> bool {
+        self == PoolKind::Gpu
+    }
+
+    /// `n` of this pool's unit, for messages.
+    pub fn amount(self, n: u64) -> String {
+        match self {
+            PoolKind::Cpus if n == 1 => "1 CPU".into(),
+            PoolKind::Cpus => format!("{n} CPUs"),
+            _ => gpud_proto::Bytes(n).to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for PoolKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PoolKind::Gpu => "device",
+            PoolKind::HostMemory => "host memory",
+            PoolKind::Pinned => "page-locked memory",
+            PoolKind::Cpus => "CPUs",
+        })
+    }
+}
+
+/// A pool as the ledger needs to know it: a device (a GPU), or a host pool. For a host pool
+/// `total_bytes`, `headroom_bytes` and `unmanaged_bytes` are in the pool's unit (bytes, or
+/// CPUs for a [`PoolKind::Cpus`] pool), and it has no compute slots.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceSpec {
-    /// UUID (`GPU-…`).
+    /// What it books.
+    pub kind: PoolKind,
+    /// UUID (`GPU-…`; a host pool's name: `host-memory`, `host-pinned`, `numa0`, …).
     pub uuid: String,
     /// Product name.
     pub name: String,
@@ -74,6 +120,31 @@ impl Topology {
 }
 
 impl DeviceSpec {
+    /// A host pool of `kind` (not a GPU) with `total` units, `headroom` of them never handed
+    /// out, on NUMA node `numa_node` (CPUs: their node).
+    pub fn host_pool(
+        kind: PoolKind,
+        uuid: impl Into<String>,
+        total: u64,
+        headroom: u64,
+        numa_node: Option<u32>,
+    ) -> Self {
+        Self {
+            kind,
+            uuid: uuid.into(),
+            name: kind.to_string(),
+            total_bytes: total,
+            headroom_bytes: headroom,
+            unmanaged_bytes: 0,
+            compute_slots: 0,
+            critical_slots: 0,
+            topology: Topology {
+                numa_node,
+                nvlink_island: None,
+            },
+        }
+    }
+
     /// What leases may reserve: total − headroom − unmanaged.
     pub fn capacity(&self) -> u64 {
         self.total_bytes
@@ -82,9 +153,11 @@ impl DeviceSpec {
     }
 
     /// Compute slots a request of `class` may count on: every class has `compute_slots`; the
-    /// critical class also has the `critical_slots`.
+    /// critical class also has the `critical_slots`. A host pool has none.
     pub fn slots_for(&self, class: Class) -> u32 {
-        if class == Class::Critical {
+        if !self.kind.is_gpu() {
+            0
+        } else if class == Class::Critical {
             self.compute_slots.saturating_add(self.critical_slots)
         } else {
             self.compute_slots
@@ -197,15 +270,44 @@ impl Default for Liveness {
     }
 }
 
-/// One part of a request for several devices: what it needs on its own device.
+/// One part of a request for several pools: what it needs on its own pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Part {
-    /// Which device (`Any`: the policy chooses).
+    /// The kind of pool it is granted on.
+    pub kind: PoolKind,
+    /// Which pool of that kind (`Any`: the policy chooses; an index is the ledger's).
     pub placement: Placement,
-    /// Bytes to reserve there.
+    /// Units to reserve there: bytes (CPUs on a [`PoolKind::Cpus`] pool).
     pub vram_bytes: u64,
-    /// Take a compute slot there.
+    /// Take a compute slot there (GPU parts only).
     pub compute: bool,
+    /// Only on a pool of the NUMA node of the group's GPU parts (all of them on that node):
+    /// `numa: near`. Host parts only; the group needs a GPU part.
+    pub same_node: bool,
+}
+
+impl Part {
+    /// A part on a GPU.
+    pub fn gpu(placement: Placement, vram_bytes: u64, compute: bool) -> Self {
+        Self {
+            kind: PoolKind::Gpu,
+            placement,
+            vram_bytes,
+            compute,
+            same_node: false,
+        }
+    }
+
+    /// A part on a host pool of `kind`, of `amount` units.
+    pub fn host(kind: PoolKind, placement: Placement, amount: u64) -> Self {
+        Self {
+            kind,
+            placement,
+            vram_bytes: amount,
+            compute: false,
+            same_node: false,
+        }
+    }
 }
 
 /// What an acquire asks for.
@@ -330,6 +432,10 @@ pub struct Waiter {
 /// A part of a waiting group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaitingPart {
+    /// The kind of pool it is granted on.
+    pub kind: PoolKind,
+    /// Only on the NUMA node of the group's GPU parts.
+    pub same_node: bool,
     /// What the client asked for.
     pub placement: Placement,
     /// What it needs on its device.
@@ -349,6 +455,24 @@ impl Waiter {
             },
             compute: self.need.compute,
         }
+    }
+
+    /// What granting it takes from pool `d`: for a group, what its parts that may use `d`
+    /// need there (the largest, and whether any computes); for a single request,
+    /// [`Waiter::device_need`].
+    pub fn need_on(&self, d: DeviceIdx) -> Need {
+        if self.parts.is_empty() {
+            return self.device_need();
+        }
+        let mut need = Need {
+            vram_bytes: 0,
+            compute: false,
+        };
+        for p in self.parts.iter().filter(|p| p.candidates.contains(&d)) {
+            need.vram_bytes = need.vram_bytes.max(p.need.vram_bytes);
+            need.compute |= p.need.compute;
+        }
+        need
     }
 }
 
@@ -448,6 +572,22 @@ pub enum LedgerError {
         /// Bytes asked.
         need: u64,
         /// The largest capacity among the candidates.
+        capacity: u64,
+    },
+    /// A host part is larger than any pool of its kind can ever grant.
+    #[error(
+        "{kind} can never fit: {need} asked, and {pool} has at most {capacity}",
+        need = kind.amount(*need),
+        capacity = kind.amount(*capacity)
+    )]
+    HostNeverFits {
+        /// The kind of pool.
+        kind: PoolKind,
+        /// The largest matching pool (its name: `host-memory`, `numa0`).
+        pool: String,
+        /// Units asked.
+        need: u64,
+        /// That pool's capacity.
         capacity: u64,
     },
     /// The request makes no sense.

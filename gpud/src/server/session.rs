@@ -34,6 +34,7 @@ pub async fn serve(
     hub: mpsc::Sender<Command>,
     limits: Limits,
     mps: crate::mps::Offer,
+    host: bool,
 ) {
     let credentials = match stream.peer_cred() {
         Ok(c) => Credentials {
@@ -76,6 +77,7 @@ pub async fn serve(
         &mut writer,
         &mut queue,
         &mut bucket,
+        host,
     )
     .await;
     if let Err(body) = end {
@@ -100,6 +102,7 @@ async fn run(
     writer: &mut Writer,
     queue: &mut Inbox,
     bucket: &mut TokenBucket,
+    host: bool,
 ) -> Result<(), ErrorBody> {
     // Handshake.
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.next()).await {
@@ -133,7 +136,7 @@ async fn run(
         version: PROTOCOL_VERSION,
         session,
         daemon: format!("gpud {}", env!("CARGO_PKG_VERSION")),
-        features: features(mps.up()),
+        features: features(mps.up(), host),
     };
     writer.send(to_payload(&welcome)).await.map_err(io_closed)?;
 
@@ -186,8 +189,9 @@ async fn run(
 }
 
 /// The welcome's features: MPS only while its daemon is up, so that a client never starts a
-/// program as an MPS client of a daemon that is not there (CUDA would run it without limits).
-fn features(mps_up: bool) -> Vec<String> {
+/// program as an MPS client of a daemon that is not there (CUDA would run it without limits);
+/// host resources when they are booked.
+fn features(mps_up: bool, host: bool) -> Vec<String> {
     let mut features = vec![
         gpud_proto::FEATURE_QUEUED.into(),
         gpud_proto::FEATURE_MULTI_DEVICE.into(),
@@ -195,6 +199,9 @@ fn features(mps_up: bool) -> Vec<String> {
     ];
     if mps_up {
         features.push(gpud_proto::FEATURE_MPS.into());
+    }
+    if host {
+        features.push(gpud_proto::FEATURE_HOST.into());
     }
     features
 }

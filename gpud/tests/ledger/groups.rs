@@ -47,11 +47,7 @@ fn single(placement: Placement, gib: u64, compute: bool, policy: PlacementPolicy
 }
 
 fn part(placement: Placement, gib: u64, compute: bool) -> Part {
-    Part {
-        placement,
-        vram_bytes: gib * GIB,
-        compute,
-    }
+    Part::gpu(placement, gib * GIB, compute)
 }
 
 fn group(parts: Vec<Part>, policy: PlacementPolicy) -> AcquireSpec {

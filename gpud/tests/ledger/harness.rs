@@ -65,6 +65,7 @@ impl Harness {
     pub fn starting_at(setup: Setup, start: Instant) -> Self {
         let devices: Vec<DeviceSpec> = (0..DEVICES)
             .map(|i| DeviceSpec {
+                kind: gpud::ledger::PoolKind::Gpu,
                 uuid: format!("GPU-{i}"),
                 name: "sim".into(),
                 total_bytes: [16, 24, 16][i] * GIB,

@@ -10,6 +10,7 @@ mod budgets;
 mod evictable;
 mod groups;
 mod harness;
+mod host;
 mod liveness;
 mod reference;
 mod restore;
@@ -34,6 +35,7 @@ pub const GIB: u64 = 1 << 30;
 pub fn sim_devices(count: usize, compute_slots: u32) -> Vec<gpud::ledger::DeviceSpec> {
     (0..count)
         .map(|i| gpud::ledger::DeviceSpec {
+            kind: gpud::ledger::PoolKind::Gpu,
             uuid: format!("GPU-{i}"),
             name: "Simulated GPU".into(),
             total_bytes: 16 * GIB,

@@ -13,6 +13,7 @@ use crate::GIB;
 fn devices() -> Vec<DeviceSpec> {
     (0..2)
         .map(|i| DeviceSpec {
+            kind: gpud::ledger::PoolKind::Gpu,
             uuid: format!("GPU-{i}"),
             name: "Simulated GPU".into(),
             total_bytes: 16 * GIB,

@@ -13,6 +13,7 @@ use crate::GIB;
 
 fn device(uuid: &str, gib: u64) -> DeviceSpec {
     DeviceSpec {
+        kind: gpud::ledger::PoolKind::Gpu,
         uuid: uuid.into(),
         name: "Simulated GPU".into(),
         total_bytes: gib * GIB,

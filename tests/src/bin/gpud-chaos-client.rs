@@ -5,6 +5,8 @@
 //! - `gpud-chaos-client hold SOCKET VRAM_MIB COMPUTE`: takes one lease and holds it across
 //!   daemon restarts (the client library re-adopts it); prints `lease ID` once granted and
 //!   `lost ID` (then exits 3) if it is ever lost.
+//! - `gpud-chaos-client hold-host SOCKET MEM_MIB CPUS`: like `hold`, a lease of the host alone
+//!   (host memory and CPUs); prints `lease ID cpus C1,C2,…` once granted.
 //! - `gpud-chaos-client attach SOCKET PID`: takes a 1 MiB lease and attaches process PID to
 //!   it; prints `attached`, or `refused CODE` with the daemon's error code.
 //!
@@ -133,6 +135,33 @@ fn hold(socket: &str, vram_mib: u64, compute: bool) -> Result<()> {
     }
 }
 
+/// Holds a lease of host memory and CPUs across restarts, as [`hold`] does a device lease.
+fn hold_host(socket: &str, mem_mib: u64, cpus: u32) -> Result<()> {
+    let options = ClientOptions {
+        reconnect_for: Some(Duration::from_secs(20)),
+        ..ClientOptions::default()
+    };
+    let client = Client::connect_with(socket, options)?;
+    say("ready");
+    let request = LeaseRequest::new()
+        .host_memory(mem_mib << 20)
+        .cpus(cpus)
+        .label("host holder");
+    let lease = client.acquire(&request)?;
+    let granted: Vec<String> = lease
+        .host()
+        .map(|h| h.cpus.iter().map(u32::to_string).collect())
+        .unwrap_or_default();
+    say(&format!("lease {} cpus {}", lease.id(), granted.join(",")));
+    loop {
+        std::thread::sleep(Duration::from_millis(5));
+        if lease.is_lost() {
+            say(&format!("lost {}", lease.id()));
+            std::process::exit(3);
+        }
+    }
+}
+
 /// Attaches `pid` to a fresh lease and says what gpud answered.
 fn attach(socket: &str, pid: u32) -> Result<()> {
     let client = Client::connect(socket)?;
@@ -167,9 +196,14 @@ fn main() -> Result<()> {
             vram.parse().context("VRAM_MIB")?,
             compute.parse().context("COMPUTE (true/false)")?,
         ),
+        ["hold-host", socket, mem, cpus] => hold_host(
+            socket,
+            mem.parse().context("MEM_MIB")?,
+            cpus.parse().context("CPUS")?,
+        ),
         ["attach", socket, pid] => attach(socket, pid.parse().context("PID")?),
         _ => bail!(
-            "usage: gpud-chaos-client random SOCKET SEED | hold SOCKET VRAM_MIB COMPUTE | attach SOCKET PID"
+            "usage: gpud-chaos-client random SOCKET SEED | hold SOCKET VRAM_MIB COMPUTE | hold-host SOCKET MEM_MIB CPUS | attach SOCKET PID"
         ),
     }
 }

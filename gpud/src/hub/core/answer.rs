@@ -52,13 +52,24 @@ impl Core {
                 ticket,
                 lease,
                 vram_bytes,
-            } => self.reply(
-                ticket.session,
-                ticket.request,
-                Ok(Reply::Resized { lease, vram_bytes }),
-            ),
+            } => {
+                // A grow of host memory names the lease its request named.
+                let lease = self
+                    .host
+                    .as_mut()
+                    .and_then(|b| b.resizes.remove(&ticket))
+                    .unwrap_or(lease);
+                self.reply(
+                    ticket.session,
+                    ticket.request,
+                    Ok(Reply::Resized { lease, vram_bytes }),
+                )
+            }
             Decision::TimedOut { ticket } => {
                 self.budgets.pending.remove(&ticket);
+                if let Some(b) = self.host.as_mut() {
+                    b.resizes.remove(&ticket);
+                }
                 self.reply(
                     ticket.session,
                     ticket.request,
@@ -98,7 +109,11 @@ impl Core {
                     )),
                 )
             }
-            Decision::GrowDeadlocked { ticket, lease } => self.reply(
+            Decision::GrowDeadlocked { ticket, lease } => {
+                if let Some(b) = self.host.as_mut() {
+                    b.resizes.remove(&ticket);
+                }
+                self.reply(
                 ticket.session,
                 ticket.request,
                 Err(ErrorBody::new(
@@ -109,7 +124,8 @@ impl Core {
                          (it keeps its size)"
                     ),
                 )),
-            ),
+            );
+            }
             Decision::GrowAbandoned { ticket, lease } => self.reply(
                 ticket.session,
                 ticket.request,
@@ -223,50 +239,69 @@ impl Core {
         });
     }
 
-    /// What a holder is told about its lease: for a group (its first lease), every part, and
-    /// `CUDA_VISIBLE_DEVICES` listing the parts' devices in the parts' order.
+    /// What a holder is told about its lease: for a group (its first lease), every device
+    /// part, `CUDA_VISIBLE_DEVICES` listing the parts' devices in the parts' order, and the
+    /// host resources granted with them (a lease of the host alone has no device).
     pub(super) fn lease_info(&mut self, id: LeaseId) -> Option<LeaseInfo> {
         let token = self.token(id);
+        let host = self.host_grant(id);
         let lease = self.ledger.lease(id)?;
-        let device = self.ledger.device(lease.device)?;
-        let uuid = device.spec().uuid.clone();
+        let (class, within) = (lease.class, lease.within);
         let group = self.ledger.group_of(id);
-        let parts: Vec<LeasePart> = if group.len() > 1 {
-            group
-                .iter()
-                .filter_map(|&p| {
-                    let part = self.ledger.lease(p)?;
-                    Some(LeasePart {
-                        lease: p,
-                        device_index: part.device as u32,
-                        device_uuid: self.ledger.device(part.device)?.spec().uuid.clone(),
-                        vram_bytes: part.vram_bytes,
-                        compute: part.compute,
-                    })
+        let gpu_parts: Vec<LeasePart> = group
+            .iter()
+            .filter_map(|&p| {
+                let part = self.ledger.lease(p)?;
+                Some(LeasePart {
+                    lease: p,
+                    device_index: part.device as u32,
+                    device_uuid: self.ledger.device(part.device)?.spec().uuid.clone(),
+                    vram_bytes: part.vram_bytes,
+                    compute: part.compute,
                 })
-                .collect()
+            })
+            .collect();
+        let Some(first) = gpu_parts.first().cloned() else {
+            // The host alone.
+            return Some(LeaseInfo {
+                lease: id,
+                device_index: 0,
+                device_name: String::new(),
+                vram_bytes: 0,
+                compute: false,
+                class: class.into(),
+                cuda_visible_devices: String::new(),
+                device_uuid: String::new(),
+                token,
+                within,
+                parts: Vec::new(),
+                host,
+            });
+        };
+        let uuids: Vec<&str> = gpu_parts.iter().map(|p| p.device_uuid.as_str()).collect();
+        let cuda_visible_devices = uuids.join(",");
+        let parts = if gpu_parts.len() > 1 {
+            gpu_parts
         } else {
             Vec::new()
         };
-        let cuda_visible_devices = if parts.is_empty() {
-            uuid.clone()
-        } else {
-            let uuids: Vec<&str> = parts.iter().map(|p| p.device_uuid.as_str()).collect();
-            uuids.join(",")
-        };
         Some(LeaseInfo {
             lease: id,
-            device_index: lease.device as u32,
-            device_name: self.names.get(lease.device).cloned().unwrap_or_default(),
-            vram_bytes: lease.vram_bytes,
-            compute: lease.compute,
-            class: lease.class.into(),
+            device_index: first.device_index,
+            device_name: self
+                .names
+                .get(first.device_index as usize)
+                .cloned()
+                .unwrap_or_default(),
+            vram_bytes: first.vram_bytes,
+            compute: first.compute,
+            class: class.into(),
             cuda_visible_devices,
-            device_uuid: uuid,
+            device_uuid: first.device_uuid,
             token,
-            within: lease.within,
+            within,
             parts,
-            host: None,
+            host,
         })
     }
 }

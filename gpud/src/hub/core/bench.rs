@@ -54,9 +54,21 @@ impl Bench {
         Self::with_access(config, access())
     }
 
+    /// A core over two 16 GiB devices (on NUMA nodes 0 and 1) and the host of `layout`.
+    pub(super) fn with_host(config: &Config, layout: &crate::host::HostLayout) -> Self {
+        let mut bench = Self::build(config, access(), layout.pools());
+        bench.core.set_host(layout, false);
+        bench
+    }
+
     pub(super) fn with_access(config: &Config, access: Access) -> Self {
-        let devices = (0..2)
+        Self::build(config, access, Vec::new())
+    }
+
+    fn build(config: &Config, access: Access, host: Vec<DeviceSpec>) -> Self {
+        let mut devices: Vec<DeviceSpec> = (0..2)
             .map(|i| DeviceSpec {
+                kind: crate::ledger::PoolKind::Gpu,
                 uuid: format!("GPU-fuzz-{i}"),
                 name: "fuzz".into(),
                 total_bytes: 16 * GIB,
@@ -64,9 +76,13 @@ impl Bench {
                 unmanaged_bytes: 0,
                 compute_slots: config.compute_slots,
                 critical_slots: config.critical_slots,
-                topology: Default::default(),
+                topology: crate::ledger::Topology {
+                    numa_node: Some(i),
+                    nvlink_island: None,
+                },
             })
             .collect();
+        devices.extend(host);
         let start = Instant::now();
         let facts = Facts {
             backend: "simulated",

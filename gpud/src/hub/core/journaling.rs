@@ -67,10 +67,21 @@ impl Core {
             if let Some(g) = r.group {
                 self.journal.group_sizes.insert(g.id, g.parts);
             }
+            // A device, or a host pool (`host-memory`, `numa0`): their names are distinct.
             let device = self
                 .ledger
                 .devices()
-                .position(|d| d.spec().uuid == r.device_uuid);
+                .chain(self.ledger.host_pools())
+                .find(|d| d.spec().uuid == r.device_uuid)
+                .map(|d| d.index());
+            // A CPU part comes back with its CPUs, or not at all.
+            let cpus_ok = device.is_none_or(|d| match self.pool_kind(d) {
+                crate::ledger::PoolKind::Cpus => self
+                    .host
+                    .as_ref()
+                    .is_some_and(|b| b.restorable(&self.ledger, d, r.vram_bytes, &r.cpus)),
+                _ => r.cpus.is_empty(),
+            });
             let age = Duration::from_millis(now.unix_ms.saturating_sub(r.granted_unix_ms));
             // A budget outlives the process that asked for it: it waits for its epilog.
             let alive = alive || r.budget.is_some();
@@ -88,7 +99,21 @@ impl Core {
                 group: r.group.map(|g| g.id),
             });
             let holder = if r.budget.is_some() { BUDGETS } else { ORPHANS };
-            match restored.map(|l| self.ledger.restore(holder, l)) {
+            let restored = restored.map(|l| {
+                if cpus_ok {
+                    self.ledger.restore(holder, l)
+                } else {
+                    Err(crate::ledger::LedgerError::Invalid(
+                        "its CPUs are not the node's, are taken, or are not as many as it counts",
+                    ))
+                }
+            });
+            if let (Some(Ok(())), Some(book)) = (&restored, self.host.as_mut()) {
+                if !r.cpus.is_empty() {
+                    book.cpus.insert(r.id, r.cpus.clone());
+                }
+            }
+            match restored {
                 Some(Err(e)) => {
                     // Never over-commit: a lease that does not fit what is restored already
                     // (or names what cannot be) is dropped, and counted.
@@ -200,6 +225,9 @@ impl Core {
                     vram_bytes,
                 }),
                 LeaseChange::Ended(id) => {
+                    if let Some(book) = self.host.as_mut() {
+                        book.cpus.remove(&id);
+                    }
                     self.tokens.remove(&id);
                     self.journal.orphan_uids.remove(&id);
                     self.record(JournalEntry::Release(id));
@@ -237,8 +265,12 @@ impl Core {
     /// The journal record of a lease, from the ledger and its owner's session.
     fn lease_record(&mut self, now: Now, id: LeaseId) -> Option<LeaseRecord> {
         let token = self.token(id);
+        let cpus = match self.ledger.lease(id).map(|l| self.pool_kind(l.device)) {
+            Some(crate::ledger::PoolKind::Cpus) => self.cpus_of(id),
+            _ => Vec::new(),
+        };
         let lease = self.ledger.lease(id)?;
-        let device = self.ledger.device(lease.device)?;
+        let device = self.ledger.pool(lease.device)?;
         let age = now.at.saturating_duration_since(lease.granted_at);
         // A budget has no process behind it: its owner is the job's uid.
         let budget = match (&lease.budget, self.budgets.owners.get(&id)) {
@@ -276,6 +308,7 @@ impl Core {
                 id,
                 parts: self.ledger.group_of(id).len() as u32,
             }),
+            cpus,
         })
     }
 

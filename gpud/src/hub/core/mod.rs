@@ -17,6 +17,7 @@ mod audit;
 #[cfg(test)]
 mod bench;
 mod budgets;
+mod host;
 mod journaling;
 mod liveness;
 mod observer;
@@ -34,6 +35,8 @@ mod withheld;
 mod budget_tests;
 #[cfg(test)]
 mod fuzz;
+#[cfg(test)]
+mod host_tests;
 #[cfg(test)]
 mod liveness_tests;
 #[cfg(test)]
@@ -227,6 +230,8 @@ pub struct Core {
     enforcement: gpud_proto::EnforcementStatus,
     /// Programs attached to leases.
     supervision: supervision::Supervision,
+    /// The host's pools and the CPUs granted; `None` when host resources are off.
+    host: Option<host::HostBook>,
 }
 
 impl Core {
@@ -262,6 +267,7 @@ impl Core {
             places: queued::Places::default(),
             enforcement: gpud_proto::EnforcementStatus::default(),
             supervision: supervision::Supervision::default(),
+            host: None,
         }
     }
 

@@ -81,15 +81,27 @@ impl Core {
                 let p = peer(l.session);
                 // A part of a group shows the program attached to the group's first lease.
                 let attached = self.supervision.of(l.group.unwrap_or(l.id));
+                // A host part's row names its pool and says what it holds.
+                let host = self.host_row(l.id);
+                let (device, device_index) = match &host {
+                    Some((name, ..)) => (name.clone(), 0),
+                    None => (
+                        self.ledger
+                            .device(l.device)
+                            .map(|d| d.spec().uuid.clone())
+                            .unwrap_or_default(),
+                        l.device as u32,
+                    ),
+                };
+                let (resource, host) = match host {
+                    Some((_, resource, amount)) => (resource, Some(amount)),
+                    None => (gpud_proto::Resource::Device, None),
+                };
                 LeaseStatus {
                     id: l.id,
-                    device: self
-                        .ledger
-                        .device(l.device)
-                        .map(|d| d.spec().uuid.clone())
-                        .unwrap_or_default(),
-                    device_index: l.device as u32,
-                    vram_bytes: l.vram_bytes,
+                    device,
+                    device_index,
+                    vram_bytes: if host.is_some() { 0 } else { l.vram_bytes },
                     compute: l.compute,
                     class: l.class.into(),
                     pid: pid(p),
@@ -106,8 +118,8 @@ impl Core {
                     group: l.group,
                     program_pid: attached.map(|a| a.pid),
                     enforced_by: attached.map(|a| a.enforced_by),
-                    resource: gpud_proto::Resource::Device,
-                    host: None,
+                    resource,
+                    host,
                 }
             })
             .collect();
@@ -147,27 +159,54 @@ impl Core {
         let waiters = queue
             .into_iter()
             .take(room)
-            .map(|w| WaiterStatus {
-                session: w.ticket.session,
-                request: w.ticket.request,
-                pid: pid(peer(w.ticket.session)),
-                class: w.class.into(),
-                device: w.placement.clone().into(),
-                vram_bytes: w.need.vram_bytes,
-                compute: w.need.compute,
-                grows_lease: w.grows,
-                waited_ms: since(w.arrived),
-                label: w.label.clone(),
-                parts: w
+            .map(|w| {
+                let host = self.waiter_host(w);
+                // Of a group with host parts, the device parts are what `parts` and the
+                // device fields say: one device part is the request's own fields.
+                let gpu_parts: Vec<PartArgs> = w
                     .parts
                     .iter()
+                    .filter(|p| p.kind.is_gpu())
                     .map(|p| PartArgs {
                         device: p.placement.clone().into(),
                         vram_bytes: p.need.vram_bytes,
                         compute: p.need.compute,
                     })
-                    .collect(),
-                host: None,
+                    .collect();
+                let hosted = host.is_some() && !w.parts.is_empty();
+                let (device, vram_bytes, compute, parts) = match gpu_parts.as_slice() {
+                    [one] if hosted => {
+                        (one.device.clone(), one.vram_bytes, one.compute, Vec::new())
+                    }
+                    [] if hosted => (gpud_proto::Placement::Any, 0, false, Vec::new()),
+                    _ if hosted => (
+                        gpud_proto::Placement::Any,
+                        gpu_parts.iter().map(|p| p.vram_bytes).max().unwrap_or(0),
+                        gpu_parts.iter().any(|p| p.compute),
+                        gpu_parts,
+                    ),
+                    _ if host.is_some() => (gpud_proto::Placement::Any, 0, false, Vec::new()),
+                    _ => (
+                        w.placement.clone().into(),
+                        w.need.vram_bytes,
+                        w.need.compute,
+                        gpu_parts,
+                    ),
+                };
+                WaiterStatus {
+                    session: w.ticket.session,
+                    request: w.ticket.request,
+                    pid: pid(peer(w.ticket.session)),
+                    class: w.class.into(),
+                    device,
+                    vram_bytes,
+                    compute,
+                    grows_lease: w.grows,
+                    waited_ms: since(w.arrived),
+                    label: w.label.clone(),
+                    parts,
+                    host,
+                }
             })
             .collect();
         let (journal_skipped, journal_refused) = self.journal_left_out();
@@ -190,7 +229,11 @@ impl Core {
                 Vec::new()
             },
             enforcement: Some(self.enforcement.clone()),
-            host: None,
+            host: if from.is_none() {
+                self.host_status()
+            } else {
+                None
+            },
             more,
         }
     }

@@ -313,6 +313,7 @@ fn journaled_leases_that_do_not_fit_are_refused_and_counted_in_status() {
         budget: None,
         evictable: false,
         group: None,
+        cpus: Vec::new(),
     };
     let mut b = Bench::new(&Config::default());
     let now = b.now();
@@ -363,6 +364,7 @@ fn journaled_groups_are_restored_whole_or_not_at_all() {
             id: group,
             parts: 2,
         }),
+        cpus: Vec::new(),
     };
     let mut b = Bench::new(&Config::default());
     let now = b.now();

@@ -56,10 +56,11 @@ impl Core {
             ));
         }
         self.check_parts(&args, within)?;
+        let host = self.checked_host(&args, within)?;
         let limits = &self.settings.limits;
         let (leases, waiters) = self.ledger.session_counts(ticket.session);
-        // A group is a lease per part.
-        if leases + args.parts.len().max(1) > limits.max_leases_per_session {
+        // A group is a lease per part, its host parts included.
+        if leases + (args.parts.len() + host.len()).max(1) > limits.max_leases_per_session {
             return Err(ErrorBody::new(
                 ErrorCode::LimitExceeded,
                 format!(
@@ -89,7 +90,7 @@ impl Core {
                 ));
             }
         }
-        Ok(AcquireSpec {
+        let mut spec = AcquireSpec {
             placement: args.device.into(),
             vram_bytes: args.vram_bytes,
             compute: args.compute,
@@ -102,14 +103,59 @@ impl Core {
             parts: args
                 .parts
                 .into_iter()
-                .map(|p| Part {
-                    placement: p.device.into(),
-                    vram_bytes: p.vram_bytes,
-                    compute: p.compute,
-                })
+                .map(|p| Part::gpu(p.device.into(), p.vram_bytes, p.compute))
                 .collect(),
             policy: args.placement.unwrap_or_default().into(),
-        })
+        };
+        if !host.is_empty() {
+            // With host parts the request is a group: the device part (if any) first, so that
+            // the group's id is the device part's.
+            if spec.parts.is_empty() && (spec.vram_bytes > 0 || spec.compute) {
+                spec.parts.push(Part::gpu(
+                    std::mem::replace(&mut spec.placement, crate::ledger::Placement::Any),
+                    std::mem::take(&mut spec.vram_bytes),
+                    std::mem::take(&mut spec.compute),
+                ));
+            }
+            spec.parts.extend(host);
+        }
+        Ok(spec)
+    }
+
+    /// The host parts of a request (none without `host`), after the checks: host resources
+    /// are booked here, and neither a budget nor warm state has them.
+    fn checked_host(
+        &self,
+        args: &AcquireArgs,
+        within: Option<gpud_proto::LeaseId>,
+    ) -> Result<Vec<Part>, ErrorBody> {
+        let Some(host) = args.host.as_ref().filter(|h| !h.is_empty()) else {
+            if args.host.as_ref().is_some_and(|h| !h.numa.is_any()) {
+                return Err(ErrorBody::new(
+                    ErrorCode::InvalidRequest,
+                    "host.numa places CPUs, and host.cpus is 0",
+                ));
+            }
+            return Ok(Vec::new());
+        };
+        let invalid = |m: &str| Err(ErrorBody::new(ErrorCode::InvalidRequest, m.to_string()));
+        if within.is_some() {
+            return invalid(
+                "host resources are not taken from a budget (a budget is device memory): ask                  them in a lease of their own",
+            );
+        }
+        if args.evictable {
+            return invalid(
+                "an evictable lease holds device memory only: ask host resources apart",
+            );
+        }
+        let devices = !args.parts.is_empty() || args.vram_bytes > 0 || args.compute;
+        if !devices && args.device != gpud_proto::Placement::Any {
+            return invalid(
+                "the request names a device and reserves nothing there: give vram_bytes or                  compute, or leave the device out for a lease of the host alone",
+            );
+        }
+        super::super::host::host_parts(self.host.as_ref(), host, devices)
     }
 
     /// The parts of a lease of several devices make sense on this host: at most one per

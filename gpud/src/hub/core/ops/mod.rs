@@ -15,15 +15,6 @@ use gpud_proto::{ErrorBody, Op, Reply, RequestId};
 use super::{Core, Now};
 use crate::ledger::{SessionId, Ticket};
 
-/// The refusal of host resources, which this daemon does not book (its welcome does not list
-/// the feature `host`).
-fn no_host_resources() -> ErrorBody {
-    ErrorBody::new(
-        gpud_proto::ErrorCode::InvalidRequest,
-        "this gpud books no host resources (its welcome does not list the feature host)",
-    )
-}
-
 /// What an operation did: answered now, or answered (or to be answered) as a decision.
 pub(super) type Answered = Option<Result<Reply, ErrorBody>>;
 
@@ -47,18 +38,16 @@ impl Core {
 
     fn dispatch(&mut self, now: Now, ticket: Ticket, op: Op) -> Answered {
         match op {
-            Op::Acquire(args) if args.host.is_some() => Some(Err(no_host_resources())),
             Op::Acquire(args) => self.acquire(now, ticket, args),
-            Op::Resize {
-                host_mem_bytes: Some(_),
-                ..
-            } => Some(Err(no_host_resources())),
             Op::Resize {
                 lease,
                 vram_bytes,
                 timeout_ms,
-                host_mem_bytes: None,
-            } => self.resize(now, ticket, lease, vram_bytes, timeout_ms),
+                host_mem_bytes,
+            } => match host_mem_bytes {
+                Some(bytes) => self.resize_host(now, ticket, lease, vram_bytes, bytes, timeout_ms),
+                None => self.resize(now, ticket, lease, vram_bytes, timeout_ms),
+            },
             Op::Release { lease } => Some(self.release(now, ticket.session, lease)),
             Op::Cancel { request } => Some(self.cancel(now, ticket.session, request)),
             Op::Drain { device } => Some(self.drain(now, ticket.session, &device)),
@@ -100,7 +89,7 @@ pub(super) fn ledger_error(e: crate::ledger::LedgerError) -> ErrorBody {
     use gpud_proto::ErrorCode;
     let code = match &e {
         LedgerError::UnknownDevice(_) => ErrorCode::UnknownDevice,
-        LedgerError::NeverFits { .. } => ErrorCode::NeverFits,
+        LedgerError::NeverFits { .. } | LedgerError::HostNeverFits { .. } => ErrorCode::NeverFits,
         LedgerError::Invalid(_) => ErrorCode::InvalidRequest,
         LedgerError::UnknownLease(_) | LedgerError::NoSuchLease(_) => ErrorCode::UnknownLease,
         LedgerError::UnknownRequest(_) => ErrorCode::UnknownRequest,
