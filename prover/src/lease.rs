@@ -204,13 +204,9 @@ impl GpudLeaser {
         &self.client
     }
 
-    /// Whether the daemon books host resources (its welcome lists the feature `host`; exactly
-    /// those daemons have a `host` section in their status).
-    pub fn offers_host(&self) -> Result<bool> {
-        self.client
-            .status()
-            .map(|s| s.host.is_some())
-            .map_err(|e| ProverError::Lease(e.to_string()))
+    /// Whether the daemon books host resources (its welcome lists the feature `host`).
+    pub fn offers_host(&self) -> bool {
+        self.client.offers_host()
     }
 
     fn client_request(request: &LeaseRequest) -> Result<gpud_client::LeaseRequest> {

@@ -571,11 +571,32 @@ type HeldPhase<L> = (
     Option<WarmGuard<<L as Leaser>::Lease>>,
 );
 
+/// What a synthesized assignment keeps beside a, b, c: what the MSMs take.
+struct Rest {
+    input: Vec<Scalar>,
+    aux: Vec<Scalar>,
+    a_aux_density: gpud_prover::synthesis::Density,
+    b_input_density: gpud_prover::synthesis::Density,
+    b_aux_density: gpud_prover::synthesis::Density,
+}
+
+impl Rest {
+    fn scalars(&self) -> gpud_prover::engine::G1Scalars<'_> {
+        gpud_prover::engine::G1Scalars {
+            input: &self.input,
+            aux: &self.aux,
+            a_aux_density: &self.a_aux_density,
+            b_input_density: &self.b_input_density,
+            b_aux_density: &self.b_aux_density,
+        }
+    }
+}
+
 /// A synthesized attempt's host side: what its assignment keeps beside a, b, c (the inputs,
 /// aux and densities, held like a prover holds them until its tail), its memory lease, and
 /// when and where it was synthesized. Dropped when the attempt ends.
 struct HostPart<H> {
-    _rest: Box<dyn Send>,
+    rest: Rest,
     _lease: Option<H>,
     bytes: u64,
     requested: f64,
@@ -725,7 +746,10 @@ where
                         a,
                         b,
                         c,
-                        scalars: w.scalars(),
+                        // The synthesized assignment's (the same values as the bundle's).
+                        scalars: host
+                            .as_ref()
+                            .map_or_else(|| w.scalars(), |h| h.rest.scalars()),
                     },
                 )
             });
@@ -882,7 +906,13 @@ where
         } = cs;
         Ok((
             HostPart {
-                _rest: Box::new((input, aux, a_aux_density, b_input_density, b_aux_density)),
+                rest: Rest {
+                    input,
+                    aux,
+                    a_aux_density,
+                    b_input_density,
+                    b_aux_density,
+                },
                 _lease: memory,
                 bytes,
                 requested,

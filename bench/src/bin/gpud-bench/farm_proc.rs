@@ -412,10 +412,15 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         None if cuda => PhaseMemory::Cuda,
         None => PhaseMemory::Plain,
     };
-    let work = Arc::new(
-        Workload::load(&a.bundle, &spec, a.witnesses)
-            .with_context(|| format!("loading the bundle in {}", a.bundle.display()))?,
-    );
+    let mut work = Workload::load(&a.bundle, &spec, a.witnesses)
+        .with_context(|| format!("loading the bundle in {}", a.bundle.display()))?;
+    if a.synthesize {
+        // Every attempt synthesizes its own: the bundle's witnesses give seeds and G2 sums.
+        for w in &mut work.witnesses {
+            w.keep_seed_only();
+        }
+    }
+    let work = Arc::new(work);
     let mut report = if cuda {
         let engine = CudaEngine::new(CudaOptions {
             resident_bases: a.warm,

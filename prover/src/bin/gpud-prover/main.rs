@@ -302,9 +302,7 @@ fn prove(a: ProveArgs) -> Result<()> {
             enabled: match (a.host_leases, &leaser) {
                 (HostLeasesArg::On, _) => true,
                 (HostLeasesArg::Off, _) | (HostLeasesArg::Auto, None) => false,
-                (HostLeasesArg::Auto, Some(l)) => l
-                    .offers_host()
-                    .context("asking gpud whether it books host resources")?,
+                (HostLeasesArg::Auto, Some(l)) => l.offers_host(),
             },
             tail_cpus: a.tail_cpus.unwrap_or(0),
         },
