@@ -765,25 +765,38 @@ impl Farm {
                 simvram::reset(&self.sim_dir.join(format!("vram-{index}")))?;
             }
         }
+        let ready = |p: &Proc, by: Instant| match wait_json(&p.lines, "ready", by) {
+            Ok(_) => None,
+            Err(why) => Some(Err(format!(
+                "{} {why} before ready: {}",
+                p.name,
+                log_tail(&p.log)
+            ))),
+        };
         let mut procs = Vec::new();
-        for w in workers {
-            procs.push(self.spawn(&spec.name, w)?);
+        let mut outcomes: Vec<Option<Result<WorkerReport, String>>> = Vec::new();
+        if host.is_some() {
+            // One after another: a prover loading its key holds it twice for a moment, and
+            // eight doing so at once under a memory limit would meet the OOM killer before
+            // proving starts.
+            for w in workers {
+                let p = self.spawn(&spec.name, w)?;
+                outcomes.push(ready(&p, Instant::now() + Duration::from_secs(90)));
+                procs.push(p);
+            }
+        } else {
+            for w in workers {
+                procs.push(self.spawn(&spec.name, w)?);
+            }
+            let ready_by = Instant::now() + Duration::from_secs(180);
+            for p in &procs {
+                outcomes.push(ready(p, ready_by));
+            }
         }
+        // The provers' resident memory from the window's start (their setup is behind them).
         let rss = host
             .as_ref()
             .map(|_| RssSampler::start(procs.iter().map(|p| p.child.id()).collect()));
-        let ready_by = Instant::now() + Duration::from_secs(180);
-        let mut outcomes: Vec<Option<Result<WorkerReport, String>>> = Vec::new();
-        for p in &mut procs {
-            outcomes.push(match wait_json(&p.lines, "ready", ready_by) {
-                Ok(_) => None,
-                Err(why) => Some(Err(format!(
-                    "{} {why} before ready: {}",
-                    p.name,
-                    log_tail(&p.log)
-                ))),
-            });
-        }
         let window = Window::starting_in(
             Duration::from_millis(300),
             Duration::from_secs_f64(duration),
@@ -1398,7 +1411,10 @@ pub fn run(a: FarmArgs) -> Result<()> {
                 "gpudh",
                 1,
                 0,
-                &format!("[host]\nmemory = \"{limit}\"\nmemory_headroom = \"512MiB\"\n"),
+                &format!(
+                    "[host]\nmemory = \"{limit}\"\nmemory_headroom = \"1GiB\"\npinned = \"{}\"\n",
+                    limit.saturating_sub(1 << 30)
+                ),
             )?
             .0,
         ),
