@@ -170,6 +170,8 @@ fi
 #   bash gpu/run-suite.sh farm-ratio    (gpud against the ideal alone, 25 s windows; ~4 minutes)
 #   bash gpu/run-suite.sh farm-warm     (warm bases in evictable leases vs per-phase uploads,
 #                                        and a critical partition reclaiming them; ~4 minutes)
+#   bash gpu/run-suite.sh farm-host     (host admission: per-process bounds vs gpud host
+#                                        leases, then inside a 24 GiB cgroup; ~5 minutes, root)
 # A ballast process holds all but 16 GiB of each GPU (gpud sees it through NVML); each
 # partition's footprint is padded to 6 GiB. Results: $OUT/farm*/farm.json (metrics, written
 # after every cell), farm.md (the tables, also printed last), cells/ (every process's report),
@@ -207,6 +209,34 @@ farm_section farm-ratio 330 --modes gpud,ideal --ns 2,4,8 --duration 25 --priori
 farm_section farm-warm 420 --modes gpud,gpud-warm --ns 4,8 --duration 20 --priority-n 8 \
     --priority-modes gpudc,gpudc-warm --priority-duration 16 --critical-phase-vram 4GiB
 farm_section farm-x2 570 --multi-gpu --no-matrix --priority-n 0 --multi-ns 4,8 --duration 12
+# farm-host (only when named; about 5 minutes, root, cgroup v2 writable at /sys/fs/cgroup with
+# the memory controller): host admission (issue 16). 8 provers of 2^22 partitions, 4 lanes each
+# (the partitions a process may synthesize at once), every partition synthesized anew (0.5 GiB
+# of assignment, ~2 s on a core) beside a 1.3 GiB key per process. Four cells of 25 s:
+# host-bounds (per-process bounds only, as before) and host-gpud (each partition leases its
+# host memory and a CPU from gpud, the tail a CPU, each process its resident footprint), first
+# without a limit (throughput, GPU busy, peak RSS), then each inside its own cgroup with
+# memory.max = 24 GiB and no swap, gpud's [host] memory set to 24 GiB (the farm makes and
+# removes the groups): 8 × (1.8 + 4 × 0.5) GiB does not fit, so host-bounds-limit loses provers
+# to the OOM killer and host-gpud-limit must lose none. Prints a HOST line per cell (per_min,
+# gpu_busy, peak_rss_gib, oom_kills = provers ended by SIGKILL, cgroup_oom_kill) and the table;
+# JSON in $OUT/farm-host/farm.json. The cgroups of a run cut short are removed after it.
+if named farm-host; then
+    section farm-host 480 "$G/bin/gpud-bench" farm --out "$OUT/farm-host" --log-size 22 \
+        --no-matrix --priority-n 0 --calibrate-secs 3 \
+        --host-n 8 --host-lanes 4 --host-duration 25 --host-limit 24GiB
+    for d in /sys/fs/cgroup/gpud-farm-*; do
+        [ -d "$d" ] || continue
+        echo 1 >"$d/cgroup.kill" 2>/dev/null
+        sleep 1
+        rmdir "$d" 2>/dev/null && echo "farm-host: removed the leftover cgroup $d"
+    done
+    [ -f "$OUT/farm-host.log" ] && grep -E '^HOST ' "$OUT/farm-host.log"
+    [ -f "$OUT/farm-host/farm.md" ] && grep -A 8 '^Host admission' "$OUT/farm-host/farm.md"
+    if [ -d "$OUT/farm-host/cells" ]; then
+        (cd "$OUT/farm-host" && tar czf cells-logs.tgz cells logs && rm -rf cells logs)
+    fi
+fi
 
 echo
 echo "=== summary"

@@ -248,3 +248,100 @@ fn a_worker_that_cannot_pin_says_why_and_proves_on() {
         report.records
     );
 }
+
+/// The host pair on the CPU (no cgroup): per-process bounds against gpud host leases, every
+/// partition synthesized anew. Under gpud each synthesis waited for its lease and ran on the
+/// CPU it named; the host metrics (peak RSS summed over the provers, kills) are filled in, and
+/// the tables and the HOST lines show them.
+#[test]
+fn farm_host_pair_compares_per_process_bounds_with_gpud_host_leases() {
+    let out = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let run = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_gpud-bench"))
+            .args(["farm", "--simulate", "--no-matrix", "--priority-n", "0"])
+            .args(["--log-size", "10", "--calibrate-secs", "1"])
+            .args(["--host-n", "2", "--host-lanes", "2", "--host-duration", "2"])
+            .arg("--out")
+            .arg(out.path())
+            .arg("--work-dir")
+            .arg(work.path()),
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    println!("{stdout}");
+    let text = std::fs::read_to_string(out.path().join("farm.json")).unwrap();
+    let r: FarmResults = serde_json::from_str(&text).unwrap();
+    assert!(r.cells.is_empty() && r.priority.is_empty());
+    assert_eq!(r.host_cells.len(), 2);
+    for (name, leases) in [("host-bounds-n2", false), ("host-gpud-n2", true)] {
+        let c = cell(&r.host_cells, name);
+        let h = c.host.as_ref().expect("host metrics");
+        assert_eq!(
+            (h.host_leases, h.lanes, h.limit_bytes),
+            (leases, 2, None),
+            "{c:?}"
+        );
+        assert!(c.normal.proofs > 0, "{c:?}");
+        assert!(c.startup_errors.is_empty(), "{c:?}");
+        assert_eq!(
+            (c.normal.oom, c.normal.failed, h.killed),
+            (0, 0, 0),
+            "{c:?}"
+        );
+        assert!(h.partition_bytes > 0 && h.rss_samples > 0, "{h:?}");
+        // Two provers' resident memory: each holds at least its key and a partition.
+        assert!(h.peak_rss_bytes > 2 * h.partition_bytes, "{h:?}");
+        assert!(h.synthesis.n > 0 && h.synthesis.mean > 0.0, "{h:?}");
+        assert_eq!(h.cgroup_oom_kills, None);
+    }
+    // The raw reports: under gpud every synthesis ran on a CPU its lease named; without host
+    // leases none was named.
+    for (name, leases) in [("host-bounds-n2", false), ("host-gpud-n2", true)] {
+        let raw: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.path().join("cells").join(format!("{name}.json")))
+                .unwrap(),
+        )
+        .unwrap();
+        let records: Vec<&serde_json::Value> = raw["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["report"]["records"].as_array().unwrap())
+            .filter(|r| r["synth_start"].is_number())
+            .collect();
+        assert!(!records.is_empty(), "{name}");
+        for rec in records {
+            let cpus = rec["synthesis_cpus"].as_array().unwrap();
+            assert_eq!(cpus.len(), usize::from(leases), "{name}: {rec}");
+        }
+    }
+    let md = std::fs::read_to_string(out.path().join("farm.md")).unwrap();
+    assert!(md.contains("| cell | memory limit | host leases |"), "{md}");
+    assert!(
+        stdout.contains("HOST host-gpud-n2 limit=none host_leases=true"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.trim_end().ends_with(md.trim_end()),
+        "tables are not last"
+    );
+}
+
+/// `--host-limit` where cgroups cannot be made fails at once, naming what is wrong.
+#[test]
+fn a_host_limit_without_a_writable_cgroup_tree_is_a_clear_error() {
+    let root = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpud-bench"))
+        .args(["farm", "--simulate", "--no-matrix", "--priority-n", "0"])
+        .args(["--host-n", "2", "--host-limit", "1GiB"])
+        .arg("--cgroup-root")
+        .arg(root.path())
+        .arg("--out")
+        .arg(root.path().join("out"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--host-limit"), "{stderr}");
+    assert!(stderr.contains("not a cgroup v2 hierarchy"), "{stderr}");
+}

@@ -110,6 +110,9 @@ pub enum ProverError {
     /// The gpud lease could not be acquired or was lost.
     #[error("lease: {0}")]
     Lease(String),
+    /// Pinning a thread to the CPUs of its host lease failed.
+    #[error("CPU affinity: {0}")]
+    Affinity(String),
 }
 
 /// Shorthand for results of this crate.

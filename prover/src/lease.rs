@@ -11,7 +11,43 @@ use serde::Serialize;
 
 use crate::error::{ProverError, Result};
 
-/// What the GPU phase of one partition (or a prover's resident bases) asks for.
+/// Host resources a lease asks for beside (or instead of) the device's (docs/HOST.md): the
+/// pipeline's synthesis and CPU-tail leases, and a process's resident footprint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct HostNeeds {
+    /// Bytes of host memory (page-locked bytes are counted here too by gpud).
+    pub mem_bytes: u64,
+    /// Bytes of page-locked memory.
+    pub pinned_bytes: u64,
+    /// CPUs, all on one NUMA node; the grant names them ([`Leaser::granted_cpus`]).
+    pub cpus: u32,
+}
+
+impl HostNeeds {
+    /// Host memory alone.
+    pub fn memory(bytes: u64) -> Self {
+        Self {
+            mem_bytes: bytes,
+            ..Self::default()
+        }
+    }
+
+    /// CPUs alone.
+    pub fn cpus(n: u32) -> Self {
+        Self {
+            cpus: n,
+            ..Self::default()
+        }
+    }
+
+    /// Nothing asked.
+    pub fn is_empty(&self) -> bool {
+        self.mem_bytes == 0 && self.pinned_bytes == 0 && self.cpus == 0
+    }
+}
+
+/// What the GPU phase of one partition (or a prover's resident bases, or its host work) asks
+/// for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LeaseRequest {
     /// Device memory, from [`crate::vram::estimate`].
@@ -26,6 +62,8 @@ pub struct LeaseRequest {
     pub label: String,
     /// Warm state (resident bases): gpud may ask for the memory back with a reclaim notice.
     pub evictable: bool,
+    /// Host resources granted with the lease, atomically (none by default).
+    pub host: HostNeeds,
 }
 
 impl LeaseRequest {
@@ -38,7 +76,21 @@ impl LeaseRequest {
             class: class.to_owned(),
             label,
             evictable: false,
+            host: HostNeeds::default(),
         }
+    }
+
+    /// A lease of host resources alone (no device memory, no compute slot).
+    pub fn host_only(host: HostNeeds, class: &str, label: String) -> Self {
+        Self {
+            host,
+            ..Self::new(0, false, class, label)
+        }
+    }
+
+    /// Whether the request asks for nothing on a device (a lease of the host alone).
+    pub fn is_host_only(&self) -> bool {
+        self.vram_bytes == 0 && !self.compute && !self.host.is_empty()
     }
 }
 
@@ -70,6 +122,11 @@ pub trait Leaser {
     /// Runs `hook` when a notice about the lease (a yield request, a revocation) arrives; it
     /// must be quick and must not block. Leasers without a daemon have no notices.
     fn on_notice(&self, _lease: &Self::Lease, _hook: Box<dyn Fn() + Send + Sync>) {}
+    /// The CPUs a lease with [`HostNeeds::cpus`] was granted (kernel numbers), to pin the work
+    /// to. Leasers without a daemon name none: the work runs where the scheduler puts it.
+    fn granted_cpus(&self, _lease: &Self::Lease) -> Vec<u32> {
+        Vec::new()
+    }
 }
 
 /// An in-process stand-in for gpud: one compute slot shared by this process's pipelines, and
@@ -147,6 +204,11 @@ impl GpudLeaser {
         &self.client
     }
 
+    /// Whether the daemon books host resources (its welcome lists the feature `host`).
+    pub fn offers_host(&self) -> bool {
+        self.client.offers_host()
+    }
+
     fn client_request(request: &LeaseRequest) -> Result<gpud_client::LeaseRequest> {
         let class = request
             .class
@@ -162,6 +224,16 @@ impl GpudLeaser {
         }
         if let Some(uuid) = &request.device {
             req = req.device(gpud_client::Placement::Uuid(uuid.clone()));
+        }
+        let host = request.host;
+        if host.mem_bytes > 0 {
+            req = req.host_memory(host.mem_bytes);
+        }
+        if host.pinned_bytes > 0 {
+            req = req.pinned(host.pinned_bytes);
+        }
+        if host.cpus > 0 {
+            req = req.cpus(host.cpus);
         }
         Ok(req)
     }
@@ -201,6 +273,10 @@ impl Leaser for GpudLeaser {
 
     fn on_notice(&self, lease: &Self::Lease, hook: Box<dyn Fn() + Send + Sync>) {
         lease.watch().on_notice(hook);
+    }
+
+    fn granted_cpus(&self, lease: &Self::Lease) -> Vec<u32> {
+        lease.host().map(|h| h.cpus.clone()).unwrap_or_default()
     }
 }
 

@@ -25,10 +25,12 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod affinity;
 pub mod circuits;
 pub mod engine;
 pub mod error;
 pub mod fft;
+pub mod host;
 pub mod lease;
 pub mod msm;
 pub mod paramgen;

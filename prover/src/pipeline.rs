@@ -21,6 +21,21 @@
 //! memory ([`crate::vram`]). At the end the resident memory is trimmed and checked under a
 //! short compute lease of that device, and the resident lease is released.
 //!
+//! **Host leases** ([`HostLeasing`], docs/HOST.md): with them on, gpud admits the host work
+//! too. The run first leases the process's resident footprint (its memory now, at least the
+//! proving key's bases, plus the page-locked memory the engine keeps: [`Engine::host_pinned`])
+//! for its whole length. Each partition then leases, before it is synthesized, the host memory
+//! it will hold ([`crate::host::estimate`]: its assignment and the scratch of its phase or
+//! tail), kept until its CPU tail is done; and a CPU for the synthesis alone, on which the
+//! synthesis worker's thread is pinned ([`crate::affinity`]). The CPU tail leases its CPUs
+//! (one, or all the process may use when it computes the G2 MSM) around its work. So
+//! `synthesis_workers` is a cap, the number of partitions this process may synthesize at once,
+//! and gpud decides how many of all processes' partitions are admitted. Memory is always asked
+//! before CPUs and no one waits while holding CPUs, so the leases cannot deadlock; the GPU
+//! phase asks for nothing on the host (its page-locked staging is in the resident lease), so a
+//! phase never waits for memory that partitions queued for the GPU hold. Off, the pipeline is
+//! what it was: per-process bounds only.
+//!
 //! A yield notice (gpud asks a compute holder to make way for a critical request) is acted on
 //! at the engine's next safe point inside the phase ([`Engine::gpu_phase_with_safe_points`]):
 //! the lease is released there and the same request asked for again; the phase goes on once it
@@ -39,10 +54,12 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 
+use crate::affinity;
 use crate::circuits::CircuitSpec;
 use crate::engine::{Engine, PhaseLease, PhaseTimings};
 use crate::error::{ProverError, Result};
-use crate::lease::{LeaseRequest, Leaser};
+use crate::host::{self, HostEstimate};
+use crate::lease::{HostNeeds, LeaseRequest, Leaser};
 use crate::params::ProvingKey;
 use crate::prove::{self, GpuPhaseOutput, Synthesized};
 use crate::synthesis::SynthesisOptions;
@@ -72,6 +89,29 @@ pub struct PipelineConfig {
     pub min_phase_vram: u64,
     /// How resident bases (an engine that keeps them) are kept: warm state gpud may reclaim.
     pub warm: WarmOptions,
+    /// Whether (and how) the host work is leased from gpud too.
+    pub host: HostLeasing,
+}
+
+/// Host leases of a run (see the module docs). The default is off: per-process bounds only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostLeasing {
+    /// Lease host memory and CPUs for synthesis and the CPU tail, and the process's resident
+    /// footprint for the run.
+    pub enabled: bool,
+    /// CPUs of each CPU tail's lease; 0: one when the engine computes G2 in the phase, else as
+    /// many as this process may run on (blst's G2 MSM uses them all).
+    pub tail_cpus: u32,
+}
+
+impl HostLeasing {
+    /// Host leases on, tail CPUs chosen by the engine.
+    pub fn on() -> Self {
+        Self {
+            enabled: true,
+            tail_cpus: 0,
+        }
+    }
 }
 
 /// One yield of a partition's lease: gpud asked for the compute slot back, the phase gave the
@@ -139,9 +179,24 @@ pub struct PartitionRecord {
     pub stages: PhaseTimings,
     /// Times the lease was given back inside the phase (yield notices), in order.
     pub yields: Vec<YieldRecord>,
+    /// The partition's host leases were asked for (its memory, then a CPU for synthesis);
+    /// `synth_start` without host leases.
+    pub host_requested: f64,
+    /// Host memory the partition leased, from synthesis to the end of its tail (0: none).
+    pub host_bytes: u64,
+    /// The CPUs its synthesis ran on (granted; empty without a daemon or host leases).
+    pub synthesis_cpus: Vec<u32>,
+    /// The CPU tail's CPUs were asked for (`tail_start` is their grant).
+    pub tail_requested: f64,
+    /// The CPUs the tail ran on.
+    pub tail_cpus: Vec<u32>,
 }
 
 impl PartitionRecord {
+    /// Seconds synthesis waited for its host leases.
+    pub fn host_wait(&self) -> f64 {
+        self.synth_start - self.host_requested
+    }
     /// Seconds spent synthesizing.
     pub fn synthesis(&self) -> f64 {
         self.synth_end - self.synth_start
@@ -221,6 +276,14 @@ pub struct PipelineReport {
     pub gpu_phase: StageStats,
     /// CPU tail per partition.
     pub cpu_tail: StageStats,
+    /// Whether host leases were on.
+    pub host_leases: bool,
+    /// The host memory estimate the leases were sized by (with host leases).
+    pub host: Option<HostEstimate>,
+    /// Bytes of host memory (and of it page-locked) the process's resident lease held.
+    pub host_resident: (u64, u64),
+    /// Wait for the host leases before synthesis, per partition.
+    pub host_wait: StageStats,
     /// Fraction of the wall time some partition of this run held the lease.
     pub gpu_occupancy: f64,
     /// Every partition proof verified.
@@ -253,14 +316,25 @@ impl Clock {
     }
 }
 
-struct SynthDone {
+/// A partition's host side: its memory lease (held until the tail is done) and what its
+/// synthesis was given.
+struct HostPart<H> {
+    /// The memory lease; none without host leases.
+    lease: Option<H>,
+    bytes: u64,
+    requested: f64,
+    cpus: Vec<u32>,
+}
+
+struct SynthDone<H> {
     job: usize,
     syn: Synthesized,
     start: f64,
     end: f64,
+    host: HostPart<H>,
 }
 
-struct GpuDone {
+struct GpuDone<H> {
     job: usize,
     out: GpuPhaseOutput,
     constraints: usize,
@@ -269,6 +343,46 @@ struct GpuDone {
     lease_id: LeaseId,
     device_uuid: String,
     yields: Vec<YieldRecord>,
+    host: HostPart<H>,
+}
+
+/// What the host leases of a run ask for.
+#[derive(Debug, Clone, Copy)]
+struct HostPlan {
+    estimate: HostEstimate,
+    /// The process's resident footprint.
+    resident: HostNeeds,
+    /// CPUs of a tail's lease.
+    tail_cpus: u32,
+}
+
+impl HostPlan {
+    fn new<E: Engine>(engine: &E, key: &ProvingKey, cfg: &PipelineConfig) -> Self {
+        let shape = key.shape();
+        let log_domain = (shape.h + 1).next_power_of_two().trailing_zeros();
+        let g2_in_tail = engine.g2_in_tail(key);
+        let estimate = host::estimate(&shape, key.vk().ic.len(), log_domain, g2_in_tail);
+        let pinned = engine.host_pinned(key);
+        // What the process holds now (the key, the engine's context, code) or at least the
+        // key, and the staging buffers that phases will lock on top.
+        let now = host::process_rss().unwrap_or(0).max(estimate.key);
+        let resident = HostNeeds {
+            mem_bytes: now.saturating_add(pinned.staging),
+            pinned_bytes: pinned.total(),
+            cpus: 0,
+        };
+        let tail_cpus = match cfg.host.tail_cpus {
+            0 if g2_in_tail => std::thread::available_parallelism()
+                .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+            0 => 1,
+            n => n,
+        };
+        Self {
+            estimate,
+            resident,
+            tail_cpus,
+        }
+    }
 }
 
 /// A partition's lease during its GPU phase: at the engine's safe points it is given back when
@@ -375,6 +489,7 @@ impl<L: Leaser> PhaseLease for YieldingLease<'_, L> {
 struct Run<'a> {
     key: &'a ProvingKey,
     cfg: &'a PipelineConfig,
+    host: Option<HostPlan>,
     clock: Clock,
     jobs: usize,
     next_job: AtomicUsize,
@@ -408,9 +523,20 @@ where
 {
     let jobs = cfg.proofs * cfg.partitions;
     let workers = cfg.synthesis_workers.max(1);
+    let host = cfg.host.enabled.then(|| HostPlan::new(engine, key, cfg));
+    // The process's resident footprint, leased for the whole run.
+    let resident_host = match &host {
+        Some(plan) => Some(leaser.acquire(&LeaseRequest::host_only(
+            plan.resident,
+            &cfg.class,
+            format!("{} {} resident host memory", cfg.label, cfg.spec),
+        ))?),
+        None => None,
+    };
     let run = Run {
         key,
         cfg,
+        host,
         clock: Clock::new(),
         jobs,
         next_job: AtomicUsize::new(0),
@@ -423,17 +549,17 @@ where
     std::thread::scope(|scope| {
         // Bounded queues: at most `workers` synthesized partitions wait for the GPU, and one
         // finished GPU phase waits for the tail, which bounds memory.
-        let (syn_tx, syn_rx) = sync_channel::<SynthDone>(workers);
-        let (gpu_tx, gpu_rx) = sync_channel::<GpuDone>(1);
+        let (syn_tx, syn_rx) = sync_channel::<SynthDone<L::Lease>>(workers);
+        let (gpu_tx, gpu_rx) = sync_channel::<GpuDone<L::Lease>>(1);
         for _ in 0..workers {
             let syn_tx = syn_tx.clone();
             let run = &run;
-            scope.spawn(move || synthesis_worker(run, &syn_tx));
+            scope.spawn(move || synthesis_worker(run, leaser, &syn_tx));
         }
         drop(syn_tx);
         let tail = {
             let run = &run;
-            scope.spawn(move || tail_worker(run, gpu_rx, progress))
+            scope.spawn(move || tail_worker(run, leaser, gpu_rx, progress))
         };
         vram = gpu_worker(&run, engine, leaser, syn_rx, gpu_tx);
         match tail.join() {
@@ -446,6 +572,11 @@ where
     });
 
     let wall = run.clock.now();
+    let host_resident = run
+        .host
+        .map_or((0, 0), |p| (p.resident.mem_bytes, p.resident.pinned_bytes));
+    let estimate = run.host.map(|p| p.estimate);
+    drop(resident_host);
     if let Some(e) = run
         .first_error
         .into_inner()
@@ -453,27 +584,78 @@ where
     {
         return Err(e);
     }
-    Ok(report(engine, cfg, vram.0, vram.1, wall, records))
+    let mut report = report(engine, cfg, vram.0, vram.1, wall, records);
+    report.host = estimate;
+    report.host_resident = host_resident;
+    Ok(report)
 }
 
-fn synthesis_worker(run: &Run<'_>, tx: &SyncSender<SynthDone>) {
+/// Acquires a host-only lease of `needs`.
+fn host_lease<L: Leaser>(
+    leaser: &L,
+    run: &Run<'_>,
+    needs: HostNeeds,
+    what: String,
+) -> Result<L::Lease> {
+    let label = format!("{} {} {what}", run.cfg.label, run.cfg.spec);
+    leaser.acquire(&LeaseRequest::host_only(needs, &run.cfg.class, label))
+}
+
+fn synthesis_worker<L: Leaser>(run: &Run<'_>, leaser: &L, tx: &SyncSender<SynthDone<L::Lease>>) {
     let (key, cfg, clock) = (run.key, run.cfg, &run.clock);
     while !run.stopped() {
         let job = run.next_job.fetch_add(1, Ordering::Relaxed);
         if job >= run.jobs {
             return;
         }
+        let requested = clock.now();
+        let what = |w: &str| {
+            format!(
+                "proof {} partition {} {w}",
+                job / cfg.partitions,
+                job % cfg.partitions
+            )
+        };
+        // Memory first (held until the tail is done), then a CPU for the synthesis alone.
+        let leased = run.host.map(|plan| {
+            let bytes = plan.estimate.partition();
+            let memory = host_lease(leaser, run, HostNeeds::memory(bytes), what("host memory"))?;
+            let cpu = host_lease(leaser, run, HostNeeds::cpus(1), what("synthesis CPU"))?;
+            Ok::<_, ProverError>((memory, bytes, cpu))
+        });
+        let (memory, bytes, cpu) = match leased.transpose() {
+            Ok(Some((m, b, c))) => (Some(m), b, Some(c)),
+            Ok(None) => (None, 0, None),
+            Err(e) => return run.fail(e),
+        };
+        let cpus = cpu
+            .as_ref()
+            .map_or_else(Vec::new, |c| leaser.granted_cpus(c));
+        let pinned = match affinity::pin_thread(&cpus) {
+            Ok(p) => p,
+            Err(e) => return run.fail(e),
+        };
         let start = clock.now();
         let circuit = cfg.spec.with_witness(cfg.seed.wrapping_add(job as u64));
-        match prove::synthesize(key, circuit, SynthesisOptions::default()) {
+        let syn = prove::synthesize(key, circuit, SynthesisOptions::default());
+        let end = clock.now();
+        drop(pinned);
+        drop(cpu);
+        match syn {
             Ok(syn) => {
-                let end = clock.now();
+                let host = HostPart {
+                    requested: if memory.is_some() { requested } else { start },
+                    lease: memory,
+                    bytes,
+                    cpus,
+                };
                 if tx
                     .send(SynthDone {
                         job,
                         syn,
                         start,
                         end,
+                        host,
                     })
                     .is_err()
                 {
@@ -491,8 +673,8 @@ fn gpu_worker<E: Engine, L: Leaser + Sync>(
     run: &Run<'_>,
     engine: &E,
     leaser: &L,
-    rx: Receiver<SynthDone>,
-    tx: SyncSender<GpuDone>,
+    rx: Receiver<SynthDone<L::Lease>>,
+    tx: SyncSender<GpuDone<L::Lease>>,
 ) -> (u64, Option<WarmReport>)
 where
     L::Lease: Send,
@@ -556,8 +738,8 @@ fn phases<E: Engine, L: Leaser + Sync>(
     engine: &E,
     leaser: &L,
     warm: Option<&Warm<'_, E, L>>,
-    rx: Receiver<SynthDone>,
-    tx: SyncSender<GpuDone>,
+    rx: Receiver<SynthDone<L::Lease>>,
+    tx: SyncSender<GpuDone<L::Lease>>,
 ) -> u64
 where
     L::Lease: Send,
@@ -588,9 +770,9 @@ fn phase<E: Engine, L: Leaser + Sync>(
     engine: &E,
     leaser: &L,
     warm: Option<&Warm<'_, E, L>>,
-    item: SynthDone,
+    item: SynthDone<L::Lease>,
     vram: &mut u64,
-) -> Result<GpuDone>
+) -> Result<GpuDone<L::Lease>>
 where
     L::Lease: Send,
 {
@@ -667,12 +849,14 @@ where
         lease_id,
         device_uuid,
         yields,
+        host: item.host,
     })
 }
 
-fn tail_worker(
+fn tail_worker<L: Leaser>(
     run: &Run<'_>,
-    rx: Receiver<GpuDone>,
+    leaser: &L,
+    rx: Receiver<GpuDone<L::Lease>>,
     progress: &(dyn Fn(&PartitionRecord) + Sync),
 ) -> Vec<PartitionRecord> {
     let (key, cfg, clock) = (run.key, run.cfg, &run.clock);
@@ -681,6 +865,34 @@ fn tail_worker(
         if run.stopped() {
             break;
         }
+        let tail_requested = clock.now();
+        let cpu = match run.host {
+            Some(plan) => {
+                let what = format!(
+                    "proof {} partition {} CPU tail",
+                    done.job / cfg.partitions,
+                    done.job % cfg.partitions
+                );
+                match host_lease(leaser, run, HostNeeds::cpus(plan.tail_cpus), what) {
+                    Ok(l) => Some(l),
+                    Err(e) => {
+                        run.fail(e);
+                        break;
+                    }
+                }
+            }
+            None => None,
+        };
+        let tail_cpus = cpu
+            .as_ref()
+            .map_or_else(Vec::new, |c| leaser.granted_cpus(c));
+        let pinned = match affinity::pin_thread(&tail_cpus) {
+            Ok(p) => p,
+            Err(e) => {
+                run.fail(e);
+                break;
+            }
+        };
         let tail_start = clock.now();
         // Fresh blinding per proof, reproducible from the run's seed.
         let mut rng = ChaCha20Rng::seed_from_u64(cfg.seed ^ (done.job as u64).rotate_left(32));
@@ -688,6 +900,8 @@ fn tail_worker(
         let inputs = done.out.public_inputs().to_vec();
         let stages = done.out.timings;
         let verified = prove::cpu_tail(key, done.out, r, s).and_then(|p| key.verify(&p, &inputs));
+        drop(pinned);
+        drop(cpu);
         let verified = match verified {
             Ok(v) => v,
             Err(e) => {
@@ -696,6 +910,14 @@ fn tail_worker(
             }
         };
         let tail_end = clock.now();
+        // The partition's memory is free now (its assignment went with the tail's input).
+        let HostPart {
+            lease: host_lease,
+            bytes: host_bytes,
+            requested: host_requested,
+            cpus: synthesis_cpus,
+        } = done.host;
+        drop(host_lease);
         let (requested, granted, released) = done.lease;
         let record = PartitionRecord {
             proof: done.job / cfg.partitions,
@@ -717,6 +939,11 @@ fn tail_worker(
             verified,
             stages,
             yields: done.yields,
+            host_requested,
+            host_bytes,
+            synthesis_cpus,
+            tail_requested,
+            tail_cpus,
         };
         progress(&record);
         records.push(record);
@@ -747,6 +974,10 @@ fn report<E: Engine>(
         lease_wait: StageStats::of(records.iter().map(PartitionRecord::lease_wait)),
         gpu_phase: StageStats::of(records.iter().map(PartitionRecord::gpu_phase)),
         cpu_tail: StageStats::of(records.iter().map(PartitionRecord::cpu_tail)),
+        host_leases: cfg.host.enabled,
+        host: None,
+        host_resident: (0, 0),
+        host_wait: StageStats::of(records.iter().map(PartitionRecord::host_wait)),
         gpu_occupancy: if wall > 0.0 { held / wall } else { 0.0 },
         all_verified: records.len() == cfg.proofs * cfg.partitions
             && records.iter().all(|r| r.verified),

@@ -81,6 +81,11 @@ impl Density {
         self.count
     }
 
+    /// Bytes of heap memory this tracker holds (its words' capacity).
+    pub fn heap_bytes(&self) -> u64 {
+        (self.words.capacity() * std::mem::size_of::<u64>()) as u64
+    }
+
     /// The scalars of the present variables, in order: what an MSM over the query's bases needs.
     pub fn select(&self, scalars: &[Scalar]) -> Vec<Scalar> {
         let mut out = Vec::with_capacity(self.count);
@@ -149,6 +154,21 @@ impl ProvingAssignment {
             check: opts.check_constraints,
             error: None,
         }
+    }
+
+    /// Bytes of heap memory the assignment holds: what [`crate::host::estimate`]'s synthesis
+    /// figure predicts.
+    pub fn heap_bytes(&self) -> u64 {
+        let fr = std::mem::size_of::<Scalar>();
+        let scalars = self.a.capacity()
+            + self.b.capacity()
+            + self.c.capacity()
+            + self.input.capacity()
+            + self.aux.capacity();
+        (scalars * fr) as u64
+            + self.a_aux_density.heap_bytes()
+            + self.b_input_density.heap_bytes()
+            + self.b_aux_density.heap_bytes()
     }
 
     /// Number of constraints, including one per public input.

@@ -20,6 +20,7 @@ fn config(circuit: &str, k: u32, proofs: usize, partitions: usize, label: &str) 
         label: label.into(),
         min_phase_vram: 0,
         warm: Default::default(),
+        host: Default::default(),
     }
 }
 

@@ -209,14 +209,7 @@ fn a_phase_lease_smaller_than_the_formula_fails_typed_and_leaks_nothing() {
     let vram_only = LocalLeaser::on_device(info.uuid, info.ordinal as u32);
     let vram_only = gpud_prover::lease::Leaser::acquire(
         &vram_only,
-        &gpud_prover::lease::LeaseRequest {
-            vram_bytes: need,
-            compute: false,
-            device: None,
-            class: "normal".into(),
-            label: "test".into(),
-            evictable: false,
-        },
+        &gpud_prover::lease::LeaseRequest::new(need, false, "normal", "test".into()),
     )
     .unwrap();
     assert!(matches!(
@@ -249,6 +242,8 @@ fn the_pipeline_on_the_cuda_engine_verifies_every_partition_with_and_without_res
             label: "gpu test".into(),
             min_phase_vram: 0,
             warm: Default::default(),
+            // Host leases on: with the in-process leaser they are granted at once.
+            host: gpud_prover::pipeline::HostLeasing::on(),
         };
         let leaser = LocalLeaser::on_device(info.uuid.clone(), info.ordinal as u32);
         let report = pipeline::run(&cuda, &leaser, &key, &cfg, &|_| {}).unwrap();

@@ -202,6 +202,50 @@ pub struct CellMetrics {
     /// The normal provers' warm state, in a mode that keeps one (`gpud-warm`).
     #[serde(default)]
     pub warm: Option<WarmMetrics>,
+    /// The host side, in the host modes (`host-bounds`, `host-gpud`).
+    #[serde(default)]
+    pub host: Option<HostMetrics>,
+}
+
+/// The host side of a host-mode cell: what the provers' synthesis held and waited for, and
+/// whether the kernel killed any of them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostMetrics {
+    /// The cgroup memory limit the provers ran under (gpud's `[host] memory` too); none: no
+    /// limit.
+    pub limit_bytes: Option<u64>,
+    /// Whether the provers leased their host work from gpud (`host-gpud`).
+    pub host_leases: bool,
+    /// Lanes per prover: the partitions each may synthesize at once.
+    pub lanes: usize,
+    /// The host memory one partition leases (the prover's estimate).
+    pub partition_bytes: u64,
+    /// The largest sum over the provers of their resident memory (`VmRSS`, sampled).
+    pub peak_rss_bytes: u64,
+    /// Samples taken.
+    pub rss_samples: usize,
+    /// The cgroup's own peak (`memory.peak`), where the kernel has it.
+    pub cgroup_peak_bytes: Option<u64>,
+    /// Provers that ended by SIGKILL (the OOM killer's signal).
+    pub killed: usize,
+    /// The cgroup's `oom_kill` count (`memory.events`).
+    pub cgroup_oom_kills: Option<u64>,
+    /// Wait for the host leases before synthesis (0 without them), seconds.
+    pub host_wait: Dist,
+    /// Synthesis, seconds.
+    pub synthesis: Dist,
+}
+
+/// The host-lease waits and synthesis times of synthesized attempts.
+pub fn host_dists(reports: &[&WorkerReport]) -> (Dist, Dist) {
+    let recs = || reports.iter().flat_map(|r| &r.records);
+    let waits = recs()
+        .filter_map(|r| Some(r.synth_start? - r.host_requested?))
+        .collect();
+    let synth = recs()
+        .filter_map(|r| Some(r.synth_end? - r.synth_start?))
+        .collect();
+    (Dist::of(waits, 0), Dist::of(synth, 0))
 }
 
 /// What the warm state (resident bases in evictable leases) of a cell's normal provers went
@@ -485,6 +529,7 @@ pub fn cell_metrics(
         devices,
         startup_errors,
         warm,
+        host: None,
     }
 }
 
@@ -582,6 +627,10 @@ pub struct FarmResults {
     pub priority: Vec<CellMetrics>,
     /// Placement "any" on every GPU against one GPU.
     pub multi_gpu: Vec<CellMetrics>,
+    /// Host admission: per-process bounds against gpud host leases, with and without a memory
+    /// limit.
+    #[serde(default)]
+    pub host_cells: Vec<CellMetrics>,
     /// The benchmark's targets.
     pub targets: Vec<Target>,
     /// Seconds the whole run took.
@@ -597,6 +646,36 @@ fn ms(x: f64) -> String {
 }
 
 impl FarmResults {
+    /// One line per host cell with its key numbers (`HOST name=… per_min=… …`), for reading
+    /// a run's output tail.
+    pub fn host_lines(&self) -> Vec<String> {
+        self.host_cells
+            .iter()
+            .filter_map(|c| {
+                let h = c.host.as_ref()?;
+                let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+                Some(format!(
+                    "HOST {} limit={} host_leases={} per_min={:.1} proofs={} gpu_busy={:.1}% peak_rss_gib={:.2} cgroup_peak_gib={} oom_kills={} cgroup_oom_kill={} host_wait_p50_ms={:.1} failed={} no_report={}",
+                    c.name,
+                    h.limit_bytes
+                        .map_or("none".to_owned(), |b| format!("{:.1}GiB", gib(b))),
+                    h.host_leases,
+                    c.normal.per_minute,
+                    c.normal.proofs,
+                    100.0 * c.gpu_busy,
+                    gib(h.peak_rss_bytes),
+                    h.cgroup_peak_bytes
+                        .map_or("-".to_owned(), |b| format!("{:.2}", gib(b))),
+                    h.killed,
+                    h.cgroup_oom_kills.map_or("-".to_owned(), |k| k.to_string()),
+                    1000.0 * h.host_wait.p50,
+                    c.normal.failed,
+                    c.startup_errors.len(),
+                ))
+            })
+            .collect()
+    }
+
     fn cell(&self, mode: &str, n: usize) -> Option<&CellMetrics> {
         self.cells.iter().find(|c| c.mode == mode && c.n == n)
     }
@@ -920,11 +999,44 @@ impl FarmResults {
             }
             s += "\n";
         }
+        if !self.host_cells.is_empty() {
+            s += "Host admission (every partition synthesized anew; per-process bounds against \
+                  gpud host leases):\n\n";
+            s += "| cell | memory limit | host leases | provers × lanes | partition GiB | partitions/min | proofs | GPU busy (phases) | peak RSS GiB (sum) | cgroup peak GiB | OOM kills (SIGKILL) | cgroup oom_kill | host wait p50 ms | host wait p99 ms | synthesis ms | failed |\n";
+            s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+            for c in &self.host_cells {
+                let Some(h) = &c.host else { continue };
+                s += &format!(
+                    "| {} | {} | {} | {} × {} | {:.2} | {:.1} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    c.name,
+                    h.limit_bytes
+                        .map_or("none".to_owned(), |b| format!("{:.1} GiB", gib(b))),
+                    if h.host_leases { "yes" } else { "no" },
+                    c.n,
+                    h.lanes,
+                    gib(h.partition_bytes),
+                    c.normal.per_minute,
+                    c.normal.proofs,
+                    pct(c.gpu_busy),
+                    gib(h.peak_rss_bytes),
+                    h.cgroup_peak_bytes
+                        .map_or("–".to_owned(), |b| format!("{:.2}", gib(b))),
+                    h.killed,
+                    h.cgroup_oom_kills.map_or("–".to_owned(), |k| k.to_string()),
+                    ms(h.host_wait.p50),
+                    ms(h.host_wait.p99),
+                    ms(h.synthesis.mean),
+                    c.normal.failed,
+                );
+            }
+            s += "\n";
+        }
         let errors: Vec<String> = self
             .cells
             .iter()
             .chain(&self.priority)
             .chain(&self.multi_gpu)
+            .chain(&self.host_cells)
             .flat_map(|c| {
                 c.startup_errors
                     .iter()
@@ -1034,6 +1146,11 @@ mod tests {
             lease_id: Some(1),
             phase: None,
             warm: None,
+            host_requested: None,
+            synth_start: None,
+            synth_end: None,
+            host_bytes: 0,
+            synthesis_cpus: Vec::new(),
         }
     }
 

@@ -176,6 +176,18 @@ impl FarmWitness {
         self.input.get(1..).unwrap_or(&[])
     }
 
+    /// Frees the evaluations and assignments, keeping the seed, the inputs and the G2 sum: a
+    /// prover that synthesizes each witness anew (the host modes) needs no more, and holds no
+    /// more than a real prover does.
+    pub fn keep_seed_only(&mut self) {
+        self.a = Vec::new();
+        self.b = Vec::new();
+        self.c = Vec::new();
+        self.aux = Vec::new();
+        self.a_aux_density = Density::new();
+        self.b_aux_density = Density::new();
+    }
+
     /// What the G1 MSMs need.
     pub fn scalars(&self) -> G1Scalars<'_> {
         G1Scalars {

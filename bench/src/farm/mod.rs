@@ -47,6 +47,7 @@
 
 pub mod analysis;
 pub mod bundle;
+pub mod cgroup;
 pub mod plot;
 pub mod simvram;
 pub mod worker;

@@ -16,6 +16,16 @@
 //! a GPU phase still in progress), and the process exits: lanes blocked in a lock are not
 //! waited for.
 //!
+//! With synthesis ([`WorkerOptions::synthesize`], the host modes) each attempt first
+//! synthesizes its witness anew from the circuit (the bundle witness's seed, so the witness and
+//! its G2 sum are the bundle's): real synthesis time on a CPU and real host memory, the
+//! assignment held until the partition's proof is made. With host leases
+//! ([`WorkerOptions::host_leases`], mode `host-gpud`) the attempt leases that memory from gpud
+//! before synthesizing (held to the end of its tail), then a CPU for the synthesis and one for
+//! the tail, each pinned ([`gpud_prover::affinity`]); memory is asked before CPUs, and no one
+//! waits while holding CPUs. Without them (mode `host-bounds`) only the process's own lanes
+//! bound its synthesis, as before issue 16.
+//!
 //! With warm state ([`warm_up`], the `gpud-warm` mode) the process keeps the proving key's
 //! bases resident in an evictable gpud lease ([`gpud_prover::warm`]): its phase leases are the
 //! footprint less the bases, a reclaim notice frees the bases (at once between phases, at the
@@ -40,8 +50,9 @@ use super::{FarmResult, LockKind};
 use gpud_prover::circuits::CircuitSpec;
 use gpud_prover::engine::{Engine, PhaseInput, PhaseOutput};
 use gpud_prover::error::ProverError;
-use gpud_prover::lease::{LeaseRequest, Leaser};
+use gpud_prover::lease::{HostNeeds, LeaseRequest, Leaser};
 use gpud_prover::params::ProvingKey;
+use gpud_prover::synthesis::{ProvingAssignment, SynthesisOptions};
 use gpud_prover::warm::{Warm, WarmOptions, WarmReport};
 
 /// Now as Unix nanoseconds.
@@ -175,6 +186,10 @@ pub struct WorkerOptions {
     pub first_witness: usize,
     /// Lease label prefix.
     pub label: String,
+    /// Synthesize each attempt's witness anew (the host modes).
+    pub synthesize: bool,
+    /// With `synthesize`: lease each attempt's host memory and CPUs from the leaser.
+    pub host_leases: bool,
 }
 
 /// What the lanes prove: a key and witnesses that fit it.
@@ -283,6 +298,22 @@ pub struct Record {
     /// With warm state: whether the phase ran with the bases resident (none without).
     #[serde(default)]
     pub warm: Option<bool>,
+    /// With synthesis: the attempt's host leases were asked for (memory, then a CPU).
+    #[serde(default)]
+    pub host_requested: Option<f64>,
+    /// With synthesis: it started (its leases granted).
+    #[serde(default)]
+    pub synth_start: Option<f64>,
+    /// With synthesis: it ended.
+    #[serde(default)]
+    pub synth_end: Option<f64>,
+    /// With synthesis: the host memory the attempt holds by the prover's estimate (what it
+    /// leases with host leases); 0 otherwise.
+    #[serde(default)]
+    pub host_bytes: u64,
+    /// The CPUs its synthesis ran on (granted; empty without host leases).
+    #[serde(default)]
+    pub synthesis_cpus: Vec<u32>,
 }
 
 /// A lane's unfinished attempt at the end of the window.
@@ -521,6 +552,8 @@ struct Ctx<E: Engine + 'static, L: Leaser + 'static> {
     clock: Clock,
     end: f64,
     lease_bytes: u64,
+    /// The host memory each synthesized attempt leases ([`gpud_prover::host::estimate`]).
+    partition_bytes: u64,
     /// The process's warm state, when it keeps its bases resident.
     warm: Option<&'static Warm<'static, E, L>>,
     stop: AtomicBool,
@@ -537,6 +570,39 @@ type HeldPhase<L> = (
     <L as Leaser>::Lease,
     Option<WarmGuard<<L as Leaser>::Lease>>,
 );
+
+/// What a synthesized assignment keeps beside a, b, c: what the MSMs take.
+struct Rest {
+    input: Vec<Scalar>,
+    aux: Vec<Scalar>,
+    a_aux_density: gpud_prover::synthesis::Density,
+    b_input_density: gpud_prover::synthesis::Density,
+    b_aux_density: gpud_prover::synthesis::Density,
+}
+
+impl Rest {
+    fn scalars(&self) -> gpud_prover::engine::G1Scalars<'_> {
+        gpud_prover::engine::G1Scalars {
+            input: &self.input,
+            aux: &self.aux,
+            a_aux_density: &self.a_aux_density,
+            b_input_density: &self.b_input_density,
+            b_aux_density: &self.b_aux_density,
+        }
+    }
+}
+
+/// A synthesized attempt's host side: what its assignment keeps beside a, b, c (the inputs,
+/// aux and densities, held like a prover holds them until its tail), its memory lease, and
+/// when and where it was synthesized. Dropped when the attempt ends.
+struct HostPart<H> {
+    rest: Rest,
+    _lease: Option<H>,
+    bytes: u64,
+    requested: f64,
+    synth: (f64, f64),
+    cpus: Vec<u32>,
+}
 
 struct Shared {
     records: Vec<Record>,
@@ -588,8 +654,44 @@ where
                 return;
             }
             let w = &witnesses[(self.opts.first_witness + lane + iteration) % witnesses.len()];
-            // Copied outside the lock: the engine consumes its a, b, c.
-            let (a, b, c) = (w.a.clone(), w.b.clone(), w.c.clone());
+            let label = format!("{} lane {lane} #{iteration}", self.opts.label);
+            // Synthesized anew (the host modes), or copied outside the lock: the engine
+            // consumes its a, b, c.
+            let (host, (a, b, c)) = if self.opts.synthesize {
+                match self.synthesize(w.seed, &label) {
+                    Ok((host, abc)) => (Some(host), abc),
+                    Err((outcome, message, host_requested)) => {
+                        self.push(
+                            lane,
+                            Record {
+                                lane,
+                                iteration,
+                                witness: w.seed,
+                                requested: clock.now(),
+                                granted: None,
+                                released: None,
+                                tail_end: None,
+                                outcome,
+                                error: Some(message),
+                                device: None,
+                                lease_id: None,
+                                phase: None,
+                                warm: None,
+                                host_requested: Some(host_requested),
+                                synth_start: None,
+                                synth_end: None,
+                                host_bytes: 0,
+                                synthesis_cpus: Vec::new(),
+                            },
+                        );
+                        clock.sleep_until(clock.now() + tail.max(0.05));
+                        iteration += 1;
+                        continue;
+                    }
+                }
+            } else {
+                (None, (w.a.clone(), w.b.clone(), w.c.clone()))
+            };
             let requested = clock.now();
             self.set(lane, LaneState::Waiting { requested }, None);
             let mut rec = Record {
@@ -606,9 +708,13 @@ where
                 lease_id: None,
                 phase: None,
                 warm: None,
+                host_requested: host.as_ref().map(|h| h.requested),
+                synth_start: host.as_ref().map(|h| h.synth.0),
+                synth_end: host.as_ref().map(|h| h.synth.1),
+                host_bytes: host.as_ref().map_or(0, |h| h.bytes),
+                synthesis_cpus: host.as_ref().map_or_else(Vec::new, |h| h.cpus.clone()),
             };
-            let label = format!("{} lane {lane} #{iteration}", self.opts.label);
-            let (lease, mut warm_state) = match self.acquire(label) {
+            let (lease, mut warm_state) = match self.acquire(label.clone()) {
                 Ok(held) => held,
                 Err(e) => {
                     (rec.outcome, rec.error) = match failure(e) {
@@ -640,7 +746,10 @@ where
                         a,
                         b,
                         c,
-                        scalars: w.scalars(),
+                        // The synthesized assignment's (the same values as the bundle's).
+                        scalars: host
+                            .as_ref()
+                            .map_or_else(|| w.scalars(), |h| h.rest.scalars()),
                     },
                 )
             });
@@ -681,6 +790,24 @@ where
                         self.opts.seed ^ ((lane as u64) << 40) ^ iteration as u64,
                     );
                     let (r, s) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
+                    // The host modes' tail leases a CPU and runs pinned there.
+                    let cpu = match host.as_ref().filter(|_| self.opts.host_leases) {
+                        Some(_) => match self.host_lease(HostNeeds::cpus(1), &label, "tail CPU") {
+                            Ok(l) => Some(l),
+                            Err(e) => {
+                                rec.outcome = Outcome::Lease;
+                                rec.error = Some(e.to_string());
+                                self.push(lane, rec);
+                                iteration += 1;
+                                continue;
+                            }
+                        },
+                        None => None,
+                    };
+                    let cpus = cpu
+                        .as_ref()
+                        .map_or_else(Vec::new, |c| self.leaser.granted_cpus(c));
+                    let pinned = gpud_prover::affinity::pin_thread(&cpus);
                     let checked = gpud_prover::prove::assemble(key, &out.sums, w.b_g2.into(), r, s)
                         .and_then(|p| key.verify(&p, w.public_inputs()));
                     match checked {
@@ -696,6 +823,8 @@ where
                     }
                     clock.spin_until(released + tail);
                     rec.tail_end = Some(clock.now());
+                    drop(pinned);
+                    drop(cpu);
                 }
                 Err((outcome, message)) => {
                     rec.outcome = outcome;
@@ -705,8 +834,93 @@ where
                 }
             }
             self.push(lane, rec);
+            // The partition's memory (its assignment, then its lease) goes with its proof.
+            drop(host);
             iteration += 1;
         }
+    }
+
+    /// A host-only lease of `needs` for attempt `label`.
+    fn host_lease(
+        &self,
+        needs: HostNeeds,
+        label: &str,
+        what: &str,
+    ) -> gpud_prover::Result<L::Lease> {
+        self.leaser.acquire(&LeaseRequest::host_only(
+            needs,
+            &self.opts.class,
+            format!("{label} {what}"),
+        ))
+    }
+
+    /// Synthesizes the witness of `seed`, under its host leases when the options ask for them:
+    /// its memory first (kept in the returned part until the attempt ends), then a CPU for the
+    /// synthesis, on which this thread runs pinned. A failure: how, why, and when the leases
+    /// were asked for.
+    #[allow(clippy::type_complexity)]
+    fn synthesize(
+        &self,
+        seed: u64,
+        label: &str,
+    ) -> Result<(HostPart<L::Lease>, (Vec<Scalar>, Vec<Scalar>, Vec<Scalar>)), (Outcome, String, f64)>
+    {
+        let requested = self.clock.now();
+        let lease_failed = |e: ProverError| (Outcome::Lease, e.to_string(), requested);
+        let bytes = self.partition_bytes;
+        let (memory, cpu) = if self.opts.host_leases {
+            let memory = self
+                .host_lease(HostNeeds::memory(bytes), label, "partition host memory")
+                .map_err(lease_failed)?;
+            let cpu = self
+                .host_lease(HostNeeds::cpus(1), label, "synthesis CPU")
+                .map_err(lease_failed)?;
+            (Some(memory), Some(cpu))
+        } else {
+            (None, None)
+        };
+        let cpus = cpu
+            .as_ref()
+            .map_or_else(Vec::new, |c| self.leaser.granted_cpus(c));
+        let pinned = gpud_prover::affinity::pin_thread(&cpus)
+            .map_err(|e| (Outcome::Failed, e.to_string(), requested))?;
+        let start = self.clock.now();
+        let cs = gpud_prover::synthesis::synthesize(
+            self.work.spec.with_witness(seed),
+            SynthesisOptions::default(),
+        );
+        let end = self.clock.now();
+        drop(pinned);
+        drop(cpu);
+        let cs = cs.map_err(|e| (Outcome::Failed, e.to_string(), requested))?;
+        let ProvingAssignment {
+            a,
+            b,
+            c,
+            input,
+            aux,
+            a_aux_density,
+            b_input_density,
+            b_aux_density,
+            ..
+        } = cs;
+        Ok((
+            HostPart {
+                rest: Rest {
+                    input,
+                    aux,
+                    a_aux_density,
+                    b_input_density,
+                    b_aux_density,
+                },
+                _lease: memory,
+                bytes,
+                requested,
+                synth: (start, end),
+                cpus,
+            },
+            (a, b, c),
+        ))
     }
 
     /// The phase's lease, with the warm state locked for the phase when there is one: the
@@ -728,6 +942,7 @@ where
             class: self.opts.class.clone(),
             label: label.clone(),
             evictable: false,
+            host: HostNeeds::default(),
         };
         match self.warm {
             Some(w) => {
@@ -825,6 +1040,14 @@ where
     Ok(warm)
 }
 
+/// The host memory one synthesized attempt holds: the prover's estimate for the bundle's key
+/// (its assignment and the phase's scratch; the tail computes no G2 here).
+pub fn partition_host_bytes<E: Engine>(work: &Workload, _engine: &E) -> u64 {
+    let key = &work.key;
+    gpud_prover::host::estimate(&key.shape(), key.vk().ic.len(), work.log_domain(), false)
+        .partition()
+}
+
 /// What [`run`] returns at the end of the window.
 #[derive(Debug, Clone)]
 pub struct LaneResults {
@@ -861,6 +1084,7 @@ where
     let formula_bytes = engine.vram_bytes(&work.key, work.log_domain());
     let lease_bytes = formula_bytes.saturating_add(opts.vram_pad);
     let lanes = opts.lanes.max(1);
+    let partition_bytes = partition_host_bytes(&work, engine.as_ref());
     let ctx = Arc::new(Ctx {
         engine,
         leaser,
@@ -869,6 +1093,7 @@ where
         clock: Clock::new(&window),
         end: window.duration(),
         lease_bytes,
+        partition_bytes,
         warm,
         stop: AtomicBool::new(false),
         shared: Mutex::new(Shared {
@@ -944,6 +1169,8 @@ mod tests {
             seed: 1,
             first_witness: 0,
             label: "test".into(),
+            synthesize: false,
+            host_leases: false,
         };
         let sim = PhaseMemory::Sim {
             dir: dir.path().to_path_buf(),
@@ -1005,6 +1232,8 @@ mod tests {
             seed: 1,
             first_witness: 1,
             label: "test".into(),
+            synthesize: false,
+            host_leases: false,
         };
         let sim = PhaseMemory::Sim {
             dir: dir.path().to_path_buf(),

@@ -35,6 +35,11 @@ const UPLOAD_CHUNK: usize = 1 << 19;
 /// Page-locked staging buffers of a pipelined upload from ordinary (pageable) memory: the host
 /// fills one while the copy engine drains the others.
 const STAGING_BUFFERS: usize = 3;
+/// Page-locked host memory an [`MsmEngine`] holds in its staging buffers once it has uploaded
+/// scalars from ordinary memory (allocated on first use, freed with the engine): what a host
+/// lease books as pinned for it.
+pub const STAGING_HOST_BYTES: u64 =
+    (STAGING_BUFFERS * UPLOAD_CHUNK * std::mem::size_of::<Scalar>()) as u64;
 
 /// Which build of the kernels to run (see `kernels/msm*.cu`); only with the `bench-variants`
 /// feature: the product runs [`MsmVariant::Inline`].

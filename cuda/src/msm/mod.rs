@@ -14,4 +14,4 @@ pub use curve::{G1, G2, MsmCurve};
 pub use error::MsmError;
 #[cfg(feature = "bench-variants")]
 pub use gpu::MsmVariant;
-pub use gpu::{Bases, G1Bases, G2Bases, MsmEngine, MsmPhases};
+pub use gpu::{Bases, G1Bases, G2Bases, MsmEngine, MsmPhases, STAGING_HOST_BYTES};

@@ -464,6 +464,29 @@ impl Engine for CudaEngine {
             .phase_lease(self.is_resident(key))
     }
 
+    fn host_pinned(&self, key: &ProvingKey) -> crate::host::PinnedHost {
+        let s = key.shape();
+        let g2 = self.g2_on_gpu(key) && s.b_g2 > 0;
+        // Bases page-locked in place (uploads without residency): 96 bytes per G1 point, 192
+        // per G2 point, each query registered whole.
+        let bases = if self.opts.pin_bases && !self.opts.resident_bases {
+            96 * (s.h + s.l + s.a + s.b_g1) as u64 + if g2 { 192 * s.b_g2 as u64 } else { 0 }
+        } else {
+            0
+        };
+        // The scalars come from ordinary memory: each phase's MSM engines (G1, and G2 when it
+        // runs there) stage them through their page-locked buffers.
+        let engines = if g2 { 2 } else { 1 };
+        crate::host::PinnedHost {
+            bases,
+            staging: engines * gpud_cuda::msm::STAGING_HOST_BYTES,
+        }
+    }
+
+    fn g2_in_tail(&self, key: &ProvingKey) -> bool {
+        !self.g2_on_gpu(key)
+    }
+
     fn resident_bytes(&self, key: &ProvingKey) -> u64 {
         if !self.opts.resident_bases {
             return 0;

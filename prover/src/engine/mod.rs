@@ -262,6 +262,22 @@ pub trait Engine: Send + Sync {
         self.vram(key, log_domain).phase_lease(false)
     }
 
+    /// Page-locked host memory this engine keeps for proofs with `key`: bases it page-locks
+    /// in place for the process's life (memory the key already occupies), and the staging
+    /// buffers of one GPU phase (one phase runs at a time per process). The pipeline books
+    /// them in the process's resident host lease, so that a phase never waits for host memory
+    /// that waiting partitions hold (see [`crate::pipeline`]). Nothing for engines that lock
+    /// nothing (the default).
+    fn host_pinned(&self, _key: &ProvingKey) -> crate::host::PinnedHost {
+        crate::host::PinnedHost::default()
+    }
+
+    /// Whether the CPU tail computes the G2 MSM for B (the default; the CUDA engine may run it
+    /// inside the phase): the tail's host memory and CPUs depend on it.
+    fn g2_in_tail(&self, _key: &ProvingKey) -> bool {
+        true
+    }
+
     /// Bytes of the VRAM-only lease under which this engine would keep `key`'s bases
     /// resident; 0 when it keeps nothing resident (the default).
     fn resident_bytes(&self, _key: &ProvingKey) -> u64 {

@@ -77,6 +77,14 @@ impl<E: Engine> Engine for SimulatedResident<E> {
         }
     }
 
+    fn host_pinned(&self, key: &ProvingKey) -> crate::host::PinnedHost {
+        self.inner.host_pinned(key)
+    }
+
+    fn g2_in_tail(&self, key: &ProvingKey) -> bool {
+        self.inner.g2_in_tail(key)
+    }
+
     fn resident_bytes(&self, _key: &ProvingKey) -> u64 {
         self.bytes
     }

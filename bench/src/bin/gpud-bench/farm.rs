@@ -155,6 +155,31 @@ pub struct FarmArgs {
     /// same NUMA node; the several-GPU "any" cells are never pinned).
     #[arg(long)]
     no_pin: bool,
+    /// Host admission runs (issue 16): this many prover processes, every partition synthesized
+    /// anew, per-process bounds only (`host-bounds`: each process's lanes cap its synthesis)
+    /// against gpud host leases (`host-gpud`: each partition leases its host memory and CPUs
+    /// from gpud); 0: none.
+    #[arg(long, default_value_t = 0)]
+    host_n: usize,
+    /// Lanes of each host-run prover: the partitions it may synthesize at once.
+    #[arg(long, default_value_t = 4)]
+    host_lanes: usize,
+    /// Seconds of each host cell.
+    #[arg(long, default_value_t = 30.0)]
+    host_duration: f64,
+    /// Run the host pair again inside a cgroup v2 memory limit of this size (memory.max, no
+    /// swap), with gpud's `[host] memory` set to the same, e.g. 24GiB: without admission the
+    /// kernel's OOM killer ends provers, with it none should. The farm creates the groups
+    /// (one per cell, under --cgroup-root) and removes them; it fails at once where cgroups
+    /// are not writable. Never the machine's whole memory.
+    #[arg(long)]
+    host_limit: Option<String>,
+    /// Where the farm's cgroups are made (cgroup v2 with the memory controller).
+    #[arg(long, default_value = "/sys/fs/cgroup")]
+    cgroup_root: PathBuf,
+    /// With --host-limit: run only the limited pair.
+    #[arg(long)]
+    host_limited_only: bool,
 }
 
 #[derive(Args)]
@@ -362,6 +387,67 @@ struct WorkerSpec {
     gpud: &'static str,
     /// Keeps its bases warm in an evictable lease (mode gpud-warm).
     warm: bool,
+    /// Synthesizes every attempt anew (the host modes).
+    synthesize: bool,
+    /// Leases its host work from gpud (mode host-gpud).
+    host_leases: bool,
+    /// The cgroup the process starts in (a host cell with a memory limit).
+    cgroup: Option<PathBuf>,
+}
+
+/// The host side of a host-mode cell.
+struct HostCell {
+    /// The cell's cgroup (a memory limit), removed when the cell is done.
+    cgroup: Option<gpud_bench::farm::cgroup::Cgroup>,
+    limit: Option<u64>,
+    leases: bool,
+    lanes: usize,
+}
+
+/// Samples the sum of some processes' resident memory (`VmRSS`) on a thread.
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(u64, usize)>>,
+}
+
+impl RssSampler {
+    fn start(pids: Vec<u32>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut peak, mut samples) = (0u64, 0usize);
+            while !s.load(Ordering::Relaxed) {
+                let sum: u64 = pids
+                    .iter()
+                    .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+                    .filter_map(|t| gpud_prover::host::rss_of_status(&t))
+                    .sum();
+                peak = peak.max(sum);
+                samples += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (peak, samples)
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops; the peak sum and the number of samples.
+    fn finish(mut self) -> (u64, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or((0, 0))
+    }
+}
+
+impl Drop for RssSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// How the processes of a mode (one process per prover) take the GPU: the worker's lock, and
@@ -570,6 +656,12 @@ impl Farm {
             v.push("--phase-vram".into());
             v.push(p.to_string());
         }
+        if w.synthesize {
+            v.push("--synthesize".into());
+        }
+        if w.host_leases {
+            v.push("--host-leases".into());
+        }
         if w.warm {
             v.push("--warm".into());
             if let (true, Some(bytes)) = (self.a.simulate, &self.a.warm_vram) {
@@ -600,7 +692,20 @@ impl Farm {
 
     fn spawn(&self, cell: &str, w: &WorkerSpec) -> Result<Proc> {
         let log = self.logs.join(format!("{cell}-{}.log", w.name));
-        let mut child = Command::new(&self.me)
+        let mut cmd = match &w.cgroup {
+            // Into the cell's cgroup before anything is allocated: the shell moves itself,
+            // then becomes the prover (same pid).
+            Some(dir) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
+                    .arg(dir)
+                    .arg(&self.me);
+                c
+            }
+            None => Command::new(&self.me),
+        };
+        let mut child = cmd
             .args(self.worker_args(w)?)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -643,27 +748,55 @@ impl Farm {
     /// Runs one cell: starts its processes, waits for all to be ready, sends `go`, collects
     /// the reports, computes the metrics.
     fn cell(&self, spec: CellSpec, workers: &[WorkerSpec], duration: f64) -> Result<CellMetrics> {
+        self.cell_with(spec, workers, duration, None)
+    }
+
+    /// [`Farm::cell`], with the host side of a host-mode cell: the provers' resident memory
+    /// sampled, how they ended, the cgroup's counts.
+    fn cell_with(
+        &self,
+        spec: CellSpec,
+        workers: &[WorkerSpec],
+        duration: f64,
+        host: Option<HostCell>,
+    ) -> Result<CellMetrics> {
         if self.a.simulate {
             for (_, index, _, _) in &self.devices {
                 simvram::reset(&self.sim_dir.join(format!("vram-{index}")))?;
             }
         }
+        let ready = |p: &Proc, by: Instant| match wait_json(&p.lines, "ready", by) {
+            Ok(_) => None,
+            Err(why) => Some(Err(format!(
+                "{} {why} before ready: {}",
+                p.name,
+                log_tail(&p.log)
+            ))),
+        };
         let mut procs = Vec::new();
-        for w in workers {
-            procs.push(self.spawn(&spec.name, w)?);
-        }
-        let ready_by = Instant::now() + Duration::from_secs(180);
         let mut outcomes: Vec<Option<Result<WorkerReport, String>>> = Vec::new();
-        for p in &mut procs {
-            outcomes.push(match wait_json(&p.lines, "ready", ready_by) {
-                Ok(_) => None,
-                Err(why) => Some(Err(format!(
-                    "{} {why} before ready: {}",
-                    p.name,
-                    log_tail(&p.log)
-                ))),
-            });
+        if host.is_some() {
+            // One after another: a prover loading its key holds it twice for a moment, and
+            // eight doing so at once under a memory limit would meet the OOM killer before
+            // proving starts.
+            for w in workers {
+                let p = self.spawn(&spec.name, w)?;
+                outcomes.push(ready(&p, Instant::now() + Duration::from_secs(90)));
+                procs.push(p);
+            }
+        } else {
+            for w in workers {
+                procs.push(self.spawn(&spec.name, w)?);
+            }
+            let ready_by = Instant::now() + Duration::from_secs(180);
+            for p in &procs {
+                outcomes.push(ready(p, ready_by));
+            }
         }
+        // The provers' resident memory from the window's start (their setup is behind them).
+        let rss = host
+            .as_ref()
+            .map(|_| RssSampler::start(procs.iter().map(|p| p.child.id()).collect()));
         let window = Window::starting_in(
             Duration::from_millis(300),
             Duration::from_secs_f64(duration),
@@ -697,15 +830,20 @@ impl Farm {
             });
         }
         let exit_by = Instant::now() + Duration::from_secs(10);
+        let mut statuses = Vec::new();
         for p in &mut procs {
             p.stdin.take();
+            let mut status = None;
             while Instant::now() < exit_by {
-                if let Ok(Some(_)) = p.child.try_wait() {
+                if let Ok(Some(s)) = p.child.try_wait() {
+                    status = Some(s);
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
+            statuses.push(status);
         }
+        let rss = rss.map(RssSampler::finish);
         let names: Vec<(String, bool)> =
             procs.iter().map(|p| (p.name.clone(), p.critical)).collect();
         drop(procs);
@@ -725,8 +863,38 @@ impl Farm {
                 window.start_unix_ns,
             )
         });
-        let metrics =
+        let mut metrics =
             gpud_bench::farm::analysis::cell_metrics(&spec, duration, &processes, &samples);
+        if let Some(h) = &host {
+            use std::os::unix::process::ExitStatusExt;
+            let reports: Vec<&WorkerReport> = processes
+                .iter()
+                .filter_map(|p| p.report.as_ref().ok())
+                .collect();
+            let (host_wait, synthesis) = gpud_bench::farm::analysis::host_dists(&reports);
+            let (peak_rss_bytes, rss_samples) = rss.unwrap_or((0, 0));
+            metrics.host = Some(gpud_bench::farm::analysis::HostMetrics {
+                limit_bytes: h.limit,
+                host_leases: h.leases,
+                lanes: h.lanes,
+                partition_bytes: reports
+                    .iter()
+                    .flat_map(|r| &r.records)
+                    .map(|r| r.host_bytes)
+                    .max()
+                    .unwrap_or(0),
+                peak_rss_bytes,
+                rss_samples,
+                cgroup_peak_bytes: h.cgroup.as_ref().and_then(|c| c.peak()),
+                killed: statuses
+                    .iter()
+                    .filter(|s| s.and_then(|s| s.signal()) == Some(Signal::SIGKILL as i32))
+                    .count(),
+                cgroup_oom_kills: h.cgroup.as_ref().and_then(|c| c.oom_kills()),
+                host_wait,
+                synthesis,
+            });
+        }
         let raw = serde_json::json!({
             "name": spec.name, "mode": spec.mode, "n": spec.n, "placement": spec.placement,
             "devices": spec.devices, "window": [window.start_unix_ns.to_string(), window.end_unix_ns.to_string()],
@@ -768,6 +936,23 @@ impl Farm {
                 1000.0 * c.wait.max
             )),
         );
+        if let Some(h) = &metrics.host {
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            println!(
+                "    host: peak RSS {:.2} GiB (sum of {} provers){}, {} killed by SIGKILL{}, host wait p50 {:.1} ms, synthesis {:.1} ms",
+                gib(h.peak_rss_bytes),
+                spec.n,
+                h.cgroup_peak_bytes.map_or(String::new(), |b| format!(
+                    ", cgroup peak {:.2} GiB",
+                    gib(b)
+                )),
+                h.killed,
+                h.cgroup_oom_kills
+                    .map_or(String::new(), |k| format!(" (cgroup oom_kill {k})")),
+                1000.0 * h.host_wait.p50,
+                1000.0 * h.synthesis.mean,
+            );
+        }
         for e in &metrics.startup_errors {
             println!("    did not run: {e}");
         }
@@ -810,6 +995,9 @@ impl Farm {
             device,
             gpud: "gpud",
             warm: false,
+            synthesize: false,
+            host_leases: false,
+            cgroup: None,
         }
     }
 
@@ -850,6 +1038,17 @@ impl Farm {
         compute_slots: u32,
         critical_slots: u32,
     ) -> Result<(Guard, gpud_client::proto::StatusReport)> {
+        self.start_gpud_with(name, compute_slots, critical_slots, "")
+    }
+
+    /// [`Farm::start_gpud`] with more of gpud's configuration (whole TOML sections).
+    fn start_gpud_with(
+        &self,
+        name: &'static str,
+        compute_slots: u32,
+        critical_slots: u32,
+        extra: &str,
+    ) -> Result<(Guard, gpud_client::proto::StatusReport)> {
         let socket = self.socket(name);
         let state = self.run_dir.join(format!("{name}-state"));
         std::fs::create_dir_all(&state)?;
@@ -859,7 +1058,7 @@ impl Farm {
             format!(
                 "# farm: NVML read often, so capacity follows the ballast and the provers quickly\n\
                  [devices]\npoll_interval = \"200ms\"\ncompute_slots = {compute_slots}\n\
-                 critical_slots = {critical_slots}\n"
+                 critical_slots = {critical_slots}\n{extra}"
             ),
         )?;
         let mut cmd = match &self.a.gpud {
@@ -1059,6 +1258,28 @@ pub fn run(a: FarmArgs) -> Result<()> {
         }
         mode_lock(m).context("--priority-modes")?;
     }
+    // The host runs' memory limit: cgroups must be writable before anything slow starts.
+    let host_limit = match (&a.host_limit, a.host_n) {
+        (Some(l), n) if n > 0 => {
+            let bytes = size(l).context("--host-limit")?;
+            if bytes == 0 {
+                bail!("--host-limit must be more than 0");
+            }
+            gpud_bench::farm::cgroup::check_root(&a.cgroup_root).context("--host-limit")?;
+            for stale in gpud_bench::farm::cgroup::remove_stale(&a.cgroup_root) {
+                println!("farm: removed the cgroup {stale} of an earlier run");
+            }
+            Some(bytes)
+        }
+        (Some(_), _) => bail!("--host-limit needs --host-n (the host runs' provers)"),
+        (None, _) => None,
+    };
+    let host_cells = if a.host_n == 0 {
+        0
+    } else {
+        2 * (usize::from(host_limit.is_none() || !a.host_limited_only)
+            + usize::from(host_limit.is_some()))
+    };
     let matrix_cells = modes.len() * a.ns.len();
     let estimate = matrix_cells as f64 * (a.duration + 3.0)
         + if a.priority_n > 0 {
@@ -1071,6 +1292,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
         } else {
             0.0
         }
+        + host_cells as f64 * (a.host_duration + 8.0)
         + a.calibrate_secs
         + 10.0;
     println!(
@@ -1181,6 +1403,22 @@ pub fn run(a: FarmArgs) -> Result<()> {
         Some(farm.start_gpud("gpudc", 1, 1)?.0)
     } else {
         None
+    };
+    // The host runs under a memory limit: a gpud whose host memory is that limit.
+    let _gpudh = match host_limit {
+        Some(limit) => Some(
+            farm.start_gpud_with(
+                "gpudh",
+                1,
+                0,
+                &format!(
+                    "[host]\nmemory = \"{limit}\"\nmemory_headroom = \"1GiB\"\npinned = \"{}\"\n",
+                    limit.saturating_sub(1 << 30)
+                ),
+            )?
+            .0,
+        ),
+        None => None,
     };
     farm.devices = status
         .devices
@@ -1339,6 +1577,9 @@ pub fn run(a: FarmArgs) -> Result<()> {
                 device: one_gpu.clone(),
                 gpud,
                 warm: false,
+                synthesize: false,
+                host_leases: false,
+                cgroup: None,
             });
             let m = farm.cell(spec, &workers, farm.a.priority_duration)?;
             results.priority.push(m);
@@ -1379,6 +1620,76 @@ pub fn run(a: FarmArgs) -> Result<()> {
         }
     }
 
+    // 6. Host admission.
+    if farm.a.host_n > 0 {
+        let (n, lanes) = (farm.a.host_n, farm.a.host_lanes.max(1));
+        let mut limits = Vec::new();
+        if host_limit.is_none() || !farm.a.host_limited_only {
+            limits.push(None);
+        }
+        if let Some(l) = host_limit {
+            limits.push(Some(l));
+        }
+        println!(
+            "host admission: {n} provers × {lanes} lanes, every partition synthesized anew; per-process bounds against gpud host leases{}",
+            host_limit.map_or(String::new(), |l| format!(
+                ", then inside a {:.1} GiB cgroup memory limit",
+                l as f64 / (1u64 << 30) as f64
+            ))
+        );
+        for limit in limits {
+            for mode in ["host-bounds", "host-gpud"] {
+                let name = match limit {
+                    None => format!("{mode}-n{n}"),
+                    Some(_) => format!("{mode}-limit-n{n}"),
+                };
+                let cgroup = match limit {
+                    Some(l) => Some(
+                        gpud_bench::farm::cgroup::Cgroup::create(
+                            &farm.a.cgroup_root,
+                            &format!(
+                                "{}{}-{name}",
+                                gpud_bench::farm::cgroup::PREFIX,
+                                std::process::id()
+                            ),
+                            l,
+                        )
+                        .context("the host cell's cgroup")?,
+                    ),
+                    None => None,
+                };
+                let workers: Vec<WorkerSpec> = (0..n)
+                    .map(|i| {
+                        let mut w = farm.normal(format!("p{i}"), "gpud", lanes, i, one_gpu.clone());
+                        // VRAM is not the question here: phases lease their formula alone.
+                        w.phase_vram = None;
+                        w.synthesize = true;
+                        w.host_leases = mode == "host-gpud";
+                        w.gpud = if limit.is_some() { "gpudh" } else { "gpud" };
+                        w.cgroup = cgroup.as_ref().map(|c| c.dir().to_path_buf());
+                        w
+                    })
+                    .collect();
+                let spec = CellSpec {
+                    name,
+                    mode: mode.into(),
+                    n,
+                    placement: "one".into(),
+                    devices: vec![dev0.clone()],
+                };
+                let host = HostCell {
+                    cgroup,
+                    limit,
+                    leases: mode == "host-gpud",
+                    lanes,
+                };
+                let m = farm.cell_with(spec, &workers, farm.a.host_duration, Some(host))?;
+                results.host_cells.push(m);
+                save_partial(&results, &farm.out);
+            }
+        }
+    }
+
     results.evaluate_targets();
     results.wall_secs = started.elapsed().as_secs_f64();
     let json_path = farm.out.join("farm.json");
@@ -1410,6 +1721,9 @@ pub fn run(a: FarmArgs) -> Result<()> {
         plotted,
         results.commit
     );
+    for line in results.host_lines() {
+        println!("{line}");
+    }
     println!("\n## gpud farm, {}\n\n{md}", results.date);
     Ok(())
 }

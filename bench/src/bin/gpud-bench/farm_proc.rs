@@ -21,7 +21,7 @@ use gpud_bench::farm::{FarmError, LockKind};
 use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_prover::engine::SimulatedResident;
 use gpud_prover::engine::{CudaEngine, CudaOptions, Engine, process_device};
-use gpud_prover::lease::{GpudLeaser, LeaseRequest, Leaser, LocalLeaser};
+use gpud_prover::lease::{GpudLeaser, HostNeeds, LeaseRequest, Leaser, LocalLeaser};
 use gpud_prover::paramgen::{self, G1Backend, Toxic};
 use gpud_prover::warm::WarmOptions;
 use gpud_prover::{CircuitSpec, CpuEngine};
@@ -120,6 +120,16 @@ pub struct WorkerArgs {
     /// resident bases].
     #[arg(long, requires = "warm")]
     warm_vram: Option<String>,
+    /// Synthesize each attempt's witness anew from the circuit (the bundle witness's seed, so
+    /// its G2 sum still fits): real synthesis time and host memory, held until the attempt's
+    /// proof is made (the host modes).
+    #[arg(long)]
+    synthesize: bool,
+    /// With --synthesize and --lock gpud: lease the host work from gpud (docs/HOST.md): each
+    /// attempt's memory from its synthesis to its tail's end, a CPU for the synthesis and one
+    /// for the tail (the lane's thread pinned there), and the process's resident footprint.
+    #[arg(long, requires = "synthesize")]
+    host_leases: bool,
     /// Engine of the GPU phase.
     #[arg(long, value_enum, default_value = "auto")]
     engine: EngineArg,
@@ -234,6 +244,39 @@ where
         ),
         (true, _) => bail!("--warm needs --lock gpud (warm state is an evictable gpud lease)"),
     };
+    // Host leases: the process's resident footprint first, for its life (what it holds now,
+    // at least the key, and the staging buffers its phases will page-lock).
+    let _resident_host = match (a.host_leases, a.lock) {
+        (false, _) => None,
+        (true, LockArg::Gpud) => {
+            let key = &work.key;
+            let estimate = gpud_prover::host::estimate(
+                &key.shape(),
+                key.vk().ic.len(),
+                work.log_domain(),
+                false,
+            );
+            let pinned = engine.host_pinned(key);
+            let now = gpud_prover::host::process_rss()
+                .unwrap_or(0)
+                .max(estimate.key);
+            let needs = HostNeeds {
+                mem_bytes: now.saturating_add(pinned.staging),
+                pinned_bytes: pinned.total(),
+                cpus: 0,
+            };
+            Some(
+                leaser
+                    .acquire(&LeaseRequest::host_only(
+                        needs,
+                        &a.class,
+                        format!("{label} resident host memory"),
+                    ))
+                    .context("leasing the resident host memory")?,
+            )
+        }
+        (true, _) => bail!("--host-leases needs --lock gpud"),
+    };
     let setup_secs = started.elapsed().as_secs_f64();
     let window = if a.sync {
         println!("{}", ready_line(setup_secs, context_lease_bytes));
@@ -254,6 +297,8 @@ where
         seed: a.seed.wrapping_mul(1_000_003).wrapping_add(a.index as u64),
         first_witness: a.index,
         label,
+        synthesize: a.synthesize,
+        host_leases: a.host_leases,
     };
     let engine_name = engine.name().to_owned();
     let (circuit, log_size) = (work.spec.kind().name().to_owned(), work.log_domain());
@@ -352,6 +397,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
                 class: a.class.clone(),
                 label: format!("farm[{}] CUDA context", std::process::id()),
                 evictable: false,
+                host: HostNeeds::default(),
             };
             context_leases.push(g.acquire(&request)?);
         }
@@ -366,10 +412,15 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         None if cuda => PhaseMemory::Cuda,
         None => PhaseMemory::Plain,
     };
-    let work = Arc::new(
-        Workload::load(&a.bundle, &spec, a.witnesses)
-            .with_context(|| format!("loading the bundle in {}", a.bundle.display()))?,
-    );
+    let mut work = Workload::load(&a.bundle, &spec, a.witnesses)
+        .with_context(|| format!("loading the bundle in {}", a.bundle.display()))?;
+    if a.synthesize {
+        // Every attempt synthesizes its own: the bundle's witnesses give seeds and G2 sums.
+        for w in &mut work.witnesses {
+            w.keep_seed_only();
+        }
+    }
+    let work = Arc::new(work);
     let mut report = if cuda {
         let engine = CudaEngine::new(CudaOptions {
             resident_bases: a.warm,

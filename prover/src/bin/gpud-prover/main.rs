@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use gpud_prover::engine::SimulatedResident;
 use gpud_prover::engine::{CudaEngine, CudaOptions};
 use gpud_prover::lease::{GpudLeaser, LocalLeaser};
-use gpud_prover::pipeline::{self, PipelineConfig, PipelineReport};
+use gpud_prover::pipeline::{self, HostLeasing, PipelineConfig, PipelineReport};
 use gpud_prover::warm::WarmOptions;
 use gpud_prover::{CircuitSpec, CpuEngine, ParamsCache, ProverError};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -120,9 +120,21 @@ struct ProveArgs {
     /// Run without gpud: leases come from an in-process lock (one process per device!).
     #[arg(long)]
     no_daemon: bool,
-    /// Concurrent synthesis workers.
+    /// Partitions this process may synthesize at once: a cap. With host leases gpud admits
+    /// each one (its host memory and a CPU), so it decides how many of all processes' run.
     #[arg(long, default_value_t = 1)]
     synthesis_workers: usize,
+    /// Host leases (docs/HOST.md): each partition leases its host memory (from synthesis to
+    /// the end of its tail) and a CPU for its synthesis, which runs pinned there; each CPU
+    /// tail leases its CPUs; the process leases its resident footprint. auto: on when gpud
+    /// books host resources (its welcome lists the feature "host"), off without a daemon or
+    /// with an older one. off: per-process bounds only, as before.
+    #[arg(long, value_enum, default_value = "auto")]
+    host_leases: HostLeasesArg,
+    /// With host leases: CPUs each CPU tail leases [default: 1 when the G2 MSM runs in the
+    /// GPU phase, else every CPU the process may run on].
+    #[arg(long)]
+    tail_cpus: Option<u32>,
     /// Witness seed (partition j uses seed + j).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -147,6 +159,17 @@ struct ProveArgs {
     /// with its own upload (e.g. 500ms, 2s).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     rewarm_wait: std::time::Duration,
+}
+
+/// `--host-leases`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum HostLeasesArg {
+    /// On when the daemon books host resources.
+    Auto,
+    /// Always (a daemon without host resources refuses the leases).
+    On,
+    /// Never: per-process bounds only.
+    Off,
 }
 
 fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
@@ -275,6 +298,14 @@ fn prove(a: ProveArgs) -> Result<()> {
             evictable: a.evictable_bases,
             rewarm_wait: a.rewarm_wait,
         },
+        host: HostLeasing {
+            enabled: match (a.host_leases, &leaser) {
+                (HostLeasesArg::On, _) => true,
+                (HostLeasesArg::Off, _) | (HostLeasesArg::Auto, None) => false,
+                (HostLeasesArg::Auto, Some(l)) => l.offers_host(),
+            },
+            tail_cpus: a.tail_cpus.unwrap_or(0),
+        },
     };
     let jobs = (a.partitions * a.proofs) as u64;
     let pb = if json {
@@ -335,6 +366,7 @@ fn print_report(r: &PipelineReport, json: bool) -> Result<()> {
     println!("  stage        mean s    max s   total s");
     for (name, s) in [
         ("synthesis", r.synthesis),
+        ("host wait", r.host_wait),
         ("lease wait", r.lease_wait),
         ("GPU phase", r.gpu_phase),
         ("CPU tail", r.cpu_tail),
@@ -345,6 +377,17 @@ fn print_report(r: &PipelineReport, json: bool) -> Result<()> {
         );
     }
     println!("  GPU-phase occupancy {:.0} %", 100.0 * r.gpu_occupancy);
+    if let Some(h) = &r.host {
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        println!(
+            "  host leases: {:.1} MiB per partition, resident {:.1} MiB ({:.1} MiB page-locked), host wait mean {:.3} s max {:.3} s",
+            mib(h.partition()),
+            mib(r.host_resident.0),
+            mib(r.host_resident.1),
+            r.host_wait.mean,
+            r.host_wait.max
+        );
+    }
     if let Some(w) = &r.resident {
         println!(
             "  resident bases {:.1} MiB ({}): {} upload(s) in {:.3} s, {} eviction(s), {} cold phase(s)",
