@@ -275,7 +275,7 @@ impl Core {
                 token,
                 within,
                 parts: Vec::new(),
-                host: host.map(Box::new),
+                host,
             });
         };
         let uuids: Vec<&str> = gpu_parts.iter().map(|p| p.device_uuid.as_str()).collect();
@@ -301,7 +301,7 @@ impl Core {
             token,
             within,
             parts,
-            host: host.map(Box::new),
+            host,
         })
     }
 }
