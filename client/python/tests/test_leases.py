@@ -108,14 +108,22 @@ def test_a_waiting_acquire_interrupted_is_withdrawn(daemon: Daemon) -> None:
     import signal
     import threading
 
-    with daemon.client() as holder, daemon.client() as waiter:
-        holder.acquire(vram="16GiB")
-        timer = threading.Timer(
-            0.3, lambda: signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-        )
-        timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            waiter.acquire(vram="1GiB")
-        timer.join()
-        assert wait_until(lambda: holder.status().waiters == [])
-        waiter.ping()  # the session is still usable
+    # Python raises KeyboardInterrupt only where SIGINT has its handler: a run started in the
+    # background by a shell without job control (nohup, `cmd &` in a script) inherits SIGINT
+    # ignored, and the waiter would wait for ever.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with daemon.client() as holder, daemon.client() as waiter:
+            holder.acquire(vram="16GiB")
+            timer = threading.Timer(
+                0.3,
+                lambda: signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT),
+            )
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                waiter.acquire(vram="1GiB")
+            timer.join()
+            assert wait_until(lambda: holder.status().waiters == [])
+            waiter.ping()  # the session is still usable
+    finally:
+        signal.signal(signal.SIGINT, previous)
