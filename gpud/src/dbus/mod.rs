@@ -174,6 +174,8 @@ async fn relay_notices(
                 let r = emitter.lease_released(lease, device, reason.as_str()).await;
                 r.and(manager.leases_invalidate(&emitter).await)
             }
+            // A host part is no device's lease: the lease set changed, no device signal.
+            Notice::HostPartChanged { .. } => manager.leases_invalidate(&emitter).await,
             Notice::DeviceChanged { device } => {
                 let r = emitter.device_changed(device).await;
                 r.and(manager.devices_invalidate(&emitter).await)

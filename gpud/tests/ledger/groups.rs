@@ -11,7 +11,7 @@ use gpud::ledger::{
 };
 use proptest::prelude::*;
 
-use crate::{GIB, sim_devices};
+use crate::{GIB, churn, sim_devices};
 
 /// Four 16 GiB devices with one compute slot each: devices 0 and 1 are one NVLink island,
 /// 2 and 3 another.
@@ -572,32 +572,13 @@ proptest! {
                         Err(_) => {}
                     }
                 }
-                Step::Release { pick } => {
-                    let held: Vec<(LeaseId, SessionId)> = l.leases().map(|x| (x.id, x.session)).collect();
-                    if !held.is_empty() {
-                        let (id, session) = held[pick % held.len()];
-                        l.release(now, session, id).unwrap();
-                    }
-                }
-                Step::Revoke { pick } => {
-                    let held: Vec<LeaseId> = l.leases().map(|x| x.id).collect();
-                    if !held.is_empty() {
-                        l.revoke(now, held[pick % held.len()]).unwrap();
-                    }
-                }
+                Step::Release { pick } => churn::release_one(&mut l, now, pick),
+                Step::Revoke { pick } => churn::revoke_one(&mut l, now, pick),
                 Step::Cancel { pick } => {
-                    let waiting: Vec<Ticket> = books.waiting.iter().copied().collect();
-                    if !waiting.is_empty() {
-                        let t = waiting[pick % waiting.len()];
-                        l.cancel(now, t).unwrap();
-                        books.waiting.remove(&t);
-                        books.asked.remove(&t);
-                    }
+                    churn::cancel_one(&mut l, now, pick, &mut books.waiting, &mut books.asked)
                 }
                 Step::Disconnect { session } => {
-                    l.disconnect(now, session);
-                    books.waiting.retain(|t| t.session != session);
-                    books.asked.retain(|t, _| t.session != session);
+                    churn::disconnect(&mut l, now, session, &mut books.waiting, &mut books.asked)
                 }
             }
             for d in decisions(&mut l) {

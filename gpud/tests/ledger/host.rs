@@ -14,7 +14,7 @@ use gpud::ledger::{
 };
 use proptest::prelude::*;
 
-use crate::{GIB, sim_devices};
+use crate::{GIB, churn, sim_devices};
 
 /// Ledger indices of the pools of [`ledger`].
 const MEMORY: DeviceIdx = 2;
@@ -659,32 +659,13 @@ proptest! {
                         let _ = l.resize(now, t, id, gib * GIB, timeout);
                     }
                 }
-                Step::Release { pick } => {
-                    let held: Vec<(LeaseId, SessionId)> = l.leases().map(|x| (x.id, x.session)).collect();
-                    if !held.is_empty() {
-                        let (id, session) = held[pick % held.len()];
-                        l.release(now, session, id).unwrap();
-                    }
-                }
-                Step::Revoke { pick } => {
-                    let held: Vec<LeaseId> = l.leases().map(|x| x.id).collect();
-                    if !held.is_empty() {
-                        l.revoke(now, held[pick % held.len()]).unwrap();
-                    }
-                }
+                Step::Release { pick } => churn::release_one(&mut l, now, *pick),
+                Step::Revoke { pick } => churn::revoke_one(&mut l, now, *pick),
                 Step::Cancel { pick } => {
-                    let waiting: Vec<Ticket> = books.waiting.iter().copied().collect();
-                    if !waiting.is_empty() {
-                        let t = waiting[pick % waiting.len()];
-                        l.cancel(now, t).unwrap();
-                        books.waiting.remove(&t);
-                        books.asked.remove(&t);
-                    }
+                    churn::cancel_one(&mut l, now, *pick, &mut books.waiting, &mut books.asked)
                 }
                 Step::Disconnect { session } => {
-                    l.disconnect(now, *session);
-                    books.waiting.retain(|t| t.session != *session);
-                    books.asked.retain(|t, _| t.session != *session);
+                    churn::disconnect(&mut l, now, *session, &mut books.waiting, &mut books.asked)
                 }
             }
             l.handle_timeout(now);

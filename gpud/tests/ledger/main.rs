@@ -7,6 +7,7 @@
 //! - regressions: the shrunk cases of bugs the random runs found, replayed by name.
 
 mod budgets;
+mod churn;
 mod evictable;
 mod groups;
 mod harness;

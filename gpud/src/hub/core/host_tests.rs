@@ -7,7 +7,7 @@ use gpud_proto::{
 };
 
 use super::bench::{Bench, GIB, outcome, peer, sent_to};
-use super::{Action, JournalEntry, Restorable};
+use super::{Action, JournalEntry, Notice, Restorable};
 use crate::config::Config;
 use crate::host::{HostLayout, NodeCpus};
 use crate::ledger::SessionId;
@@ -299,4 +299,58 @@ fn every_host_part_counts_against_the_session_s_lease_limit() {
     let (code, m) = refused(ask(&mut b, 1, 3, four));
     assert_eq!(code, ErrorCode::LimitExceeded);
     assert!(m.contains("max_leases_per_session"), "{m}");
+}
+
+/// The watchers' notices among `actions`: (devices of `LeaseGranted`, devices of
+/// `LeaseEnded`, host part changes).
+fn notices(actions: &[Action]) -> (Vec<u32>, Vec<u32>, usize) {
+    let mut seen = (Vec::new(), Vec::new(), 0);
+    for action in actions {
+        match action {
+            Action::Notify(Notice::LeaseGranted { device, .. }) => seen.0.push(*device),
+            Action::Notify(Notice::LeaseEnded { device, .. }) => seen.1.push(*device),
+            Action::Notify(Notice::HostPartChanged { .. }) => seen.2 += 1,
+            _ => {}
+        }
+    }
+    seen
+}
+
+/// `op` from `session`: its answer, and the watchers' notices it caused.
+fn seen(
+    b: &mut Bench,
+    session: SessionId,
+    id: u64,
+    op: Op,
+) -> (Option<Outcome>, (Vec<u32>, Vec<u32>, usize)) {
+    b.request(session, id, op);
+    let actions = b.actions();
+    (outcome(&sent_to(&actions, session), id).cloned(), notices(&actions))
+}
+
+#[test]
+fn watchers_hear_of_a_device_part_as_a_device_lease_and_of_host_parts_only_as_changes() {
+    let mut b = bench();
+    b.actions();
+    let args = AcquireArgs {
+        vram_bytes: GIB,
+        ..host(GIB, 1, NumaPlacement::Any)
+    };
+    let (answer, (granted_on, ended_on, host_parts)) = seen(&mut b, 1, 1, Op::Acquire(args));
+    let lease = granted(answer);
+    // The bench has two devices; a host pool's ledger index (2 and up) is no device to name.
+    assert_eq!(granted_on, vec![lease.device_index]);
+    assert!(ended_on.is_empty());
+    assert_eq!(host_parts, 2, "host memory and the CPU part");
+    let release = Op::Release { lease: lease.lease };
+    let (_, (granted_on, ended_on, host_parts)) = seen(&mut b, 1, 2, release);
+    assert!(granted_on.is_empty());
+    assert_eq!(ended_on, vec![lease.device_index]);
+    assert_eq!(host_parts, 2);
+    // A lease of the host alone names no device at all.
+    let only = Op::Acquire(host(GIB, 0, NumaPlacement::Any));
+    let (answer, (granted_on, ended_on, host_parts)) = seen(&mut b, 2, 1, only);
+    assert!(granted(answer).host.is_some());
+    assert!(granted_on.is_empty() && ended_on.is_empty());
+    assert_eq!(host_parts, 1);
 }

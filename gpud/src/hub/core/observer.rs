@@ -46,6 +46,13 @@ pub enum Notice {
         /// Why.
         reason: EndReason,
     },
+    /// A host part of a lease (host memory, page-locked memory, CPUs: docs/HOST.md) was
+    /// granted or ended. It has no device, so watchers of devices' leases hear only that the
+    /// set of leases changed.
+    HostPartChanged {
+        /// The part's lease id.
+        lease: LeaseId,
+    },
     /// A device's reservations, capacity, drain state or compute holders changed.
     DeviceChanged {
         /// The device's index.
@@ -83,6 +90,8 @@ struct Booked {
     compute: bool,
     device: DeviceIdx,
     granted_at: Instant,
+    /// A host part (its `device` is a host pool's ledger index, no device's).
+    host: bool,
 }
 
 /// What a device looked like after the last step.
@@ -280,13 +289,17 @@ impl Observer {
                 compute: lease.compute,
                 device: lease.device,
                 granted_at: lease.granted_at,
+                host: ledger.device(lease.device).is_none(),
             },
         );
-        let uuid = ledger
-            .device(lease.device)
-            .map(|d| d.spec().uuid.clone())
-            .unwrap_or_default();
-        self.notify(granted_notice(lease, uuid));
+        // `device` shows GPUs only: a host part's pool is no device to name.
+        match ledger.device(lease.device) {
+            Some(d) => {
+                let uuid = d.spec().uuid.clone();
+                self.notify(granted_notice(lease, uuid));
+            }
+            None => self.notify(Notice::HostPartChanged { lease: id }),
+        }
     }
 
     fn ended(&mut self, now: Instant, lease: LeaseId, reason: EndReason) {
@@ -301,11 +314,15 @@ impl Observer {
                 self.metrics.released(b.class, reason.as_str(), held)
             }
         }
-        self.notify(Notice::LeaseEnded {
-            lease,
-            session: b.session,
-            device: b.device as u32,
-            reason,
+        self.notify(if b.host {
+            Notice::HostPartChanged { lease }
+        } else {
+            Notice::LeaseEnded {
+                lease,
+                session: b.session,
+                device: b.device as u32,
+                reason,
+            }
         });
     }
 
