@@ -325,7 +325,10 @@ fn seen(
 ) -> (Option<Outcome>, (Vec<u32>, Vec<u32>, usize)) {
     b.request(session, id, op);
     let actions = b.actions();
-    (outcome(&sent_to(&actions, session), id).cloned(), notices(&actions))
+    (
+        outcome(&sent_to(&actions, session), id).cloned(),
+        notices(&actions),
+    )
 }
 
 #[test]
