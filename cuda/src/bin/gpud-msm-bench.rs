@@ -1053,7 +1053,7 @@ fn run_g2(args: &Args, info: &driver::DeviceInfo) -> Res<()> {
             // three times as much in the same memory traffic, so time every window at 2^22.
             let n = 1usize << 22;
             let s = scalars(Kind::Random, n);
-            let mut sweep = Vec::new();
+            let mut sweep: Vec<(u32, f64)> = Vec::new();
             for c in 12..=18u32 {
                 engine.set_window_bits(Some(c));
                 let t = time_runs(5, || {
@@ -1061,32 +1061,25 @@ fn run_g2(args: &Args, info: &driver::DeviceInfo) -> Res<()> {
                     Ok(())
                 })?;
                 println!("G2 window sweep at 2^22: c = {c:<2} {t:>8.2} ms");
-                sweep.push(json!({ "c": c, "ms": t }));
+                sweep.push((c, t));
             }
             engine.set_window_bits(None);
-            let best = sweep
-                .iter()
-                .min_by(|a, b| {
-                    a["ms"]
-                        .as_f64()
-                        .partial_cmp(&b["ms"].as_f64())
-                        .unwrap_or(std::cmp::Ordering::Equal)
-                })
-                .cloned();
-            if let Some(best) = &best {
+            let best = sweep.iter().copied().min_by(|a, b| a.1.total_cmp(&b.1));
+            if let Some((c, t)) = best {
                 println!(
-                    "G2 window sweep at 2^22: best c = {} ({:.2} ms; the model's c = {})",
-                    best["c"],
-                    best["ms"].as_f64().unwrap_or(0.0),
+                    "G2 window sweep at 2^22: best c = {c} ({t:.2} ms; the model's c = {})",
                     engine.plan(n)?.window_bits
                 );
             }
-            report["g2_window_sweep"] = json!({ "log": 22, "rows": sweep, "best": best });
+            let json_row = |(c, ms): (u32, f64)| json!({ "c": c, "ms": ms });
+            report["g2_window_sweep"] = json!({ "log": 22,
+                "rows": sweep.iter().copied().map(json_row).collect::<Vec<_>>(),
+                "best": best.map(json_row) });
 
             // Our G1 MSM at 2^22 (random scalars, host scalars in), for the ratio.
             let g1_bases = G1Bases::upload(&dev, &random_bases(1 << 22))?;
             let g1 = MsmEngine::new(&dev)?;
-            let s = scalars(Kind::Random, 1 << 22);
+            // The same random scalars as the sweep's.
             let g1_ms = time_runs(5, || {
                 g1.msm(&g1_bases, &s)?;
                 Ok(())
