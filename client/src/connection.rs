@@ -837,4 +837,91 @@ mod tests {
         assert_eq!(error.code(), Some(ErrorCode::BadFrame), "{error}");
         assert_eq!(connections.load(Ordering::SeqCst), 1, "no reconnect");
     }
+
+    /// A daemon that grants the first acquire a lease of the host alone with three host parts
+    /// (10, 11, 12), then revokes part 12: an event that names a part, not the lease.
+    async fn revoking_a_host_part(listener: UnixListener) {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        let (read, write) = stream.into_split();
+        let mut reader = FramedRead::new(read, codec(MAX_REQUEST_FRAME));
+        let mut writer = FramedWrite::new(write, codec(MAX_SERVER_FRAME));
+        let _hello = reader.next().await;
+        let welcome = ServerFrame::Welcome {
+            version: PROTOCOL_VERSION,
+            session: 1,
+            daemon: "test".into(),
+            features: vec![gpud_proto::FEATURE_HOST.into()],
+        };
+        let _ = writer.send(to_payload(&welcome)).await;
+        while let Some(Ok(bytes)) = reader.next().await {
+            let Ok(ClientFrame::Request {
+                id,
+                op: Op::Acquire(_),
+            }) = serde_json::from_slice::<ClientFrame>(&bytes)
+            else {
+                continue;
+            };
+            let info = LeaseInfo {
+                lease: 10,
+                device_uuid: String::new(),
+                device_index: 0,
+                device_name: String::new(),
+                vram_bytes: 0,
+                compute: false,
+                class: gpud_proto::Class::Normal,
+                cuda_visible_devices: String::new(),
+                token: "t".into(),
+                within: None,
+                parts: Vec::new(),
+                host: Some(Box::new(gpud_proto::HostGrant {
+                    mem_bytes: 1 << 30,
+                    pinned_bytes: 1 << 29,
+                    cpus: vec![0],
+                    numa_node: Some(0),
+                    parts: vec![10, 11, 12],
+                })),
+            };
+            let granted = ServerFrame::Reply {
+                id,
+                outcome: Outcome::Ok(Reply::Granted(info)),
+            };
+            let _ = writer.send(to_payload(&granted)).await;
+            let revoked = ServerFrame::Event {
+                event: gpud_proto::Event::Revoked {
+                    lease: 12,
+                    reason: gpud_proto::RevokeReason::Admin,
+                },
+            };
+            let _ = writer.send(to_payload(&revoked)).await;
+            // Keep the connection open: only the event may make the lease lost.
+            let _ = reader.next().await;
+        }
+    }
+
+    /// An event about a host part reaches the lease the part belongs to.
+    #[tokio::test]
+    async fn an_event_naming_a_host_part_reaches_its_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpud.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        tokio::spawn(revoking_a_host_part(listener));
+        let client = Client::connect(&path).await.unwrap();
+        let lease = client
+            .acquire(&crate::LeaseRequest::new().host_memory(1 << 30).cpus(1))
+            .await
+            .unwrap();
+        assert_eq!(
+            lease.host().map(|h| h.parts.clone()),
+            Some(vec![10, 11, 12])
+        );
+        let lost = tokio::time::timeout(Duration::from_secs(5), async {
+            while !lease.is_lost() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(lost.is_ok(), "the revoke of part 12 did not reach lease 10");
+    }
 }
