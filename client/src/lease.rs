@@ -19,6 +19,14 @@ pub(crate) struct LeaseCore {
     pub released: bool,
 }
 
+/// The size a resize's answer gives (its `vram_bytes`, whichever pool was resized).
+fn resized_to(answer: Result<Answer>) -> Result<u64> {
+    match answer? {
+        Answer::Reply(Reply::Resized { vram_bytes, .. }) => Ok(vram_bytes),
+        _ => Err(ClientError::Protocol("unexpected answer to resize".into())),
+    }
+}
+
 impl LeaseCore {
     pub fn new(info: LeaseInfo, handle: Handle, channel: LeaseChannel) -> Self {
         Self {
@@ -31,49 +39,45 @@ impl LeaseCore {
     }
 
     pub fn resize_op(&self, vram_bytes: u64, timeout: Option<Duration>) -> Op {
+        self.resize_with(vram_bytes, None, timeout)
+    }
+
+    pub fn resize_host_op(&self, bytes: u64, timeout: Option<Duration>) -> Op {
+        self.resize_with(0, Some(bytes), timeout)
+    }
+
+    fn resize_with(
+        &self,
+        vram_bytes: u64,
+        host_mem_bytes: Option<u64>,
+        timeout: Option<Duration>,
+    ) -> Op {
         Op::Resize {
             lease: self.info.lease,
             vram_bytes,
             timeout_ms: timeout.map(|t| t.as_millis().min(u128::from(u64::MAX)) as u64),
-            host_mem_bytes: None,
-        }
-    }
-
-    pub fn resize_host_op(&self, bytes: u64, timeout: Option<Duration>) -> Op {
-        Op::Resize {
-            lease: self.info.lease,
-            vram_bytes: 0,
-            timeout_ms: timeout.map(|t| t.as_millis().min(u128::from(u64::MAX)) as u64),
-            host_mem_bytes: Some(bytes),
+            host_mem_bytes,
         }
     }
 
     /// Applies the answer to a resize of host memory.
     pub fn host_resized(&mut self, answer: Result<Answer>) -> Result<u64> {
-        match answer? {
-            Answer::Reply(Reply::Resized { vram_bytes, .. }) => {
-                if let Some(host) = self.info.host.as_mut() {
-                    host.mem_bytes = vram_bytes;
-                }
-                Ok(vram_bytes)
-            }
-            _ => Err(ClientError::Protocol("unexpected answer to resize".into())),
+        let size = resized_to(answer)?;
+        if let Some(host) = self.info.host.as_mut() {
+            host.mem_bytes = size;
         }
+        Ok(size)
     }
 
     /// Applies a resize answer.
     pub fn resized(&mut self, answer: Result<Answer>) -> Result<u64> {
-        match answer? {
-            Answer::Reply(Reply::Resized { vram_bytes, .. }) => {
-                // A shrink answers a reclaim notice (a later notice raises the flag again).
-                if vram_bytes < self.info.vram_bytes {
-                    self.flags.reclaim_requested.store(false, Ordering::Release);
-                }
-                self.info.vram_bytes = vram_bytes;
-                Ok(vram_bytes)
-            }
-            _ => Err(ClientError::Protocol("unexpected answer to resize".into())),
+        let size = resized_to(answer)?;
+        // A shrink answers a reclaim notice (a later notice raises the flag again).
+        if size < self.info.vram_bytes {
+            self.flags.reclaim_requested.store(false, Ordering::Release);
         }
+        self.info.vram_bytes = size;
+        Ok(size)
     }
 
     pub fn yield_requested(&self) -> bool {
@@ -225,12 +229,9 @@ impl Lease {
     /// Changes the reserved VRAM. Shrinking is immediate; growing waits (up to `timeout`) and,
     /// when it times out, leaves the lease as it was and returns the daemon's `timed_out` error.
     pub async fn resize(&mut self, vram_bytes: u64, timeout: Option<Duration>) -> Result<u64> {
-        let id = self.core.handle.next_id();
-        let rx = self
-            .core
-            .handle
-            .call(id, self.core.resize_op(vram_bytes, timeout))?;
-        let answer = rx.await.map_err(|_| ClientError::Disconnected)?;
+        let answer = self
+            .call_resize(self.core.resize_op(vram_bytes, timeout))
+            .await;
         self.core.resized(answer)
     }
 
@@ -242,13 +243,17 @@ impl Lease {
         bytes: u64,
         timeout: Option<Duration>,
     ) -> Result<u64> {
-        let id = self.core.handle.next_id();
-        let rx = self
-            .core
-            .handle
-            .call(id, self.core.resize_host_op(bytes, timeout))?;
-        let answer = rx.await.map_err(|_| ClientError::Disconnected)?;
+        let answer = self
+            .call_resize(self.core.resize_host_op(bytes, timeout))
+            .await;
         self.core.host_resized(answer)
+    }
+
+    /// Sends a resize and waits for its answer.
+    async fn call_resize(&self, op: Op) -> Result<Answer> {
+        let id = self.core.handle.next_id();
+        let rx = self.core.handle.call(id, op)?;
+        rx.await.map_err(|_| ClientError::Disconnected)?
     }
 
     /// Whether the daemon records which program uses a lease (its welcome lists `attach`):

@@ -121,29 +121,27 @@ impl LeaseRequest {
     /// Reserve this many bytes of host memory with the lease (docs/HOST.md). A request with
     /// host resources and no device part is a lease of the host alone.
     pub fn host_memory(mut self, bytes: u64) -> Self {
-        self.args
-            .host
-            .get_or_insert_with(HostArgs::default)
-            .mem_bytes = bytes;
+        self.host_args().mem_bytes = bytes;
         self
     }
     /// Reserve this many bytes of page-locked host memory (counted as host memory too).
     pub fn pinned(mut self, bytes: u64) -> Self {
-        self.args
-            .host
-            .get_or_insert_with(HostArgs::default)
-            .pinned_bytes = bytes;
+        self.host_args().pinned_bytes = bytes;
         self
     }
     /// Take `n` CPUs of one NUMA node; the grant names them ([`crate::Lease::host`]).
     pub fn cpus(mut self, n: u32) -> Self {
-        self.args.host.get_or_insert_with(HostArgs::default).cpus = n;
+        self.host_args().cpus = n;
         self
     }
     /// Which NUMA node the CPUs come from (default: any; `near`: the lease's device's node).
     pub fn numa(mut self, numa: NumaPlacement) -> Self {
-        self.args.host.get_or_insert_with(HostArgs::default).numa = numa;
+        self.host_args().numa = numa;
         self
+    }
+    /// The request's host part, made (empty) by the first host setter.
+    fn host_args(&mut self) -> &mut HostArgs {
+        self.args.host.get_or_insert_with(HostArgs::default)
     }
     /// The request as built (before [`LeaseRequest::devices`] is expanded into parts).
     pub fn args(&self) -> &AcquireArgs {

@@ -113,19 +113,19 @@ fn random(socket: &str, seed: u64) -> Result<()> {
     }
 }
 
-fn hold(socket: &str, vram_mib: u64, compute: bool) -> Result<()> {
+/// A client that rides out the daemon's restarts (20 s), once it says `ready`.
+fn reconnecting(socket: &str) -> Result<Client> {
     let options = ClientOptions {
         reconnect_for: Some(Duration::from_secs(20)),
         ..ClientOptions::default()
     };
     let client = Client::connect_with(socket, options)?;
     say("ready");
-    let request = LeaseRequest::new()
-        .vram(vram_mib << 20)
-        .with_compute(compute)
-        .label("holder");
-    let lease = client.acquire(&request)?;
-    say(&format!("lease {}", lease.id()));
+    Ok(client)
+}
+
+/// Holds `lease` until it is lost, then says so and exits 3.
+fn hold_until_lost(lease: &Lease) -> ! {
     loop {
         std::thread::sleep(Duration::from_millis(5));
         if lease.is_lost() {
@@ -135,14 +135,20 @@ fn hold(socket: &str, vram_mib: u64, compute: bool) -> Result<()> {
     }
 }
 
+fn hold(socket: &str, vram_mib: u64, compute: bool) -> Result<()> {
+    let client = reconnecting(socket)?;
+    let request = LeaseRequest::new()
+        .vram(vram_mib << 20)
+        .with_compute(compute)
+        .label("holder");
+    let lease = client.acquire(&request)?;
+    say(&format!("lease {}", lease.id()));
+    hold_until_lost(&lease)
+}
+
 /// Holds a lease of host memory and CPUs across restarts, as [`hold`] does a device lease.
 fn hold_host(socket: &str, mem_mib: u64, cpus: u32) -> Result<()> {
-    let options = ClientOptions {
-        reconnect_for: Some(Duration::from_secs(20)),
-        ..ClientOptions::default()
-    };
-    let client = Client::connect_with(socket, options)?;
-    say("ready");
+    let client = reconnecting(socket)?;
     let request = LeaseRequest::new()
         .host_memory(mem_mib << 20)
         .cpus(cpus)
@@ -153,13 +159,7 @@ fn hold_host(socket: &str, mem_mib: u64, cpus: u32) -> Result<()> {
         .map(|h| h.cpus.iter().map(u32::to_string).collect())
         .unwrap_or_default();
     say(&format!("lease {} cpus {}", lease.id(), granted.join(",")));
-    loop {
-        std::thread::sleep(Duration::from_millis(5));
-        if lease.is_lost() {
-            say(&format!("lost {}", lease.id()));
-            std::process::exit(3);
-        }
-    }
+    hold_until_lost(&lease)
 }
 
 /// Attaches `pid` to a fresh lease and says what gpud answered.

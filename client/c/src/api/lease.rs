@@ -138,14 +138,30 @@ pub extern "C" fn gpud_lease_resize(
     timeout_ms: i64,
 ) -> GpudCode {
     boundary(|| {
-        let lease = ptr::handle(lease, "lease")?;
-        let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-        let mut held = lease.held();
-        let held = held.as_mut().ok_or(Error::Released(lease.id))?;
-        let size = held.resize(vram_bytes, timeout)?;
-        lease.vram_bytes.store(size, Ordering::Release);
-        Ok(())
+        resize_part(
+            lease,
+            timeout_ms,
+            |lease| &lease.vram_bytes,
+            |held, timeout| held.resize(vram_bytes, timeout),
+        )
     })
+}
+
+/// A resize of one of the lease's sizes (`size`, the copy of it the accessors read): sent with
+/// `resize`, the size the daemon answers stored. Called inside the export's `boundary`.
+fn resize_part(
+    lease: *const GpudLease,
+    timeout_ms: i64,
+    size: impl FnOnce(&GpudLease) -> &AtomicU64,
+    resize: impl FnOnce(&mut Lease, Option<Duration>) -> gpud_client::Result<u64>,
+) -> Result<()> {
+    let lease = ptr::handle(lease, "lease")?;
+    let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+    let mut held = lease.held();
+    let held = held.as_mut().ok_or(Error::Released(lease.id))?;
+    let new_size = resize(held, timeout)?;
+    size(lease).store(new_size, Ordering::Release);
+    Ok(())
 }
 
 /// Changes the lease's reserved host memory to `bytes`, as `gpud_lease_resize` does its VRAM:
@@ -160,13 +176,12 @@ pub extern "C" fn gpud_lease_resize_host_memory(
     timeout_ms: i64,
 ) -> GpudCode {
     boundary(|| {
-        let lease = ptr::handle(lease, "lease")?;
-        let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-        let mut held = lease.held();
-        let held = held.as_mut().ok_or(Error::Released(lease.id))?;
-        let size = held.resize_host_memory(bytes, timeout)?;
-        lease.host_memory.store(size, Ordering::Release);
-        Ok(())
+        resize_part(
+            lease,
+            timeout_ms,
+            |lease| &lease.host_memory,
+            |held, timeout| held.resize_host_memory(bytes, timeout),
+        )
     })
 }
 

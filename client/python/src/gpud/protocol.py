@@ -306,16 +306,12 @@ def resize_op(lease: int, vram: Size, timeout: Optional[float] = None) -> Dict[s
 def resize_host_op(
     lease: int, host_memory: Size, timeout: Optional[float] = None
 ) -> Dict[str, Any]:
-    """The ``resize`` operation of a lease's host memory."""
-    args: Dict[str, Any] = {
-        "lease": lease,
-        "vram_bytes": 0,
-        "host_mem_bytes": to_bytes(host_memory, "host_memory"),
-    }
-    ms = timeout_ms(timeout)
-    if ms is not None:
-        args["timeout_ms"] = ms
-    return {"resize": args}
+    """The ``resize`` operation of a lease's host memory (:func:`resize_op` with
+    ``host_mem_bytes``)."""
+    host_mem_bytes = to_bytes(host_memory, "host_memory")
+    op = resize_op(lease, 0, timeout)
+    op["resize"]["host_mem_bytes"] = host_mem_bytes
+    return op
 
 
 def split_reply(ok: Any) -> Tuple[str, Any]:
