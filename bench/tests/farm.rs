@@ -17,11 +17,8 @@ fn cell<'a>(cells: &'a [CellMetrics], name: &str) -> &'a CellMetrics {
 
 #[test]
 fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
-    let out = tempfile::tempdir().unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let run = run_ok(
-        Command::new(env!("CARGO_BIN_EXE_gpud-bench"))
-            .args(["farm", "--simulate", "--sim-gpus", "2"])
+    let (out, stdout, r) = farm(|cmd| {
+        cmd.args(["farm", "--simulate", "--sim-gpus", "2"])
             .args(["--log-size", "10", "--critical-log-size", "8"])
             .args(["--ns", "1,2", "--duration", "1.5", "--calibrate-secs", "1"])
             .args(["--modes", "gpud,gpud2,gpud-warm,ideal,flock,none"])
@@ -33,16 +30,7 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
             .args(["--priority-n", "2", "--priority-duration", "2.5"])
             .args(["--critical-every", "0.25"])
             .args(["--multi-gpu", "--multi-ns", "2"])
-            .arg("--out")
-            .arg(out.path())
-            .arg("--work-dir")
-            .arg(work.path()),
-    );
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    println!("{stdout}");
-
-    let text = std::fs::read_to_string(out.path().join("farm.json")).unwrap();
-    let r: FarmResults = serde_json::from_str(&text).unwrap();
+    });
     assert!(r.host.simulated);
     assert_eq!(r.host.gpus.len(), 2);
     let cal = r.calibration.as_ref().expect("calibration");
@@ -188,6 +176,27 @@ fn farm_runs_every_mode_counts_out_of_memory_and_reports() {
     assert_png(&again);
 }
 
+/// Runs `gpud-bench` with the arguments `args` gives it, writing to a fresh output directory
+/// (returned) from a fresh work directory; returns its stdout (printed) and `farm.json`.
+fn farm(
+    args: impl FnOnce(&mut Command) -> &mut Command,
+) -> (tempfile::TempDir, String, FarmResults) {
+    let out = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpud-bench"));
+    args(&mut cmd)
+        .arg("--out")
+        .arg(out.path())
+        .arg("--work-dir")
+        .arg(work.path());
+    let run = run_ok(&mut cmd);
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    println!("{stdout}");
+    let text = std::fs::read_to_string(out.path().join("farm.json")).unwrap();
+    let r = serde_json::from_str(&text).unwrap();
+    (out, stdout, r)
+}
+
 /// Runs `cmd` to its end and fails the test, with its output, unless it succeeded.
 fn run_ok(cmd: &mut Command) -> std::process::Output {
     let out = cmd.output().expect("running gpud-bench");
@@ -255,22 +264,11 @@ fn a_worker_that_cannot_pin_says_why_and_proves_on() {
 /// the tables and the HOST lines show them.
 #[test]
 fn farm_host_pair_compares_per_process_bounds_with_gpud_host_leases() {
-    let out = tempfile::tempdir().unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let run = run_ok(
-        Command::new(env!("CARGO_BIN_EXE_gpud-bench"))
-            .args(["farm", "--simulate", "--no-matrix", "--priority-n", "0"])
+    let (out, stdout, r) = farm(|cmd| {
+        cmd.args(["farm", "--simulate", "--no-matrix", "--priority-n", "0"])
             .args(["--log-size", "10", "--calibrate-secs", "1"])
             .args(["--host-n", "2", "--host-lanes", "2", "--host-duration", "2"])
-            .arg("--out")
-            .arg(out.path())
-            .arg("--work-dir")
-            .arg(work.path()),
-    );
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    println!("{stdout}");
-    let text = std::fs::read_to_string(out.path().join("farm.json")).unwrap();
-    let r: FarmResults = serde_json::from_str(&text).unwrap();
+    });
     assert!(r.cells.is_empty() && r.priority.is_empty());
     assert_eq!(r.host_cells.len(), 2);
     for (name, leases) in [("host-bounds-n2", false), ("host-gpud-n2", true)] {

@@ -23,6 +23,7 @@
 
 use serde::Serialize;
 
+use crate::lease::HostNeeds;
 use crate::vram::KeyShape;
 
 const FR: u64 = 32;
@@ -96,13 +97,29 @@ pub fn estimate(
     } else {
         0
     };
-    let key = G1_AFFINE * (shape.h + shape.l + shape.a + shape.b_g1) as u64
-        + G2_AFFINE * shape.b_g2 as u64;
     HostEstimate {
-        key,
+        key: bases_bytes(shape, true),
         synthesis,
         phase,
         tail,
+    }
+}
+
+/// Bytes of the key's bases in memory: its G1 queries, and B_G2 with `g2`.
+pub fn bases_bytes(shape: &KeyShape, g2: bool) -> u64 {
+    let g2 = if g2 { G2_AFFINE * shape.b_g2 as u64 } else { 0 };
+    G1_AFFINE * (shape.h + shape.l + shape.a + shape.b_g1) as u64 + g2
+}
+
+/// What a process's resident host lease asks for: the memory it holds now (at least the key's
+/// bases, `key_bytes`) and the staging buffers its phases will page-lock on top, with
+/// everything the engine keeps page-locked (`pinned`).
+pub fn resident_needs(key_bytes: u64, pinned: PinnedHost) -> HostNeeds {
+    let now = process_rss().unwrap_or(0).max(key_bytes);
+    HostNeeds {
+        mem_bytes: now.saturating_add(pinned.staging),
+        pinned_bytes: pinned.total(),
+        cpus: 0,
     }
 }
 

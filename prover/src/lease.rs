@@ -87,11 +87,6 @@ impl LeaseRequest {
             ..Self::new(0, false, class, label)
         }
     }
-
-    /// Whether the request asks for nothing on a device (a lease of the host alone).
-    pub fn is_host_only(&self) -> bool {
-        self.vram_bytes == 0 && !self.compute && !self.host.is_empty()
-    }
 }
 
 /// Acquires leases for GPU phases; a lease is released when dropped.

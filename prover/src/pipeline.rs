@@ -362,15 +362,9 @@ impl HostPlan {
         let log_domain = (shape.h + 1).next_power_of_two().trailing_zeros();
         let g2_in_tail = engine.g2_in_tail(key);
         let estimate = host::estimate(&shape, key.vk().ic.len(), log_domain, g2_in_tail);
-        let pinned = engine.host_pinned(key);
         // What the process holds now (the key, the engine's context, code) or at least the
         // key, and the staging buffers that phases will lock on top.
-        let now = host::process_rss().unwrap_or(0).max(estimate.key);
-        let resident = HostNeeds {
-            mem_bytes: now.saturating_add(pinned.staging),
-            pinned_bytes: pinned.total(),
-            cpus: 0,
-        };
+        let resident = host::resident_needs(estimate.key, engine.host_pinned(key));
         let tail_cpus = match cfg.host.tail_cpus {
             0 if g2_in_tail => std::thread::available_parallelism()
                 .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),

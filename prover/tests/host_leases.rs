@@ -127,18 +127,12 @@ fn gate(capacity: u64) -> HostGate {
 }
 
 fn run(host: HostLeasing, leaser: &HostGate) -> PipelineReport {
-    let (spec, key) = common::key("synthetic", 10);
+    let (_, key) = common::key("synthetic", 10);
     let cfg = PipelineConfig {
-        spec,
-        partitions: 3,
-        proofs: 2,
         synthesis_workers: 3,
-        class: "normal".into(),
         seed: 21,
-        label: "host test".into(),
-        min_phase_vram: 0,
-        warm: Default::default(),
         host,
+        ..common::config("synthetic", 10, 2, 3, "host test")
     };
     pipeline::run(&CpuEngine, leaser, &key, &cfg, &|_| {}).unwrap()
 }

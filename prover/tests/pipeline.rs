@@ -6,23 +6,9 @@ use std::sync::Mutex;
 
 use gpud_prover::CpuEngine;
 use gpud_prover::lease::LocalLeaser;
-use gpud_prover::pipeline::{self, PipelineConfig, PipelineReport};
+use gpud_prover::pipeline::{self, PipelineReport};
 
-fn config(circuit: &str, k: u32, proofs: usize, partitions: usize, label: &str) -> PipelineConfig {
-    let (spec, _) = common::key(circuit, k);
-    PipelineConfig {
-        spec,
-        partitions,
-        proofs,
-        synthesis_workers: 2,
-        class: "normal".into(),
-        seed: 11,
-        label: label.into(),
-        min_phase_vram: 0,
-        warm: Default::default(),
-        host: Default::default(),
-    }
-}
+use common::config;
 
 fn overlaps(a: (f64, f64), b: (f64, f64)) -> bool {
     a.0 < b.1 && b.0 < a.1

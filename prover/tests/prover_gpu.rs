@@ -233,17 +233,10 @@ fn the_pipeline_on_the_cuda_engine_verifies_every_partition_with_and_without_res
         let cuda = engine(resident, true);
         let (spec, key) = common::key("poseidon", 12);
         let cfg = PipelineConfig {
-            spec,
-            partitions: 3,
-            proofs: 2,
-            synthesis_workers: 2,
-            class: "normal".into(),
             seed: 5,
-            label: "gpu test".into(),
-            min_phase_vram: 0,
-            warm: Default::default(),
             // Host leases on: with the in-process leaser they are granted at once.
             host: gpud_prover::pipeline::HostLeasing::on(),
+            ..common::config("poseidon", 12, 2, 3, "gpu test")
         };
         let leaser = LocalLeaser::on_device(info.uuid.clone(), info.ordinal as u32);
         let report = pipeline::run(&cuda, &leaser, &key, &cfg, &|_| {}).unwrap();

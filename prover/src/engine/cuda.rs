@@ -467,10 +467,9 @@ impl Engine for CudaEngine {
     fn host_pinned(&self, key: &ProvingKey) -> crate::host::PinnedHost {
         let s = key.shape();
         let g2 = self.g2_on_gpu(key) && s.b_g2 > 0;
-        // Bases page-locked in place (uploads without residency): 96 bytes per G1 point, 192
-        // per G2 point, each query registered whole.
+        // Bases page-locked in place (uploads without residency), each query registered whole.
         let bases = if self.opts.pin_bases && !self.opts.resident_bases {
-            96 * (s.h + s.l + s.a + s.b_g1) as u64 + if g2 { 192 * s.b_g2 as u64 } else { 0 }
+            crate::host::bases_bytes(&s, g2)
         } else {
             0
         };

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use gpud_prover::pipeline::PipelineConfig;
 use gpud_prover::{CircuitSpec, ParamsCache, ProvingKey};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -41,4 +42,28 @@ pub fn key(circuit: &str, log_size: u32) -> (CircuitSpec, Arc<ProvingKey>) {
         })
         .clone();
     (spec, key)
+}
+
+/// A pipeline of `proofs` proofs of `partitions` partitions each of `circuit` at `2^k`: two
+/// synthesis workers, seed 11, no warm state, no host leases.
+pub fn config(
+    circuit: &str,
+    k: u32,
+    proofs: usize,
+    partitions: usize,
+    label: &str,
+) -> PipelineConfig {
+    let (spec, _) = key(circuit, k);
+    PipelineConfig {
+        spec,
+        partitions,
+        proofs,
+        synthesis_workers: 2,
+        class: "normal".into(),
+        seed: 11,
+        label: label.into(),
+        min_phase_vram: 0,
+        warm: Default::default(),
+        host: Default::default(),
+    }
 }

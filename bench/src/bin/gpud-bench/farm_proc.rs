@@ -250,21 +250,10 @@ where
         (false, _) => None,
         (true, LockArg::Gpud) => {
             let key = &work.key;
-            let estimate = gpud_prover::host::estimate(
-                &key.shape(),
-                key.vk().ic.len(),
-                work.log_domain(),
-                false,
+            let needs = gpud_prover::host::resident_needs(
+                gpud_prover::host::bases_bytes(&key.shape(), true),
+                engine.host_pinned(key),
             );
-            let pinned = engine.host_pinned(key);
-            let now = gpud_prover::host::process_rss()
-                .unwrap_or(0)
-                .max(estimate.key);
-            let needs = HostNeeds {
-                mem_bytes: now.saturating_add(pinned.staging),
-                pinned_bytes: pinned.total(),
-                cpus: 0,
-            };
             Some(
                 leaser
                     .acquire(&LeaseRequest::host_only(
