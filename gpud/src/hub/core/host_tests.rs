@@ -385,3 +385,18 @@ fn a_waiting_host_memory_grow_is_forgotten_whichever_way_it_ends() {
     );
     assert_eq!(resizes(&b), 0);
 }
+
+#[test]
+fn a_numa_placement_without_cpus_is_refused_with_or_without_other_host_resources() {
+    let mut b = bench();
+    for (id, mem_bytes) in [(1, 0), (2, GIB)] {
+        let (code, m) = refused(ask(
+            &mut b,
+            1,
+            id,
+            host(mem_bytes, 0, NumaPlacement::Node(0)),
+        ));
+        assert_eq!(code, ErrorCode::InvalidRequest);
+        assert!(m.contains("places CPUs"), "{m}");
+    }
+}
