@@ -231,15 +231,21 @@ const MAX_TREE: usize = 4096;
 /// A process and its descendants (breadth first, the process first; at most 4096). Uses the
 /// kernel's children lists, or a scan of /proc where there are none.
 pub fn with_descendants(pid: u32) -> Vec<u32> {
-    if children(pid).is_none() {
+    let Some(first) = children(pid) else {
         // Without children lists (or for a process gone already) the tree comes from a scan.
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return vec![pid];
         }
         return tree_in(&parents(), pid);
-    }
-    // A child gone since its parent listed it has no children to follow.
-    tree(pid, |at| children(at).unwrap_or_default())
+    };
+    // The root's children are read already; a child gone since its parent listed it has no
+    // children to follow.
+    let mut first = Some(first);
+    tree(pid, |at| {
+        first
+            .take()
+            .unwrap_or_else(|| children(at).unwrap_or_default())
+    })
 }
 
 /// `pid` and its descendants in a table of (process, parent) pairs.

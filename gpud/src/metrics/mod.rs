@@ -452,33 +452,28 @@ pub fn render_host(out: &mut String, host: &gpud_proto::HostStatus, over_use: Ho
             );
         }
     }
-    header(
-        out,
-        "gpud_host_cpus",
-        "gauge",
-        "CPUs of the NUMA node that gpud hands out.",
+    type NodeGauge = (
+        &'static str,
+        &'static str,
+        fn(&gpud_proto::NumaStatus) -> usize,
     );
-    for n in &host.numa {
-        let _ = writeln!(
-            out,
-            "gpud_host_cpus{{numa=\"{}\"}} {}",
-            n.node,
-            n.cpus.len()
-        );
-    }
-    header(
-        out,
-        "gpud_host_cpus_granted",
-        "gauge",
-        "CPUs of the NUMA node granted to leases.",
-    );
-    for n in &host.numa {
-        let _ = writeln!(
-            out,
-            "gpud_host_cpus_granted{{numa=\"{}\"}} {}",
-            n.node,
-            n.granted.len()
-        );
+    let node_gauges: [NodeGauge; 2] = [
+        (
+            "gpud_host_cpus",
+            "CPUs of the NUMA node that gpud hands out.",
+            |n| n.cpus.len(),
+        ),
+        (
+            "gpud_host_cpus_granted",
+            "CPUs of the NUMA node granted to leases.",
+            |n| n.granted.len(),
+        ),
+    ];
+    for (name, help, value) in node_gauges {
+        header(out, name, "gauge", help);
+        for n in &host.numa {
+            let _ = writeln!(out, "{name}{{numa=\"{}\"}} {}", n.node, value(n));
+        }
     }
     header(
         out,

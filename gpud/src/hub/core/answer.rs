@@ -35,6 +35,16 @@ impl Core {
             Decision::Revoked { lease, .. } => self.observer.memory_only(*lease),
             _ => false,
         };
+        // A waiting host-memory resize ends with whichever decision answers its ticket.
+        let resized = match &decision {
+            Decision::Grew { ticket, .. }
+            | Decision::TimedOut { ticket }
+            | Decision::GrowDeadlocked { ticket, .. }
+            | Decision::GrowAbandoned { ticket, .. } => {
+                self.host.as_mut().and_then(|b| b.resizes.remove(ticket))
+            }
+            _ => None,
+        };
         self.observer.decision(now.at, &self.ledger, &decision);
         match decision {
             Decision::Granted { ticket, lease } => {
@@ -54,11 +64,7 @@ impl Core {
                 vram_bytes,
             } => {
                 // A grow of host memory names the lease its request named.
-                let lease = self
-                    .host
-                    .as_mut()
-                    .and_then(|b| b.resizes.remove(&ticket))
-                    .unwrap_or(lease);
+                let lease = resized.unwrap_or(lease);
                 self.reply(
                     ticket.session,
                     ticket.request,
@@ -67,9 +73,6 @@ impl Core {
             }
             Decision::TimedOut { ticket } => {
                 self.budgets.pending.remove(&ticket);
-                if let Some(b) = self.host.as_mut() {
-                    b.resizes.remove(&ticket);
-                }
                 self.reply(
                     ticket.session,
                     ticket.request,
@@ -110,9 +113,6 @@ impl Core {
                 )
             }
             Decision::GrowDeadlocked { ticket, lease } => {
-                if let Some(b) = self.host.as_mut() {
-                    b.resizes.remove(&ticket);
-                }
                 self.reply(
                 ticket.session,
                 ticket.request,

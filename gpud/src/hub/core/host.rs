@@ -365,22 +365,6 @@ impl Core {
         })
     }
 
-    /// The processes holding host memory, with the bytes their leases reserve: whose resident
-    /// memory [`Core::host_usage`] takes as managed. Empty when unmanaged memory is not
-    /// measured.
-    pub fn host_memory_holders(&self) -> Vec<(u32, u64)> {
-        let Some(book) = self.host.as_ref().filter(|b| b.measure_unmanaged) else {
-            return Vec::new();
-        };
-        let mut holders: BTreeMap<u32, u64> = BTreeMap::new();
-        for l in self.ledger.leases().filter(|l| l.device == book.memory) {
-            if let Some(p) = self.sessions.get(&l.session) {
-                *holders.entry(p.pid).or_default() += l.vram_bytes;
-            }
-        }
-        holders.into_iter().collect()
-    }
-
     /// A host memory poll: `used` is `MemTotal − MemAvailable`, `resident` each holder's
     /// resident bytes (theirs and their descendants', by holder pid). What is used beyond
     /// what the holders use within their leases lowers host memory's capacity, like VRAM's
@@ -394,7 +378,9 @@ impl Core {
         else {
             return;
         };
-        let leased: BTreeMap<u32, u64> = self.host_memory_holders().into_iter().collect();
+        // The holders of host memory with what their leases reserve there (the device audit
+        // never watches a host pool, so no revoked owner joins them).
+        let leased = self.owners(memory);
         let holders: Vec<(u64, u64)> = resident
             .iter()
             .filter_map(|(pid, rss)| leased.get(pid).map(|&l| (*rss, l)))

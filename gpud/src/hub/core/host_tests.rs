@@ -357,3 +357,46 @@ fn watchers_hear_of_a_device_part_as_a_device_lease_and_of_host_parts_only_as_ch
     assert!(granted_on.is_empty() && ended_on.is_empty());
     assert_eq!(host_parts, 1);
 }
+
+#[test]
+fn a_waiting_host_memory_grow_is_forgotten_whichever_way_it_ends() {
+    let mut b = bench();
+    let a = granted(ask(&mut b, 1, 1, host(GIB, 0, NumaPlacement::Any)));
+    granted(ask(&mut b, 2, 1, host(6 * GIB, 0, NumaPlacement::Any)));
+    let resizes = |b: &Bench| b.core.host.as_ref().unwrap().resizes.len();
+    b.request(
+        1,
+        2,
+        Op::Resize {
+            lease: a.lease,
+            vram_bytes: 0,
+            timeout_ms: None,
+            host_mem_bytes: Some(4 * GIB),
+        },
+    );
+    assert!(outcome(&b.frames(1), 2).is_none(), "the grow waits");
+    assert_eq!(resizes(&b), 1);
+    // The lease ends while its grow waits: the grow is abandoned, and forgotten.
+    b.request(1, 3, Op::Release { lease: a.lease });
+    let frames = b.frames(1);
+    assert!(
+        matches!(outcome(&frames, 2), Some(Outcome::Error(e)) if e.code == ErrorCode::Cancelled),
+        "{frames:?}"
+    );
+    assert_eq!(resizes(&b), 0);
+}
+
+#[test]
+fn a_numa_placement_without_cpus_is_refused_with_or_without_other_host_resources() {
+    let mut b = bench();
+    for (id, mem_bytes) in [(1, 0), (2, GIB)] {
+        let (code, m) = refused(ask(
+            &mut b,
+            1,
+            id,
+            host(mem_bytes, 0, NumaPlacement::Node(0)),
+        ));
+        assert_eq!(code, ErrorCode::InvalidRequest);
+        assert!(m.contains("places CPUs"), "{m}");
+    }
+}

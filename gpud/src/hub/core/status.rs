@@ -8,6 +8,7 @@ use gpud_proto::{
     StatusReport, WaiterStatus,
 };
 
+use super::audit::over_use_bytes;
 use super::{Core, Now, Peer};
 use crate::ledger::SessionId;
 
@@ -241,13 +242,7 @@ impl Core {
     /// The metrics exposition (Prometheus text format).
     pub fn metrics(&self, now: Now) -> String {
         let over_use: Vec<u64> = (0..self.names.len())
-            .map(|d| {
-                self.footprints
-                    .iter()
-                    .filter(|f| f.device == d && self.auditor.is_over(f.owner, d))
-                    .map(|f| f.used_bytes.saturating_sub(f.reserved_bytes))
-                    .sum()
-            })
+            .map(|d| over_use_bytes(&self.auditor, &self.footprints, d))
             .collect();
         let mut text = self.observer.render(
             now.at,

@@ -146,7 +146,7 @@ impl Core {
         let invalid = |m: &str| Err(ErrorBody::new(ErrorCode::InvalidRequest, m.to_string()));
         if within.is_some() {
             return invalid(
-                "host resources are not taken from a budget (a budget is device memory): ask                  them in a lease of their own",
+                "host resources are not taken from a budget (a budget is device memory): ask them in a lease of their own",
             );
         }
         if args.evictable {
@@ -157,7 +157,7 @@ impl Core {
         let devices = !args.parts.is_empty() || args.vram_bytes > 0 || args.compute;
         if !devices && args.device != gpud_proto::Placement::Any {
             return invalid(
-                "the request names a device and reserves nothing there: give vram_bytes or                  compute, or leave the device out for a lease of the host alone",
+                "the request names a device and reserves nothing there: give vram_bytes or compute, or leave the device out for a lease of the host alone",
             );
         }
         super::super::host::host_parts(self.host.as_ref(), host, devices)
