@@ -16,6 +16,16 @@
 //! - **OOM**: attempts whose GPU phase ran out of device memory; **failed**: every attempt
 //!   that did not end in a verified proof (OOM, other GPU-phase errors, unverified proofs,
 //!   acquire errors), plus processes that did not start or did not report.
+//! - **partitions/min (lanes)**: `Σ_lanes 60·k_l / (c_l − s_l)` over every lane with a verified
+//!   proof, `k_l` its proofs in the window, `s_l` its first request and `c_l` its last
+//!   completion: each lane proves back to back, so this is its rate without the unfinished
+//!   partition at the window's end. It stays sound with one or two proofs per lane, where the
+//!   steady rate above is not (lanes started together finish their first long CPU tails
+//!   together, and `(k − 1) / (c_k − c_1)` over such a cluster is far too high): the G2 table
+//!   shows it for that reason.
+//! - **CPU**: the host's busy fraction over the window, all cores (`/proc/stat`, see
+//!   [`super::cpustat`]), and the prover processes' own CPU seconds over the window (each
+//!   process's `getrusage`) as cores: seconds over the window's length.
 //! - **wait**: acquire → grant of the lease or lock; waits still open at `T` count as `T −
 //!   requested` (a lower bound), so a starving waiter is not left out. Percentiles are
 //!   nearest-rank: p99 of fewer than 100 samples is their maximum.
@@ -24,6 +34,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::G2Mode;
+use super::cpustat::HostCpu;
 use super::worker::{Outcome, PhaseSecs, WorkerReport};
 
 /// One NVML reading of one device.
@@ -149,6 +161,27 @@ pub struct ClassMetrics {
     /// Medians of the parts of the phases that succeeded (where the engine reported them).
     #[serde(default)]
     pub phase_parts: Option<PhaseSecs>,
+    /// The lanes' rates summed (see the module's definitions).
+    #[serde(default)]
+    pub per_minute_lanes: f64,
+    /// CPU tails (release → tail done) of the verified proofs.
+    #[serde(default)]
+    pub tail: Dist,
+    /// The B_G2 MSMs of the verified proofs (in the phase or in the tail; none when
+    /// precomputed).
+    #[serde(default)]
+    pub g2: Dist,
+}
+
+/// What the CPUs did in a cell's window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuMetrics {
+    /// The whole host, all cores (none where `/proc/stat` could not be read).
+    pub host: Option<HostCpu>,
+    /// CPU seconds of the prover processes that reported, summed.
+    pub provers_secs: f64,
+    /// `provers_secs` over the window: the cores they kept busy on average.
+    pub provers_cores: f64,
 }
 
 /// A device's busy fractions in a cell.
@@ -205,6 +238,12 @@ pub struct CellMetrics {
     /// The host side, in the host modes (`host-bounds`, `host-gpud`).
     #[serde(default)]
     pub host: Option<HostMetrics>,
+    /// Where the provers got B_G2.
+    #[serde(default)]
+    pub g2: G2Mode,
+    /// CPU utilisation over the window.
+    #[serde(default)]
+    pub cpu: Option<CpuMetrics>,
 }
 
 /// The host side of a host-mode cell: what the provers' synthesis held and waited for, and
@@ -335,6 +374,8 @@ pub struct CellSpec {
     pub placement: String,
     /// The devices in play (UUIDs).
     pub devices: Vec<String>,
+    /// Where the provers get B_G2.
+    pub g2: G2Mode,
 }
 
 fn class_metrics(reports: &[&WorkerReport], startup_failures: usize, end: f64) -> ClassMetrics {
@@ -347,15 +388,28 @@ fn class_metrics(reports: &[&WorkerReport], startup_failures: usize, end: f64) -
     let (mut waits, mut censored, mut phases) = (Vec::new(), 0, Vec::new());
     let mut completions = Vec::new();
     let mut parts: Vec<PhaseSecs> = Vec::new();
+    let (mut tails, mut g2s) = (Vec::new(), Vec::new());
     for r in reports {
+        // Per lane: (first request, last completion, proofs).
+        let mut lanes: BTreeMap<usize, (f64, f64, usize)> = BTreeMap::new();
         for rec in &r.records {
             if rec.requested > end {
                 continue;
             }
+            let lane = lanes
+                .entry(rec.lane)
+                .or_insert((rec.requested, f64::NEG_INFINITY, 0));
+            lane.0 = lane.0.min(rec.requested);
             match rec.outcome {
                 Outcome::Ok if rec.tail_end.is_some_and(|t| t <= end) => {
                     m.proofs += 1;
                     completions.extend(rec.tail_end);
+                    if let Some(t) = rec.tail_end {
+                        lane.1 = lane.1.max(t);
+                        lane.2 += 1;
+                        tails.extend(rec.released.map(|rel| t - rel));
+                    }
+                    g2s.extend(rec.g2_secs);
                 }
                 Outcome::Ok => {}
                 Outcome::Oom => {
@@ -372,6 +426,11 @@ fn class_metrics(reports: &[&WorkerReport], startup_failures: usize, end: f64) -
             }
             parts.extend(rec.phase);
         }
+        m.per_minute_lanes += lanes
+            .values()
+            .filter(|(first, last, k)| *k > 0 && last > first)
+            .map(|(first, last, k)| *k as f64 * 60.0 / (last - first))
+            .sum::<f64>();
         for o in &r.open {
             match o.granted {
                 Some(g) if g <= end => waits.push(g - o.requested),
@@ -401,6 +460,8 @@ fn class_metrics(reports: &[&WorkerReport], startup_failures: usize, end: f64) -
     };
     m.wait = Dist::of(waits, censored);
     m.phase = Dist::of(phases, 0);
+    m.tail = Dist::of(tails, 0);
+    m.g2 = Dist::of(g2s, 0);
     m.phase_parts = median_parts(&parts);
     m
 }
@@ -418,6 +479,7 @@ fn median_parts(parts: &[PhaseSecs]) -> Option<PhaseSecs> {
         pad: median(|p| p.pad),
         h: median(|p| p.h),
         msms: median(|p| p.msms),
+        msm_b_g2: median(|p| p.msm_b_g2),
         bases_upload: median(|p| p.bases_upload),
         finish: median(|p| p.finish),
         engine: median(|p| p.engine),
@@ -515,6 +577,10 @@ pub fn cell_metrics(
         .filter_map(|p| p.report.as_ref().err().cloned())
         .collect();
     let warm = warm_metrics(&ok(false), end);
+    let provers_secs: f64 = processes
+        .iter()
+        .filter_map(|p| p.report.as_ref().ok()?.cpu_secs)
+        .sum();
     CellMetrics {
         name: spec.name.clone(),
         mode: spec.mode.clone(),
@@ -530,6 +596,12 @@ pub fn cell_metrics(
         startup_errors,
         warm,
         host: None,
+        g2: spec.g2,
+        cpu: Some(CpuMetrics {
+            host: None,
+            provers_secs,
+            provers_cores: if end > 0.0 { provers_secs / end } else { 0.0 },
+        }),
     }
 }
 
@@ -604,6 +676,9 @@ pub struct RunConfig {
     pub context_lease_bytes: u64,
     /// The critical prover's interval, seconds.
     pub critical_every: f64,
+    /// Where the provers of every stage but the G2 one got B_G2.
+    #[serde(default)]
+    pub g2: G2Mode,
 }
 
 /// Everything a run produced (`farm.json`).
@@ -631,6 +706,10 @@ pub struct FarmResults {
     /// limit.
     #[serde(default)]
     pub host_cells: Vec<CellMetrics>,
+    /// B_G2 placement: gpud provers with G2 on the GPU against G2 on the CPU (and any other
+    /// [`G2Mode`] asked for), at each N.
+    #[serde(default)]
+    pub g2_cells: Vec<CellMetrics>,
     /// The benchmark's targets.
     pub targets: Vec<Target>,
     /// Seconds the whole run took.
@@ -725,6 +804,7 @@ impl FarmResults {
             .iter()
             .chain(&self.priority)
             .chain(&self.multi_gpu)
+            .chain(&self.g2_cells)
             .filter(|c| c.mode.starts_with("gpud"))
             .collect();
         if !gpud_cells.is_empty() {
@@ -1031,12 +1111,16 @@ impl FarmResults {
             }
             s += "\n";
         }
+        if !self.g2_cells.is_empty() {
+            s += &self.g2_markdown();
+        }
         let errors: Vec<String> = self
             .cells
             .iter()
             .chain(&self.priority)
             .chain(&self.multi_gpu)
             .chain(&self.host_cells)
+            .chain(&self.g2_cells)
             .flat_map(|c| {
                 c.startup_errors
                     .iter()
@@ -1049,6 +1133,86 @@ impl FarmResults {
             s += "\n";
         }
         s
+    }
+}
+
+impl FarmResults {
+    /// The B_G2 placement table: throughput, GPU and CPU utilisation per G2 mode and N.
+    fn g2_markdown(&self) -> String {
+        let mut s = String::from(
+            "B_G2 placement (gpud, one compute slot; partitions/min (lanes) is the lanes' \
+             back-to-back rate, k/T the proofs over the window; host CPU busy is all cores \
+             from /proc/stat, provers' cores their own CPU seconds over the window; B_G2 ms \
+             is the MSM's mean, in the phase or in the tail):\n\n",
+        );
+        s += "| G2 | N | partitions/min (lanes) | × G2 on the GPU | proofs | k/T per min | GPU busy (phases) | GPU busy (NVML) | host CPU busy | busy cores | provers' cores | B_G2 ms | GPU phase ms | CPU tail ms | OOM | failed |\n";
+        s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        for c in &self.g2_cells {
+            let m = &c.normal;
+            let gpu = self
+                .g2_cells
+                .iter()
+                .find(|g| g.g2 == G2Mode::Gpu && g.n == c.n)
+                .map(|g| g.normal.per_minute_lanes)
+                .filter(|&p| p > 0.0);
+            let host = c.cpu.and_then(|u| u.host);
+            s += &format!(
+                "| {} | {} | {:.1} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                c.g2.name(),
+                c.n,
+                m.per_minute_lanes,
+                gpu.map_or("–".into(), |g| format!("{:.2}", m.per_minute_lanes / g)),
+                m.proofs,
+                m.per_minute_window,
+                pct(c.gpu_busy),
+                c.nvml_util.map_or("–".into(), pct),
+                host.map_or("–".into(), |h| pct(h.busy)),
+                host.map_or("–".into(), |h| format!(
+                    "{:.1} of {}",
+                    h.busy_cores(),
+                    h.cores
+                )),
+                c.cpu
+                    .map_or("–".into(), |u| format!("{:.1}", u.provers_cores)),
+                if m.g2.n > 0 {
+                    ms(m.g2.mean)
+                } else {
+                    "–".into()
+                },
+                ms(m.phase.mean),
+                ms(m.tail.mean),
+                m.oom,
+                m.failed,
+            );
+        }
+        s + "\n"
+    }
+
+    /// One line per G2 cell (`G2 name=… per_min=… cpu_busy=… …`), for reading a run's tail.
+    pub fn g2_lines(&self) -> Vec<String> {
+        self.g2_cells
+            .iter()
+            .map(|c| {
+                let host = c.cpu.and_then(|u| u.host);
+                format!(
+                    "G2 {} g2={} n={} per_min_lanes={:.2} proofs={} gpu_busy={:.1}% cpu_busy={} provers_cores={:.2} g2_ms={:.1} phase_ms={:.1} tail_ms={:.1} oom={} failed={} no_report={}",
+                    c.name,
+                    c.g2.name(),
+                    c.n,
+                    c.normal.per_minute_lanes,
+                    c.normal.proofs,
+                    100.0 * c.gpu_busy,
+                    host.map_or("-".into(), |h| format!("{:.1}%", 100.0 * h.busy)),
+                    c.cpu.map_or(0.0, |u| u.provers_cores),
+                    1000.0 * c.normal.g2.mean,
+                    1000.0 * c.normal.phase.mean,
+                    1000.0 * c.normal.tail.mean,
+                    c.normal.oom,
+                    c.normal.failed,
+                    c.startup_errors.len(),
+                )
+            })
+            .collect()
     }
 }
 
@@ -1117,6 +1281,7 @@ mod tests {
             pad: x,
             h: 2.0 * x,
             msms: 3.0 * x,
+            msm_b_g2: 0.5 * x,
             bases_upload: 4.0 * x,
             finish: 5.0 * x,
             engine: 10.0 * x,
@@ -1151,6 +1316,7 @@ mod tests {
             synth_end: None,
             host_bytes: 0,
             synthesis_cpus: Vec::new(),
+            g2_secs: None,
         }
     }
 
@@ -1174,6 +1340,8 @@ mod tests {
             records,
             open,
             warm: None,
+            g2: G2Mode::Precomputed,
+            cpu_secs: None,
         }
     }
 
@@ -1218,6 +1386,7 @@ mod tests {
             n: 3,
             placement: "any".into(),
             devices: vec!["GPU-a".into()],
+            g2: G2Mode::Precomputed,
         };
         let samples = vec![
             NvmlSample {

@@ -8,7 +8,11 @@
 //!
 //! - key: the verifying key (bellperson's encoding) and the H, L, A and B_G1 queries
 //!   (uncompressed G1 points, read without the subgroup check, as the parameter cache does for
-//!   files it wrote itself). The G2 query is left out: the tail does not recompute the G2 sum.
+//!   files it wrote itself). The G2 query is not in it: provers that take the witness's
+//!   precomputed G2 sum never read it.
+//! - G2 query (written when asked, `--g2-query`): the B query in G2 (uncompressed points), for
+//!   provers that compute B_G2 themselves, on the GPU or in the CPU tail
+//!   ([`super::G2Mode`]); read with the key by [`read_key_with_g2`].
 //! - witness: the A, B, C evaluations, the input and aux assignments and the densities (what
 //!   [`gpud_prover::prove::synthesize`] records), and the G2 sum `Σ b_i·B_i` of that witness,
 //!   which depends on nothing else.
@@ -35,10 +39,16 @@ use gpud_prover::synthesis::{Density, SynthesisOptions};
 
 const KEY_MAGIC: &[u8; 8] = b"GPUDFK01";
 const WITNESS_MAGIC: &[u8; 8] = b"GPUDFW01";
+const G2_MAGIC: &[u8; 8] = b"GPUDFG01";
 
 /// Where the key of `spec` lives in a bundle directory.
 pub fn key_path(dir: &Path, spec: &CircuitSpec) -> std::path::PathBuf {
     dir.join(format!("{}-k{}.key", spec.kind().name(), spec.log_size()))
+}
+
+/// Where the G2 query of `spec`'s key lives in a bundle directory.
+pub fn g2_path(dir: &Path, spec: &CircuitSpec) -> std::path::PathBuf {
+    dir.join(format!("{}-k{}.g2", spec.kind().name(), spec.log_size()))
 }
 
 /// Where witness `index` of `spec` lives in a bundle directory.
@@ -65,8 +75,38 @@ pub fn write_key(path: &Path, spec: &CircuitSpec, params: &Parameters<Bls12>) ->
     w.finish()
 }
 
+/// Writes the G2 query of `params` (the B query over G2).
+pub fn write_g2_query(
+    path: &Path,
+    spec: &CircuitSpec,
+    params: &Parameters<Bls12>,
+) -> FarmResult<()> {
+    let mut w = Writer::create(path)?;
+    w.bytes(G2_MAGIC)?;
+    w.spec(spec)?;
+    w.g2s(&params.b_g2)?;
+    w.finish()
+}
+
+/// Reads a G2 query written by [`write_g2_query`].
+pub fn read_g2_query(path: &Path) -> FarmResult<(CircuitSpec, Vec<G2Affine>)> {
+    let data = fs::read(path).map_err(io_err(path))?;
+    let mut r = Reader::new(path, &data);
+    r.magic(G2_MAGIC)?;
+    let spec = r.spec()?;
+    let points = r.g2s()?;
+    r.end()?;
+    Ok((spec, points))
+}
+
 /// Reads a key written by [`write_key`]; the G2 query is empty.
 pub fn read_key(path: &Path) -> FarmResult<(CircuitSpec, ProvingKey)> {
+    read_key_with_g2(path, None)
+}
+
+/// Reads a key written by [`write_key`], with the G2 query from `g2` (written by
+/// [`write_g2_query`] for the same circuit, one point per B_G1 point), or without it.
+pub fn read_key_with_g2(path: &Path, g2: Option<&Path>) -> FarmResult<(CircuitSpec, ProvingKey)> {
     let data = fs::read(path).map_err(io_err(path))?;
     let mut r = Reader::new(path, &data);
     r.magic(KEY_MAGIC)?;
@@ -78,13 +118,35 @@ pub fn read_key(path: &Path) -> FarmResult<(CircuitSpec, ProvingKey)> {
     let a = r.g1s()?;
     let b_g1 = r.g1s()?;
     r.end()?;
+    drop(data);
+    let b_g2 = match g2 {
+        None => Vec::new(),
+        Some(g2) => {
+            let (g2_spec, points) = read_g2_query(g2)?;
+            let bad = |reason: String| FarmError::Format {
+                path: g2.to_path_buf(),
+                reason,
+            };
+            if g2_spec != spec {
+                return Err(bad(format!("a G2 query of {g2_spec}, the key is {spec}")));
+            }
+            if points.len() != b_g1.len() {
+                return Err(bad(format!(
+                    "{} G2 points, the key's B query has {}",
+                    points.len(),
+                    b_g1.len()
+                )));
+            }
+            points
+        }
+    };
     let params = Parameters {
         vk,
         h: Arc::new(h),
         l: Arc::new(l),
         a: Arc::new(a),
         b_g1: Arc::new(b_g1),
-        b_g2: Arc::new(Vec::new()),
+        b_g2: Arc::new(b_g2),
     };
     Ok((spec, ProvingKey::new(format!("farm {spec}"), params)))
 }
@@ -218,7 +280,10 @@ impl FarmWitness {
                 self.b_input_density.count() + self.b_aux_density.count(),
             ),
         ];
-        for (what, k, w) in checks {
+        let b_count = self.b_input_density.count() + self.b_aux_density.count();
+        // The G2 query is there only for provers that compute B_G2 themselves.
+        let g2_check = (!p.b_g2.is_empty()).then_some(("B query in G2", p.b_g2.len(), b_count));
+        for (what, k, w) in checks.into_iter().chain(g2_check) {
             if k != w {
                 return Err(gpud_prover::ProverError::ParamsMismatch(format!(
                     "{what}: key {} has {k}, witness {} needs {w}",
@@ -362,6 +427,18 @@ impl<'p> Writer<'p> {
         Ok(())
     }
 
+    fn g2s(&mut self, v: &[G2Affine]) -> FarmResult<()> {
+        self.u64(v.len() as u64)?;
+        for chunk in v.chunks(1 << 15) {
+            let bytes: Vec<u8> = chunk
+                .par_iter()
+                .flat_map_iter(|p| p.to_uncompressed())
+                .collect();
+            self.bytes(&bytes)?;
+        }
+        Ok(())
+    }
+
     fn density(&mut self, d: &Density) -> FarmResult<()> {
         self.u64(d.len() as u64)?;
         let mut words = vec![0u64; d.len().div_ceil(64)];
@@ -471,6 +548,20 @@ impl<'a> Reader<'a> {
         v.ok_or_else(|| self.bad("a G1 point is not on the curve"))
     }
 
+    fn g2s(&mut self) -> FarmResult<Vec<G2Affine>> {
+        let n = self.len()?;
+        let bytes = self.take(n.checked_mul(192).ok_or_else(|| self.bad("too long"))?)?;
+        let v: Option<Vec<G2Affine>> = bytes
+            .par_chunks_exact(192)
+            .map(|c| {
+                let mut b = [0u8; 192];
+                b.copy_from_slice(c);
+                Option::from(G2Affine::from_uncompressed_unchecked(&b))
+            })
+            .collect();
+        v.ok_or_else(|| self.bad("a G2 point is not on the curve"))
+    }
+
     fn density(&mut self) -> FarmResult<Density> {
         let n = self.u64()?;
         let n = usize::try_from(n)
@@ -554,7 +645,42 @@ mod tests {
         let proof = gpud_prover::prove::assemble(&key, &out.sums, wrong, r, s).unwrap();
         assert!(!key.verify(&proof, back.public_inputs()).unwrap());
 
+        // The G2 query: read back with the key, it gives the witness's precomputed sum.
+        let gp = g2_path(dir.path(), &spec);
+        write_g2_query(&gp, &spec, &params).unwrap();
+        let (_, with_g2) = read_key_with_g2(&kp, Some(&gp)).unwrap();
+        assert_eq!(with_g2.params().b_g2, params.b_g2);
+        back.check_fits(&with_g2).unwrap();
+        let s = back.scalars();
+        let sum = gpud_prover::prove::b_g2_sum(
+            &with_g2.params().b_g2,
+            s.input,
+            s.aux,
+            s.b_input_density,
+            s.b_aux_density,
+        );
+        assert_eq!(sum.to_affine(), back.b_g2);
+        // A G2 query of another circuit, or of another length, is refused.
+        let other = CircuitSpec::parse("synthetic", 9).unwrap();
+        let (other_params, _) = paramgen::generate(other.shape(), &toxic, G1Backend::Cpu).unwrap();
+        let op = g2_path(dir.path(), &other);
+        write_g2_query(&op, &other, &other_params).unwrap();
+        let err = read_key_with_g2(&kp, Some(&op)).unwrap_err();
+        assert!(err.to_string().contains("a G2 query of"), "{err}");
+        let mut short = params.clone();
+        short.b_g2 = Arc::new(params.b_g2[1..].to_vec());
+        write_g2_query(&op, &spec, &short).unwrap();
+        let err = read_key_with_g2(&kp, Some(&op)).unwrap_err();
+        assert!(err.to_string().contains("G2 points"), "{err}");
+
         // Damage is a typed error, not a panic.
+        let mut g2_bytes = fs::read(&gp).unwrap();
+        g2_bytes.truncate(g2_bytes.len() - 7);
+        fs::write(&gp, &g2_bytes).unwrap();
+        assert!(matches!(
+            read_key_with_g2(&kp, Some(&gp)),
+            Err(FarmError::Format { .. })
+        ));
         let mut bytes = fs::read(&wp).unwrap();
         bytes.truncate(bytes.len() - 5);
         fs::write(&wp, &bytes).unwrap();

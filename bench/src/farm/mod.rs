@@ -48,6 +48,7 @@
 pub mod analysis;
 pub mod bundle;
 pub mod cgroup;
+pub mod cpustat;
 pub mod plot;
 pub mod simvram;
 pub mod worker;
@@ -86,6 +87,61 @@ impl LockKind {
             "none" => Some(LockKind::None),
             _ => None,
         }
+    }
+}
+
+/// Where a prover process gets each proof's B_G2 (`Σ b_i·B_i` over G2).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum G2Mode {
+    /// The witness's sum, computed once with it in the bundle: no prover computes a G2 MSM
+    /// (the farm as it was before; its results stay comparable).
+    #[default]
+    Precomputed,
+    /// Inside the GPU phase, under its lease: the key carries the G2 query and the engine runs
+    /// the B_G2 MSM with the G1 ones (the CUDA engine's `G2Placement::Gpu`; an engine that
+    /// leaves G2 to the host, the CPU engine of the simulated runs, gets it computed on the
+    /// host inside the phase). The phase lease includes the G2 bases and temporaries.
+    Gpu,
+    /// In the CPU tail after the release, with blstrs on the host's cores (what operators'
+    /// provers do with bellperson today).
+    Cpu,
+}
+
+impl G2Mode {
+    /// The name on command lines and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            G2Mode::Precomputed => "precomputed",
+            G2Mode::Gpu => "gpu",
+            G2Mode::Cpu => "cpu",
+        }
+    }
+
+    /// Parses a name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "precomputed" => Some(G2Mode::Precomputed),
+            "gpu" => Some(G2Mode::Gpu),
+            "cpu" => Some(G2Mode::Cpu),
+            _ => None,
+        }
+    }
+
+    /// Whether the provers need the key's G2 query.
+    pub fn needs_query(self) -> bool {
+        self != G2Mode::Precomputed
     }
 }
 

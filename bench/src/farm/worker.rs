@@ -26,6 +26,12 @@
 //! waits while holding CPUs. Without them (mode `host-bounds`) only the process's own lanes
 //! bound its synthesis, as before issue 16.
 //!
+//! B_G2 ([`WorkerOptions::g2`], [`G2Mode`]): the witness's precomputed sum (the default, no G2
+//! MSM anywhere), the engine's B_G2 MSM inside the GPU phase under the lease (the key then
+//! carries the G2 query and the lease its bases and temporaries), or blstrs's in the CPU tail
+//! on the host's cores. Either computed value is compared with the precomputed one before the
+//! proof is assembled: a difference is an unverified attempt.
+//!
 //! With warm state ([`warm_up`], the `gpud-warm` mode) the process keeps the proving key's
 //! bases resident in an evictable gpud lease ([`gpud_prover::warm`]): its phase leases are the
 //! footprint less the bases, a reclaim notice frees the bases (at once between phases, at the
@@ -46,7 +52,7 @@ use serde::{Deserialize, Serialize};
 
 use super::bundle::{self, FarmWitness};
 use super::simvram::{SimAlloc, SimVram};
-use super::{FarmResult, LockKind};
+use super::{FarmResult, G2Mode, LockKind};
 use gpud_prover::circuits::CircuitSpec;
 use gpud_prover::engine::{Engine, PhaseInput, PhaseOutput};
 use gpud_prover::error::ProverError;
@@ -190,6 +196,9 @@ pub struct WorkerOptions {
     pub synthesize: bool,
     /// With `synthesize`: lease each attempt's host memory and CPUs from the leaser.
     pub host_leases: bool,
+    /// Where each proof's B_G2 comes from (the workload's key must carry the G2 query unless
+    /// it is precomputed).
+    pub g2: G2Mode,
 }
 
 /// What the lanes prove: a key and witnesses that fit it.
@@ -204,9 +213,17 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Reads a bundle's key and witnesses `0..witnesses` and checks they fit.
-    pub fn load(dir: &std::path::Path, spec: &CircuitSpec, witnesses: usize) -> FarmResult<Self> {
-        let (kspec, key) = bundle::read_key(&bundle::key_path(dir, spec))?;
+    /// Reads a bundle's key (with its G2 query when `g2` needs it) and witnesses
+    /// `0..witnesses`, and checks they fit.
+    pub fn load(
+        dir: &std::path::Path,
+        spec: &CircuitSpec,
+        witnesses: usize,
+        g2: G2Mode,
+    ) -> FarmResult<Self> {
+        let g2_path = g2.needs_query().then(|| bundle::g2_path(dir, spec));
+        let (kspec, key) =
+            bundle::read_key_with_g2(&bundle::key_path(dir, spec), g2_path.as_deref())?;
         let mut ws = Vec::with_capacity(witnesses);
         for i in 0..witnesses.max(1) {
             let path = bundle::witness_path(dir, spec, i);
@@ -258,8 +275,11 @@ pub struct PhaseSecs {
     pub pad: f64,
     /// The H polynomial.
     pub h: f64,
-    /// The four MSMs.
+    /// The MSMs (with B_G2 when it ran in the phase).
     pub msms: f64,
+    /// The B_G2 MSM, when it ran in the phase.
+    #[serde(default)]
+    pub msm_b_g2: f64,
     /// Bases uploaded during the phase.
     pub bases_upload: f64,
     /// Synchronize, trim and check at the end.
@@ -314,6 +334,10 @@ pub struct Record {
     /// The CPUs its synthesis ran on (granted; empty without host leases).
     #[serde(default)]
     pub synthesis_cpus: Vec<u32>,
+    /// Seconds of this proof's B_G2 MSM (inside the phase or in the tail); none when the
+    /// precomputed sum was used.
+    #[serde(default)]
+    pub g2_secs: Option<f64>,
 }
 
 /// A lane's unfinished attempt at the end of the window.
@@ -373,6 +397,12 @@ pub struct WorkerReport {
     /// What the warm state went through (loads, evictions, cold phases), with warm state.
     #[serde(default)]
     pub warm: Option<WarmReport>,
+    /// Where B_G2 came from.
+    #[serde(default)]
+    pub g2: G2Mode,
+    /// CPU seconds (user + system, every thread) the process used inside the window.
+    #[serde(default)]
+    pub cpu_secs: Option<f64>,
 }
 
 /// Where the GPU phase's extra memory comes from.
@@ -682,6 +712,7 @@ where
                                 synth_end: None,
                                 host_bytes: 0,
                                 synthesis_cpus: Vec::new(),
+                                g2_secs: None,
                             },
                         );
                         clock.sleep_until(clock.now() + tail.max(0.05));
@@ -713,6 +744,7 @@ where
                 synth_end: host.as_ref().map(|h| h.synth.1),
                 host_bytes: host.as_ref().map_or(0, |h| h.bytes),
                 synthesis_cpus: host.as_ref().map_or_else(Vec::new, |h| h.cpus.clone()),
+                g2_secs: None,
             };
             let (lease, mut warm_state) = match self.acquire(label.clone()) {
                 Ok(held) => held,
@@ -737,8 +769,12 @@ where
                 LaneState::Phase { requested, granted },
                 Some(lease.device_uuid()),
             );
+            // The synthesized assignment's (the same values as the bundle's).
+            let scalars = host
+                .as_ref()
+                .map_or_else(|| w.scalars(), |h| h.rest.scalars());
             let result = self.memory.run(&lease, self.opts.vram_pad, |r| {
-                self.engine.gpu_phase(
+                let mut out = self.engine.gpu_phase(
                     r,
                     key,
                     PhaseInput {
@@ -746,12 +782,18 @@ where
                         a,
                         b,
                         c,
-                        // The synthesized assignment's (the same values as the bundle's).
-                        scalars: host
-                            .as_ref()
-                            .map_or_else(|| w.scalars(), |h| h.rest.scalars()),
+                        scalars,
                     },
-                )
+                )?;
+                // G2 in the phase from an engine that leaves it to the host (the CPU engine of
+                // the simulated runs): computed here, still under the lease.
+                if self.opts.g2 == G2Mode::Gpu && out.b_g2.is_none() {
+                    let t0 = Instant::now();
+                    out.b_g2 = Some(b_g2_of(key, &scalars));
+                    out.timings.msm_b_g2 = t0.elapsed().as_secs_f64();
+                    out.timings.total += out.timings.msm_b_g2;
+                }
+                Ok(out)
             });
             let mut lost = self.leaser.lost(&lease);
             if let (Some(w), Some(st)) = (self.warm, warm_state.as_mut()) {
@@ -808,13 +850,40 @@ where
                         .as_ref()
                         .map_or_else(Vec::new, |c| self.leaser.granted_cpus(c));
                     let pinned = gpud_prover::affinity::pin_thread(&cpus);
-                    let checked = gpud_prover::prove::assemble(key, &out.sums, w.b_g2.into(), r, s)
-                        .and_then(|p| key.verify(&p, w.public_inputs()));
+                    let (b_g2, g2_secs) = match self.opts.g2 {
+                        G2Mode::Precomputed => (Some(w.b_g2.into()), None),
+                        G2Mode::Gpu => (out.b_g2, Some(out.timings.msm_b_g2)),
+                        G2Mode::Cpu => {
+                            let t0 = Instant::now();
+                            let sum = b_g2_of(key, &scalars);
+                            (Some(sum), Some(t0.elapsed().as_secs_f64()))
+                        }
+                    };
+                    rec.g2_secs = g2_secs;
+                    let checked = match b_g2 {
+                        None => Err(ProverError::Engine {
+                            engine: "farm",
+                            message: "the GPU phase returned no B_G2 sum".into(),
+                        }),
+                        Some(g) if g != blstrs::G2Projective::from(w.b_g2) => Ok(Err(format!(
+                            "the B_G2 sum ({} mode) differs from the witness's precomputed one",
+                            self.opts.g2.name()
+                        ))),
+                        Some(g) => gpud_prover::prove::assemble(key, &out.sums, g, r, s)
+                            .and_then(|p| key.verify(&p, w.public_inputs()))
+                            .map(|ok| {
+                                if ok {
+                                    Ok(())
+                                } else {
+                                    Err("the proof did not verify".to_owned())
+                                }
+                            }),
+                    };
                     match checked {
-                        Ok(true) => rec.outcome = Outcome::Ok,
-                        Ok(false) => {
+                        Ok(Ok(())) => rec.outcome = Outcome::Ok,
+                        Ok(Err(why)) => {
                             rec.outcome = Outcome::Unverified;
-                            rec.error = Some("the proof did not verify".into());
+                            rec.error = Some(why);
                         }
                         Err(e) => {
                             rec.outcome = Outcome::Failed;
@@ -931,9 +1000,7 @@ where
         let request = |device: Option<String>| LeaseRequest {
             // Without warm state the engine's size never changes: the one reported.
             vram_bytes: match self.warm {
-                Some(_) => self
-                    .engine
-                    .vram_bytes(key, log)
+                Some(_) => phase_formula(self.engine.as_ref(), key, log, self.opts.g2)
                     .saturating_add(self.opts.vram_pad),
                 None => self.lease_bytes,
             },
@@ -983,12 +1050,41 @@ where
     }
 }
 
+/// `Σ b_i·B_i` over G2 with blstrs on the host (the key's G2 query).
+fn b_g2_of(key: &ProvingKey, s: &gpud_prover::engine::G1Scalars<'_>) -> blstrs::G2Projective {
+    gpud_prover::prove::b_g2_sum(
+        &key.params().b_g2,
+        s.input,
+        s.aux,
+        s.b_input_density,
+        s.b_aux_density,
+    )
+}
+
+/// The VRAM formula of one phase: the engine's, and with B_G2 in the phase from an engine
+/// that leaves it to the host (the CPU engine: the worker computes it inside the phase) what
+/// a GPU engine's phase with G2 would lease, so simulated runs lease alike.
+pub fn phase_formula<E: Engine>(engine: &E, key: &ProvingKey, log_domain: u32, g2: G2Mode) -> u64 {
+    if g2 == G2Mode::Gpu && engine.g2_in_tail(key) {
+        gpud_prover::vram::estimate_with_g2(
+            &key.shape(),
+            log_domain,
+            gpud_prover::vram::DEFAULT_MULTIPROCESSORS,
+            true,
+        )
+        .phase_lease(false)
+    } else {
+        engine.vram_bytes(key, log_domain)
+    }
+}
+
 fn phase_secs(out: &PhaseOutput, pad: f64) -> PhaseSecs {
     let t = &out.timings;
     PhaseSecs {
         pad,
         h: t.h,
         msms: t.msms(),
+        msm_b_g2: t.msm_b_g2,
         bases_upload: t.bases_upload,
         finish: t.finish,
         engine: t.total,
@@ -1041,11 +1137,16 @@ where
 }
 
 /// The host memory one synthesized attempt holds: the prover's estimate for the bundle's key
-/// (its assignment and the phase's scratch; the tail computes no G2 here).
-pub fn partition_host_bytes<E: Engine>(work: &Workload, _engine: &E) -> u64 {
+/// (its assignment and the phase's scratch, and the G2 MSM's when the tail computes it).
+pub fn partition_host_bytes<E: Engine>(work: &Workload, _engine: &E, g2: G2Mode) -> u64 {
     let key = &work.key;
-    gpud_prover::host::estimate(&key.shape(), key.vk().ic.len(), work.log_domain(), false)
-        .partition()
+    gpud_prover::host::estimate(
+        &key.shape(),
+        key.vk().ic.len(),
+        work.log_domain(),
+        g2 == G2Mode::Cpu,
+    )
+    .partition()
 }
 
 /// What [`run`] returns at the end of the window.
@@ -1061,6 +1162,8 @@ pub struct LaneResults {
     pub formula_bytes: u64,
     /// What the warm state went through, with warm state.
     pub warm: Option<WarmReport>,
+    /// CPU seconds the process used from the window's start to its end.
+    pub cpu_secs: Option<f64>,
 }
 
 /// Runs `opts.lanes` lanes from the window's start to its end and returns what they recorded.
@@ -1081,10 +1184,10 @@ where
     L: Leaser + Send + Sync + 'static,
     L::Lease: Send + 'static,
 {
-    let formula_bytes = engine.vram_bytes(&work.key, work.log_domain());
+    let formula_bytes = phase_formula(engine.as_ref(), &work.key, work.log_domain(), opts.g2);
     let lease_bytes = formula_bytes.saturating_add(opts.vram_pad);
     let lanes = opts.lanes.max(1);
-    let partition_bytes = partition_host_bytes(&work, engine.as_ref());
+    let partition_bytes = partition_host_bytes(&work, engine.as_ref(), opts.g2);
     let ctx = Arc::new(Ctx {
         engine,
         leaser,
@@ -1112,7 +1215,10 @@ where
                 source: e,
             })?;
     }
+    ctx.clock.sleep_until(0.0);
+    let cpu_start = super::cpustat::process_cpu_secs();
     ctx.clock.sleep_until(ctx.end);
+    let cpu_end = super::cpustat::process_cpu_secs();
     ctx.stop.store(true, Ordering::Relaxed);
     let (records, open) = ctx.snapshot();
     Ok(LaneResults {
@@ -1121,15 +1227,17 @@ where
         lease_bytes,
         formula_bytes,
         warm: warm.map(|w| w.report()),
+        cpu_secs: cpu_start.zip(cpu_end).map(|(a, b)| (b - a).max(0.0)),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::farm::bundle::{key_path, witness_path, write_key};
+    use crate::farm::bundle::{g2_path, key_path, witness_path, write_g2_query, write_key};
     use gpud_prover::lease::LocalLeaser;
     use gpud_prover::paramgen::{self, G1Backend, Toxic};
+    use group::{Curve, Group};
 
     #[test]
     fn go_lines_round_trip() {
@@ -1142,17 +1250,22 @@ mod tests {
     }
 
     fn workload(dir: &std::path::Path) -> Workload {
+        workload_with(dir, G2Mode::Precomputed)
+    }
+
+    fn workload_with(dir: &std::path::Path, g2: G2Mode) -> Workload {
         let spec = CircuitSpec::parse("synthetic", 8).unwrap();
         let toxic = Toxic::random(&mut ChaCha20Rng::seed_from_u64(9));
         let (params, _) = paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu).unwrap();
         write_key(&key_path(dir, &spec), &spec, &params).unwrap();
+        write_g2_query(&g2_path(dir, &spec), &spec, &params).unwrap();
         for i in 0..2 {
             FarmWitness::synthesize(&spec, &params, 100 + i as u64)
                 .unwrap()
                 .write(&witness_path(dir, &spec, i), &spec)
                 .unwrap();
         }
-        Workload::load(dir, &spec, 2).unwrap()
+        Workload::load(dir, &spec, 2, g2).unwrap()
     }
 
     #[test]
@@ -1171,6 +1284,7 @@ mod tests {
             label: "test".into(),
             synthesize: false,
             host_leases: false,
+            g2: G2Mode::Precomputed,
         };
         let sim = PhaseMemory::Sim {
             dir: dir.path().to_path_buf(),
@@ -1234,6 +1348,7 @@ mod tests {
             label: "test".into(),
             synthesize: false,
             host_leases: false,
+            g2: G2Mode::Precomputed,
         };
         let sim = PhaseMemory::Sim {
             dir: dir.path().to_path_buf(),
@@ -1254,5 +1369,86 @@ mod tests {
         assert!(count(Outcome::Oom) > 0, "{:?}", out.records);
         assert!(count(Outcome::Ok) > 0, "{:?}", out.records);
         assert_eq!(count(Outcome::Failed) + count(Outcome::Unverified), 0);
+    }
+
+    fn g2_run(work: Workload, g2: G2Mode) -> LaneResults {
+        let opts = WorkerOptions {
+            lanes: 2,
+            class: "normal".into(),
+            vram_pad: 0,
+            tail: Duration::from_millis(1),
+            interval: None,
+            device: None,
+            seed: 3,
+            first_witness: 0,
+            label: "test".into(),
+            synthesize: false,
+            host_leases: false,
+            g2,
+        };
+        let window = Window::starting_in(Duration::from_millis(20), Duration::from_millis(900));
+        run(
+            Arc::new(gpud_prover::CpuEngine),
+            Arc::new(LocalLeaser::default()),
+            Arc::new(work),
+            Arc::new(PhaseMemory::Plain),
+            opts,
+            window,
+            None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn g2_on_the_gpu_or_the_cpu_computes_the_precomputed_sum_and_proves() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = g2_run(workload(dir.path()), G2Mode::Precomputed);
+        assert!(plain.records.iter().all(|r| r.g2_secs.is_none()));
+        for g2 in [G2Mode::Gpu, G2Mode::Cpu] {
+            let work = workload_with(dir.path(), g2);
+            assert_eq!(work.key.shape().b_g2, work.key.shape().b_g1);
+            let out = g2_run(work, g2);
+            assert!(!out.records.is_empty(), "{g2:?}");
+            // Every proof verified, and only after its B_G2 equalled the precomputed sum.
+            for r in &out.records {
+                assert_eq!(r.outcome, Outcome::Ok, "{g2:?}: {r:?}");
+                assert!(r.g2_secs.is_some_and(|s| s > 0.0), "{g2:?}: {r:?}");
+                let in_phase = r.phase.unwrap().msm_b_g2;
+                match g2 {
+                    // Inside the phase, under the lease: its time is part of the phase.
+                    G2Mode::Gpu => assert_eq!(Some(in_phase), r.g2_secs),
+                    _ => assert_eq!(in_phase, 0.0),
+                }
+            }
+            // G2 in the phase leases its bases and temporaries too (the formula with the G2
+            // step); in the tail it does not.
+            let with_g2 = gpud_prover::vram::estimate_with_g2(
+                &workload(dir.path()).key.shape(),
+                8,
+                gpud_prover::vram::DEFAULT_MULTIPROCESSORS,
+                true,
+            );
+            match g2 {
+                // (At 2^8 every buffer is one 2 MiB page: the G2 step need not be the peak.)
+                G2Mode::Gpu => assert_eq!(out.lease_bytes, with_g2.phase_lease(false)),
+                _ => assert_eq!(out.lease_bytes, plain.lease_bytes),
+            }
+            assert!(out.cpu_secs.is_some_and(|s| s > 0.0));
+        }
+    }
+
+    #[test]
+    fn a_computed_g2_sum_that_differs_from_the_precomputed_one_is_not_a_proof() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut work = workload_with(dir.path(), G2Mode::Cpu);
+        for w in &mut work.witnesses {
+            w.b_g2 = blstrs::G2Projective::from(w.b_g2).double().to_affine();
+        }
+        let out = g2_run(work, G2Mode::Cpu);
+        assert!(!out.records.is_empty());
+        for r in &out.records {
+            assert_eq!(r.outcome, Outcome::Unverified, "{r:?}");
+            assert!(r.error.as_deref().unwrap().contains("differs"), "{r:?}");
+        }
     }
 }

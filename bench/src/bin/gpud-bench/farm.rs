@@ -13,6 +13,9 @@
 //! 4. Priority: N normal provers plus a critical prover starting a small proof every
 //!    `--critical-every` seconds, under gpud and under flock.
 //! 5. `--multi-gpu`: gpud with placement "any" over every GPU against the first GPU alone.
+//! 6. `--host-n`: host admission (per-process bounds against gpud host leases).
+//! 7. `--g2-compare`: gpud provers computing B_G2 on the GPU (inside the phase) against on the
+//!    CPU (in the tail), at each of `--g2-ns`: throughput, GPU busy and host CPU utilisation.
 //!
 //! Every process's report goes to `OUT/cells/`, the metrics to `OUT/farm.json`, the tables to
 //! `OUT/farm.md` (printed last), the plot to `OUT/farm.png` (when a font is found).
@@ -32,8 +35,9 @@ use gpud_bench::farm::analysis::{
     Calibration, CellMetrics, CellSpec, Dist, FarmResults, HostInfo, NvmlSample, ProcessOutcome,
     RunConfig,
 };
+use gpud_bench::farm::cpustat::{CpuTimes, HostCpu};
 use gpud_bench::farm::worker::{Outcome, Window, WorkerReport, now_unix_ns};
-use gpud_bench::farm::{plot, simvram};
+use gpud_bench::farm::{G2Mode, plot, simvram};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -180,6 +184,35 @@ pub struct FarmArgs {
     /// With --host-limit: run only the limited pair.
     #[arg(long)]
     host_limited_only: bool,
+    /// Where the provers of every stage but the G2 one get B_G2: precomputed (the witness's
+    /// sum from the bundle, no G2 MSM anywhere: the farm's results before the G2 stage), gpu
+    /// (the B_G2 MSM inside each GPU phase, under its lease) or cpu (blstrs in each CPU tail).
+    #[arg(long, value_enum, default_value = "precomputed")]
+    g2: G2Mode,
+    /// The G2 stage: gpud provers (one per process, one compute slot) with each of these G2
+    /// modes at each of --g2-ns, e.g. gpu,cpu; none by default.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    g2_compare: Vec<G2Mode>,
+    /// Numbers of provers of the G2 stage.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4])]
+    g2_ns: Vec<usize>,
+    /// Seconds of each G2 cell.
+    #[arg(long, default_value_t = 30.0)]
+    g2_duration: f64,
+    /// Seconds of each G2 cell with G2 on the CPU (its tails are long: a window must hold
+    /// several) [default: --g2-duration].
+    #[arg(long)]
+    g2_cpu_duration: Option<f64>,
+}
+
+impl FarmArgs {
+    /// The window of a G2 cell in `mode`.
+    fn g2_window(&self, mode: G2Mode) -> f64 {
+        match mode {
+            G2Mode::Cpu => self.g2_cpu_duration.unwrap_or(self.g2_duration),
+            G2Mode::Gpu | G2Mode::Precomputed => self.g2_duration,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -393,6 +426,8 @@ struct WorkerSpec {
     host_leases: bool,
     /// The cgroup the process starts in (a host cell with a memory limit).
     cgroup: Option<PathBuf>,
+    /// Where it gets B_G2.
+    g2: G2Mode,
 }
 
 /// The host side of a host-mode cell.
@@ -442,6 +477,24 @@ impl RssSampler {
             .and_then(|t| t.join().ok())
             .unwrap_or((0, 0))
     }
+}
+
+/// The host's CPU busy fraction over `window`: `/proc/stat` read at its start and its end, on a
+/// thread (joined after the reports, which come after the end).
+fn host_cpu_over(window: Window) -> std::thread::JoinHandle<Option<HostCpu>> {
+    std::thread::spawn(move || {
+        let sleep_until = |unix_ns: u128| {
+            let left = unix_ns.saturating_sub(now_unix_ns());
+            std::thread::sleep(Duration::from_nanos(
+                u64::try_from(left).unwrap_or(u64::MAX),
+            ));
+        };
+        sleep_until(window.start_unix_ns);
+        let before = CpuTimes::read()?;
+        sleep_until(window.end_unix_ns);
+        let after = CpuTimes::read()?;
+        HostCpu::between(&before, &after)
+    })
 }
 
 impl Drop for RssSampler {
@@ -581,6 +634,9 @@ impl Farm {
         if self.cuda() {
             cmd.arg("--gpu");
         }
+        if self.a.g2.needs_query() || self.a.g2_compare.iter().any(|m| m.needs_query()) {
+            cmd.arg("--g2-query");
+        }
         if self.a.fresh {
             cmd.arg("--fresh");
         }
@@ -643,6 +699,7 @@ impl Farm {
             ("--lock-dir", self.lock_dir.display().to_string()),
             ("--gpu", format!("{uuid}:{index}")),
             ("--context-vram", self.context_vram.to_string()),
+            ("--g2", w.g2.name().to_string()),
         ];
         for (k, val) in pairs {
             v.push(k.into());
@@ -801,6 +858,7 @@ impl Farm {
             Duration::from_millis(300),
             Duration::from_secs_f64(duration),
         );
+        let host_cpu = host_cpu_over(window);
         for (p, o) in procs.iter_mut().zip(&mut outcomes) {
             if o.is_some() {
                 continue;
@@ -865,6 +923,9 @@ impl Farm {
         });
         let mut metrics =
             gpud_bench::farm::analysis::cell_metrics(&spec, duration, &processes, &samples);
+        if let (Some(cpu), Ok(host)) = (metrics.cpu.as_mut(), host_cpu.join()) {
+            cpu.host = host;
+        }
         if let Some(h) = &host {
             use std::os::unix::process::ExitStatusExt;
             let reports: Vec<&WorkerReport> = processes
@@ -911,10 +972,17 @@ impl Farm {
         )?;
         let m = &metrics.normal;
         println!(
-            "  {:<18} {:>7.1} partitions/min  busy {:>5.1} %{}{}  OOM {:>3}  failed {:>3}  wait p50 {:>7.1} ms p99 {:>7.1} ms  phase {:>6.1} ms{}",
+            "  {:<18} {:>7.1} partitions/min  busy {:>5.1} %{}{}{}  OOM {:>3}  failed {:>3}  wait p50 {:>7.1} ms p99 {:>7.1} ms  phase {:>6.1} ms{}",
             spec.name,
             m.per_minute,
             100.0 * metrics.gpu_busy,
+            metrics
+                .cpu
+                .and_then(|c| c.host)
+                .map_or(String::new(), |h| format!(
+                    " (host CPU {:.1} %)",
+                    100.0 * h.busy
+                )),
             if metrics.phase_overlap > 0.0 {
                 format!(" (overlapping {:.1} %)", 100.0 * metrics.phase_overlap)
             } else {
@@ -998,6 +1066,7 @@ impl Farm {
             synthesize: false,
             host_leases: false,
             cgroup: None,
+            g2: self.a.g2,
         }
     }
 
@@ -1129,6 +1198,7 @@ impl Farm {
             n: 1,
             placement: "one".into(),
             devices: vec![self.first_device()?.0.clone()],
+            g2: self.a.g2,
         };
         let mut w = self.normal("p0".into(), "none", 1, 0, None);
         w.tail_ms = 0.0;
@@ -1217,6 +1287,12 @@ pub fn run(a: FarmArgs) -> Result<()> {
     if a.duration <= 0.0 || a.witnesses == 0 {
         bail!("--duration and --witnesses must be positive");
     }
+    if a.g2_compare.iter().any(|&m| a.g2_window(m) <= 0.0) {
+        bail!("--g2-duration and --g2-cpu-duration must be positive");
+    }
+    if !a.g2_compare.is_empty() && a.g2_ns.iter().any(|&n| n == 0) {
+        bail!("--g2-ns: every number of provers must be at least 1");
+    }
     let me = std::env::current_exe().context("locating gpud-bench")?;
     let out = a
         .out
@@ -1293,6 +1369,11 @@ pub fn run(a: FarmArgs) -> Result<()> {
             0.0
         }
         + host_cells as f64 * (a.host_duration + 8.0)
+        + a.g2_ns.len() as f64
+            * a.g2_compare
+                .iter()
+                .map(|&m| a.g2_window(m) + 3.0)
+                .sum::<f64>()
         + a.calibrate_secs
         + 10.0;
     println!(
@@ -1510,6 +1591,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
         witnesses: farm.a.witnesses,
         context_lease_bytes: farm.context_vram,
         critical_every: farm.a.critical_every,
+        g2: farm.a.g2,
     };
     let dev0 = farm.first_device()?.0.clone();
     let all_devices: Vec<String> = farm.devices.iter().map(|d| d.0.clone()).collect();
@@ -1531,6 +1613,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
                 n,
                 placement: "one".into(),
                 devices: vec![dev0.clone()],
+                g2: farm.a.g2,
             };
             let workers = farm.mode_workers(mode, n, one_gpu.clone())?;
             let m = farm.cell(spec, &workers, farm.a.duration)?;
@@ -1560,6 +1643,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
                 n: farm.a.priority_n,
                 placement: "one".into(),
                 devices: vec![dev0.clone()],
+                g2: farm.a.g2,
             };
             let mut workers = farm.mode_workers(mode, farm.a.priority_n, one_gpu.clone())?;
             workers.push(WorkerSpec {
@@ -1580,6 +1664,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
                 synthesize: false,
                 host_leases: false,
                 cgroup: None,
+                g2: farm.a.g2,
             });
             let m = farm.cell(spec, &workers, farm.a.priority_duration)?;
             results.priority.push(m);
@@ -1610,6 +1695,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
                         n,
                         placement: placement.into(),
                         devices,
+                        g2: farm.a.g2,
                     };
                     let workers = farm.mode_workers("gpud", n, device)?;
                     let m = farm.cell(spec, &workers, farm.a.duration)?;
@@ -1676,6 +1762,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
                     n,
                     placement: "one".into(),
                     devices: vec![dev0.clone()],
+                    g2: farm.a.g2,
                 };
                 let host = HostCell {
                     cgroup,
@@ -1685,6 +1772,39 @@ pub fn run(a: FarmArgs) -> Result<()> {
                 };
                 let m = farm.cell_with(spec, &workers, farm.a.host_duration, Some(host))?;
                 results.host_cells.push(m);
+                save_partial(&results, &farm.out);
+            }
+        }
+    }
+
+    // 7. B_G2 placement: N outer, the G2 modes of one N back to back (as the matrix).
+    if !farm.a.g2_compare.is_empty() {
+        println!(
+            "B_G2 placement: gpud provers with G2 {} at N {:?}",
+            farm.a
+                .g2_compare
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(" / "),
+            farm.a.g2_ns
+        );
+        for &n in &farm.a.g2_ns.clone() {
+            for &g2 in &farm.a.g2_compare.clone() {
+                let spec = CellSpec {
+                    name: format!("g2-{}-n{n}", g2.name()),
+                    mode: "gpud".into(),
+                    n,
+                    placement: "one".into(),
+                    devices: vec![dev0.clone()],
+                    g2,
+                };
+                let mut workers = farm.mode_workers("gpud", n, one_gpu.clone())?;
+                for w in &mut workers {
+                    w.g2 = g2;
+                }
+                let m = farm.cell(spec, &workers, farm.a.g2_window(g2))?;
+                results.g2_cells.push(m);
                 save_partial(&results, &farm.out);
             }
         }
@@ -1721,7 +1841,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
         plotted,
         results.commit
     );
-    for line in results.host_lines() {
+    for line in results.host_lines().into_iter().chain(results.g2_lines()) {
         println!("{line}");
     }
     println!("\n## gpud farm, {}\n\n{md}", results.date);

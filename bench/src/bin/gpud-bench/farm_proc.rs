@@ -17,10 +17,10 @@ use clap::{Args, ValueEnum};
 use gpud_bench::baseline::{FlockLeaser, UnlockedLeaser};
 use gpud_bench::farm::bundle::{self, FarmWitness};
 use gpud_bench::farm::worker::{self, PhaseMemory, Window, WorkerOptions, WorkerReport, Workload};
-use gpud_bench::farm::{FarmError, LockKind};
+use gpud_bench::farm::{FarmError, G2Mode, LockKind};
 use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_prover::engine::SimulatedResident;
-use gpud_prover::engine::{CudaEngine, CudaOptions, Engine, process_device};
+use gpud_prover::engine::{CudaEngine, CudaOptions, Engine, G2Placement, process_device};
 use gpud_prover::lease::{GpudLeaser, HostNeeds, LeaseRequest, Leaser, LocalLeaser};
 use gpud_prover::paramgen::{self, G1Backend, Toxic};
 use gpud_prover::warm::WarmOptions;
@@ -130,6 +130,11 @@ pub struct WorkerArgs {
     /// for the tail (the lane's thread pinned there), and the process's resident footprint.
     #[arg(long, requires = "synthesize")]
     host_leases: bool,
+    /// Where each proof's B_G2 comes from: precomputed (the witness's sum from the bundle),
+    /// gpu (the B_G2 MSM inside the GPU phase, under its lease) or cpu (blstrs in the CPU
+    /// tail). gpu and cpu read the bundle's G2 query (farm-prepare --g2-query).
+    #[arg(long, value_enum, default_value = "precomputed")]
+    g2: G2Mode,
     /// Engine of the GPU phase.
     #[arg(long, value_enum, default_value = "auto")]
     engine: EngineArg,
@@ -223,7 +228,7 @@ where
 {
     // The footprint's pad from the phase without resident bases: warm phases lease the same
     // footprint less the bases they keep.
-    let formula = engine.vram_bytes(&work.key, work.log_domain());
+    let formula = worker::phase_formula(engine.as_ref(), &work.key, work.log_domain(), a.g2);
     let vram_pad = match &a.phase_vram {
         Some(p) => size(p)?.saturating_sub(formula),
         None => size(&a.vram_pad)?,
@@ -288,6 +293,7 @@ where
         label,
         synthesize: a.synthesize,
         host_leases: a.host_leases,
+        g2: a.g2,
     };
     let engine_name = engine.name().to_owned();
     let (circuit, log_size) = (work.spec.kind().name().to_owned(), work.log_domain());
@@ -319,6 +325,8 @@ where
         records: out.records,
         open: out.open,
         warm: out.warm,
+        g2: a.g2,
+        cpu_secs: out.cpu_secs,
     })
 }
 
@@ -401,7 +409,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         None if cuda => PhaseMemory::Cuda,
         None => PhaseMemory::Plain,
     };
-    let mut work = Workload::load(&a.bundle, &spec, a.witnesses)
+    let mut work = Workload::load(&a.bundle, &spec, a.witnesses, a.g2)
         .with_context(|| format!("loading the bundle in {}", a.bundle.display()))?;
     if a.synthesize {
         // Every attempt synthesizes its own: the bundle's witnesses give seeds and G2 sums.
@@ -414,7 +422,11 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         let engine = CudaEngine::new(CudaOptions {
             resident_bases: a.warm,
             pin_bases: true,
-            ..CudaOptions::default()
+            // Precomputed: the key has no G2 query, and nothing computes B_G2.
+            g2: match a.g2 {
+                G2Mode::Gpu => G2Placement::Gpu,
+                G2Mode::Cpu | G2Mode::Precomputed => G2Placement::Cpu,
+            },
         })
         .context("starting the CUDA engine")?;
         // Every device's context and kernels now, not inside the first GPU phase; and the
@@ -500,14 +512,19 @@ pub struct PrepareArgs {
     /// Regenerate even when the bundle's files exist.
     #[arg(long)]
     fresh: bool,
+    /// Also write the key's G2 query (for provers with `--g2 gpu` or `--g2 cpu`).
+    #[arg(long)]
+    g2_query: bool,
 }
 
 pub fn prepare(a: PrepareArgs) -> Result<()> {
     let spec = CircuitSpec::parse(&a.circuit, a.log_size)?;
     let key_path = bundle::key_path(&a.bundle, &spec);
     let n = a.witnesses.max(1);
-    let all_there =
-        key_path.is_file() && (0..n).all(|i| bundle::witness_path(&a.bundle, &spec, i).is_file());
+    let g2_path = bundle::g2_path(&a.bundle, &spec);
+    let all_there = key_path.is_file()
+        && (!a.g2_query || g2_path.is_file())
+        && (0..n).all(|i| bundle::witness_path(&a.bundle, &spec, i).is_file());
     if all_there && !a.fresh {
         println!(
             "{}",
@@ -528,6 +545,9 @@ pub fn prepare(a: PrepareArgs) -> Result<()> {
     };
     let params_secs = t.elapsed().as_secs_f64();
     bundle::write_key(&key_path, &spec, &params)?;
+    if a.g2_query {
+        bundle::write_g2_query(&g2_path, &spec, &params)?;
+    }
     let t = Instant::now();
     (0..n)
         .into_par_iter()
@@ -541,7 +561,7 @@ pub fn prepare(a: PrepareArgs) -> Result<()> {
         serde_json::json!({
             "spec": spec.to_string(), "reused": false, "params_secs": params_secs,
             "witnesses": n, "witness_secs": t.elapsed().as_secs_f64(),
-            "params_on_gpu": a.gpu,
+            "params_on_gpu": a.gpu, "g2_query": a.g2_query, "g2_points": params.b_g2.len(),
         })
     );
     Ok(())
