@@ -343,3 +343,87 @@ fn a_host_limit_without_a_writable_cgroup_tree_is_a_clear_error() {
     assert!(stderr.contains("--host-limit"), "{stderr}");
     assert!(stderr.contains("not a cgroup v2 hierarchy"), "{stderr}");
 }
+
+/// The G2 stage on the CPU: gpud provers with B_G2 in the phase (computed on the host under the
+/// lease: the CPU engine has no G2 of its own) against B_G2 in the CPU tail, N = 1 and 2. Every
+/// proof verified after its B_G2 equalled the bundle's precomputed sum; the G2 table, the JSON
+/// and the G2 lines carry throughput and CPU utilisation.
+#[test]
+fn farm_g2_stage_compares_g2_in_the_phase_with_g2_in_the_tail() {
+    let (out, stdout, r) = farm(|cmd| {
+        cmd.args(["farm", "--simulate", "--no-matrix", "--priority-n", "0"])
+            .args([
+                "--log-size",
+                "10",
+                "--calibrate-secs",
+                "1",
+                "--witnesses",
+                "1",
+            ])
+            .args(["--g2-compare", "gpu,cpu", "--g2-ns", "1,2"])
+            .args([
+                "--g2-duration",
+                "1.5",
+                "--g2-cpu-duration",
+                "2",
+                "--tail-ms",
+                "0",
+            ])
+    });
+    assert!(r.cells.is_empty() && r.priority.is_empty() && r.host_cells.is_empty());
+    assert_eq!(r.g2_cells.len(), 4);
+    for n in [1, 2] {
+        for (g2, window) in [("gpu", 1.5), ("cpu", 2.0)] {
+            let c = cell(&r.g2_cells, &format!("g2-{g2}-n{n}"));
+            assert_eq!((c.g2.name(), c.n, c.duration), (g2, n, window), "{c:?}");
+            assert!(c.startup_errors.is_empty(), "{c:?}");
+            assert!(c.normal.proofs > 0, "{c:?}");
+            assert_eq!((c.normal.oom, c.normal.failed), (0, 0), "{c:?}");
+            assert!(c.normal.per_minute_lanes > 0.0, "{c:?}");
+            // Every verified proof computed its own B_G2.
+            assert_eq!(c.normal.g2.n, c.normal.proofs, "{c:?}");
+            let cpu = c.cpu.expect("cpu metrics");
+            let host = cpu.host.expect("/proc/stat over the window");
+            assert!(
+                host.busy > 0.0 && host.busy <= 1.0 && host.cores >= 1,
+                "{cpu:?}"
+            );
+            assert!(cpu.provers_secs > 0.0, "{cpu:?}");
+            let parts = c.normal.phase_parts.expect("phase parts");
+            // In the phase, the G2 MSM is part of it; in the tail, it is not.
+            assert_eq!(parts.msm_b_g2 > 0.0, g2 == "gpu", "{c:?}");
+        }
+    }
+    // The bundle carries the G2 query; the workers' reports say where G2 ran.
+    let raw: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("cells").join("g2-cpu-n2.json")).unwrap(),
+    )
+    .unwrap();
+    for p in raw["processes"].as_array().unwrap() {
+        assert_eq!(p["report"]["g2"], "cpu", "{p}");
+        assert!(p["report"]["cpu_secs"].as_f64().is_some_and(|s| s > 0.0));
+    }
+    let md = std::fs::read_to_string(out.path().join("farm.md")).unwrap();
+    assert!(md.contains("| G2 | N | partitions/min (lanes) |"), "{md}");
+    assert!(md.contains("| cpu | 2 |"), "{md}");
+    assert!(stdout.contains("G2 g2-gpu-n1 g2=gpu n=1"), "{stdout}");
+    assert!(stdout.contains("host CPU"), "{stdout}");
+}
+
+/// A G2 mode the farm does not know is refused before anything starts.
+#[test]
+fn an_unknown_g2_mode_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpud-bench"))
+        .args(["farm", "--simulate", "--g2-compare", "gpu,fpga"])
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("fpga") && stderr.contains("--g2-compare"),
+        "{stderr}"
+    );
+}

@@ -1471,4 +1471,85 @@ mod tests {
         assert!(md.contains("(1 open)"), "{md}");
         assert!(md.contains("Processes without a report"), "{md}");
     }
+
+    #[test]
+    fn lane_rates_cpu_and_the_g2_table() {
+        // Two provers whose long tails end together: lane 0 makes proofs at 6.0 and 12.0 (first
+        // request at 0), lane 1 one proof at 6.2 (first request at 0.2).
+        let mut a = report(
+            vec![
+                rec(0, 0.0, 0.0, 1.0, 6.0, Outcome::Ok),
+                rec(0, 6.0, 6.0, 7.0, 12.0, Outcome::Ok),
+            ],
+            vec![],
+        );
+        a.records[0].g2_secs = Some(4.0);
+        a.records[1].g2_secs = Some(5.0);
+        a.cpu_secs = Some(30.0);
+        a.g2 = G2Mode::Cpu;
+        let mut b = report(vec![rec(0, 0.2, 1.0, 2.0, 6.2, Outcome::Ok)], vec![]);
+        b.records[0].g2_secs = Some(4.2);
+        b.cpu_secs = Some(10.0);
+        let spec = CellSpec {
+            name: "g2-cpu-n2".into(),
+            mode: "gpud".into(),
+            n: 2,
+            placement: "one".into(),
+            devices: vec!["GPU-a".into()],
+            g2: G2Mode::Cpu,
+        };
+        let procs: Vec<ProcessOutcome> = [a, b]
+            .into_iter()
+            .map(|r| ProcessOutcome {
+                critical: false,
+                report: Ok(r),
+            })
+            .collect();
+        let mut m = cell_metrics(&spec, 20.0, &procs, &[]);
+        // 2 proofs in 12 s and 1 in 6 s: 10 + 10 per minute.
+        assert!((m.normal.per_minute_lanes - 20.0).abs() < 1e-9, "{m:?}");
+        // The steady rate over the completions 6.0, 6.2, 12.0 is 20/min here, k/T 9/min.
+        assert!((m.normal.per_minute_window - 9.0).abs() < 1e-9);
+        assert_eq!(m.g2, G2Mode::Cpu);
+        assert_eq!(m.normal.g2.n, 3);
+        assert!((m.normal.g2.mean - 13.2 / 3.0).abs() < 1e-9);
+        // Tails: 5, 5 and 4.2 s; phases [0, 1], [6, 7], [1, 2]: 3 s of 20 busy.
+        assert!((m.normal.tail.mean - 14.2 / 3.0).abs() < 1e-9);
+        let cpu = m.cpu.expect("cpu metrics");
+        assert_eq!((cpu.provers_secs, cpu.provers_cores), (40.0, 2.0));
+        m.cpu = Some(CpuMetrics {
+            host: Some(HostCpu {
+                busy: 0.75,
+                cores: 16,
+            }),
+            ..cpu
+        });
+        let mut gpu = m.clone();
+        gpu.name = "g2-gpu-n2".into();
+        gpu.g2 = G2Mode::Gpu;
+        gpu.normal.per_minute_lanes = 80.0;
+        let mut results = FarmResults {
+            g2_cells: vec![gpu, m],
+            ..Default::default()
+        };
+        results.evaluate_targets();
+        let md = results.markdown();
+        assert!(md.contains("| G2 | N | partitions/min (lanes) |"), "{md}");
+        assert!(
+            md.contains("| cpu | 2 | 20.0 | 0.25 | 3 | 9.0 | 15.0 % | – | 75.0 % | 12.0 of 16 | 2.0 | 4400.0 | 1000.0 | 4733.3 | 0 | 0 |"),
+            "{md}"
+        );
+        assert!(md.contains("| gpu | 2 | 80.0 | 1.00 |"), "{md}");
+        let lines = results.g2_lines();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[1].starts_with("G2 g2-cpu-n2 g2=cpu n=2 per_min_lanes=20.00"));
+        assert!(lines[1].contains("cpu_busy=75.0%"), "{}", lines[1]);
+        // The G2 cells are gpud cells: their failures count against the target.
+        assert!(
+            results
+                .targets
+                .iter()
+                .any(|t| t.name.starts_with("out-of-memory and failed") && t.met)
+        );
+    }
 }
