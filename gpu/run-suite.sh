@@ -172,6 +172,8 @@ fi
 #                                        and a critical partition reclaiming them; ~4 minutes)
 #   bash gpu/run-suite.sh farm-host     (host admission: per-process bounds vs gpud host
 #                                        leases, then inside a 24 GiB cgroup; ~5 minutes, root)
+#   bash gpu/run-suite.sh farm-g2       (2^24 partitions, B_G2 on the GPU vs on the CPU, N = 1,
+#                                        2, 4: throughput and CPU utilisation; ~8.5 minutes)
 # A ballast process holds all but 16 GiB of each GPU (gpud sees it through NVML); each
 # partition's footprint is padded to 6 GiB. Results: $OUT/farm*/farm.json (metrics, written
 # after every cell), farm.md (the tables, also printed last), cells/ (every process's report),
@@ -235,6 +237,37 @@ if named farm-host; then
     [ -f "$OUT/farm-host/farm.md" ] && grep -A 8 '^Host admission' "$OUT/farm-host/farm.md"
     if [ -d "$OUT/farm-host/cells" ]; then
         (cd "$OUT/farm-host" && tar czf cells-logs.tgz cells logs && rm -rf cells logs)
+    fi
+fi
+# farm-g2 (only when named; about 8.5 minutes, one device call on its own): issue 15's farm
+# item. gpud provers of 2^24 synthetic partitions (one process each, one compute slot) computing
+# B_G2 in the GPU phase under their lease (--g2 gpu: the key carries the G2 query, 9.6 M points,
+# 1.8 GB, uploaded per phase from page-locked memory; the lease includes its bases and
+# temporaries) against in the CPU tail with blstrs on the host's 16 cores (--g2 cpu, what
+# operators' provers do today), N = 1, 2, 4, N outer. No ballast (--card above the H200's
+# memory), no pad, no modeled tail (--tail-ms 0: a tail is the real assembly, verification and,
+# in cpu mode, the G2 MSM), one witness. Every proof's B_G2 is compared with the bundle's
+# precomputed sum and every proof verified. Windows: 20 s with G2 on the GPU (phase ~1.5-2 s:
+# ~10 partitions per cell, 10 / 5 / 2.5 per prover at N = 1 / 2 / 4) and 70 s with G2 on the
+# CPU (a tail ~10 s alone on 16 cores, the host the bottleneck from N = 2 on: ~6, ~7 and ~7
+# partitions per cell, ~6 / 3.5 / 1.7 per prover; the lanes' rate stays sound at 1-2 per lane).
+# Time: bundle ~100 s (fast parameters, G1 on the GPU, G2 on the CPU ~70 s at 2^24 from the
+# 17 s at 2^22; key 5.5 GB, G2 query 1.8 GB, the witness 2.2 GB and its G2 sum ~25 s; reused
+# from /tmp/gpud-farm when there), calibration ~15 s, six cells of 20 or 70 s plus ~14 s of
+# setup each (a prover reads ~9.5 GB and page-locks ~7.3 GB), ~510 s in all; NVRTC adds its
+# compile time when no earlier section of the call filled the kernel cache. Host memory: ~11 GB
+# per prover, ~45 GB at N = 4. Prints a G2 line per cell (per_min_lanes, gpu_busy, cpu_busy =
+# all cores from /proc/stat, provers_cores from their own CPU seconds, g2_ms, phase_ms, tail_ms,
+# oom, failed) and the G2 table; JSON in $OUT/farm-g2/farm.json (g2_cells).
+if named farm-g2; then
+    section farm-g2 540 "$G/bin/gpud-bench" farm --out "$OUT/farm-g2" --log-size 24 \
+        --no-matrix --priority-n 0 --witnesses 1 --calibrate-secs 4 --tail-ms 0 \
+        --card 1TiB --phase-vram 0 \
+        --g2-compare gpu,cpu --g2-ns 1,2,4 --g2-duration 20 --g2-cpu-duration 70
+    [ -f "$OUT/farm-g2.log" ] && grep -E '^G2 ' "$OUT/farm-g2.log"
+    [ -f "$OUT/farm-g2/farm.md" ] && grep -A 9 '^B_G2 placement' "$OUT/farm-g2/farm.md"
+    if [ -d "$OUT/farm-g2/cells" ]; then
+        (cd "$OUT/farm-g2" && tar czf cells-logs.tgz cells logs && rm -rf cells logs)
     fi
 fi
 
