@@ -1290,7 +1290,7 @@ pub fn run(a: FarmArgs) -> Result<()> {
     if a.g2_compare.iter().any(|&m| a.g2_window(m) <= 0.0) {
         bail!("--g2-duration and --g2-cpu-duration must be positive");
     }
-    if !a.g2_compare.is_empty() && a.g2_ns.iter().any(|&n| n == 0) {
+    if !a.g2_compare.is_empty() && a.g2_ns.contains(&0) {
         bail!("--g2-ns: every number of provers must be at least 1");
     }
     let me = std::env::current_exe().context("locating gpud-bench")?;
