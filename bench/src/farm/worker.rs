@@ -805,9 +805,10 @@ where
                 }
             }
             drop(warm_state);
-            // Taken before the release is sent: [granted, released] lies inside the hold.
+            // Taken before the release is sent: [granted, released] lies inside the hold. The
+            // lane's state says so before the release too: a snapshot between the release and
+            // the state would see this phase still open beside the next one's.
             let released = clock.now();
-            drop(lease);
             rec.released = Some(released);
             self.set(
                 lane,
@@ -818,6 +819,7 @@ where
                 },
                 None,
             );
+            drop(lease);
             let result = match result {
                 Ok(_) if lost => Err((
                     Outcome::Failed,
