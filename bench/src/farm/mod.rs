@@ -14,8 +14,9 @@
 //!   modeled tail time). Out-of-memory errors are caught, counted and the lane goes on.
 //! - [`simvram`]: a simulated device memory shared by processes (a file), so the CPU-only test
 //!   sees uncoordinated provers run out of memory as they would on a GPU.
-//! - [`analysis`]: per-cell metrics (throughput, GPU busy, waits, failures), the targets, the
-//!   Markdown tables; [`plot`]: the PNG.
+//! - [`analysis`]: per-cell metrics (throughput, GPU busy, CPU busy, waits, failures), the
+//!   targets, the Markdown tables; [`cpustat`]: the host's CPU busy fraction from
+//!   `/proc/stat`; [`plot`]: the PNG.
 //!
 //! # What the benchmark models, and why
 //!
@@ -33,7 +34,11 @@
 //!   synthesis is not what is compared. Since the G2 sum `Σ b_i·B_i` depends only on the
 //!   witness, it is computed once with the witness, and each proof's tail assembles with fresh
 //!   blinding `r`, `s`: the proofs are exactly what a full prover makes, and every one is
-//!   checked by bellperson's verifier.
+//!   checked by bellperson's verifier. That is the default ([`G2Mode::Precomputed`]); the G2
+//!   question itself (issue 15: what B_G2 on the GPU saves the host) has provers compute B_G2
+//!   for every proof, inside the GPU phase or in the CPU tail ([`G2Mode`], the driver's
+//!   `--g2` and its G2 stage), each sum checked against the precomputed one, with the host's
+//!   CPU utilisation measured per cell ([`cpustat`]).
 //! - **The GPU phase is real**: H (seven NTTs) and the four G1 MSMs on the engine, bases
 //!   uploaded per phase (no residency: eight provers cannot each keep 1.3 GiB of bases on a
 //!   16 GiB card), under the lease or lock of the mode.
