@@ -12,6 +12,7 @@ use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_prover::engine::{CudaEngine, CudaOptions, Engine, G2Placement};
 use gpud_prover::lease::LocalLeaser;
 use gpud_prover::pipeline::{self, PipelineConfig};
+use gpud_prover::plan::{self, BasesAt, PlanError, PlanInput};
 use gpud_prover::synthesis::SynthesisOptions;
 use gpud_prover::{CpuEngine, ProverError, prove};
 use rand::SeedableRng;
@@ -39,6 +40,7 @@ fn engine_g2(resident: bool, pin_bases: bool, g2: G2Placement) -> CudaEngine {
         resident_bases: resident,
         pin_bases,
         g2,
+        vram_budget: None,
     })
     .expect("CUDA engine")
 }
@@ -347,4 +349,80 @@ fn evicted_resident_bases_free_their_memory_and_prove_again_once_reloaded() {
             free_before.saturating_sub(free_after)
         );
     }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_quarter_of_the_unchunked_lease_still_gives_bellpersons_proof_within_the_lease() {
+    // Streamed bases (no residency) and resident bases, G2 on the GPU: the phase plans within
+    // a lease a quarter of the unchunked one (or the smallest plan, when that is larger), runs
+    // its MSMs in chunks and still proves bit for bit.
+    for resident in [false, true] {
+        let cuda = engine_g2(resident, true, G2Placement::Gpu);
+        let (spec, key) = common::key("synthetic", 14);
+        let syn =
+            prove::synthesize(&key, spec.with_witness(5), SynthesisOptions::default()).unwrap();
+        let log = gpud_prover::fft::Domain::for_constraints(syn.num_constraints())
+            .unwrap()
+            .log_size();
+        let resident_lease = claim(cuda.resident_bytes(&key));
+        if resident {
+            cuda.load_resident(&key, &resident_lease).unwrap();
+        }
+        let full = cuda.vram_bytes(&key, log);
+        let bases = if resident {
+            BasesAt::Resident
+        } else {
+            BasesAt::Host { pinned: true }
+        };
+        let asked = PlanInput {
+            shape: key.shape(),
+            log_domain: log,
+            multiprocessors: first_gpu().multiprocessors,
+            g2_on_gpu: true,
+            bases,
+            budget: full / 4,
+        };
+        let budget = match plan::plan(&asked) {
+            Ok(p) => p.peak,
+            Err(PlanError::DoesNotFit { needed, .. }) => needed,
+            Err(e) => panic!("{e}"),
+        };
+        assert!(budget < full, "{budget} >= {full}");
+        if !resident {
+            // An engine told to plan for that budget asks for it.
+            assert_eq!(cuda_with_budget(full / 4).vram_bytes(&key, log), budget);
+        }
+        let lease = claim(budget);
+        let (r, s) = (Scalar::from(7u64), Scalar::from(11u64));
+        let out = prove::gpu_phase(&cuda, &lease, &key, syn).unwrap();
+        let t = out.timings;
+        println!(
+            "resident {resident}: unchunked {full} B, lease {budget} B, planned {} B, measured {} B",
+            t.planned_peak, t.measured_peak
+        );
+        assert!(t.measured_peak <= budget, "{} > {budget}", t.measured_peak);
+        assert!(t.planned_peak <= budget && t.measured_peak <= t.planned_peak);
+        let inputs = out.public_inputs().to_vec();
+        let ours = prove::cpu_tail(&key, out, r, s).unwrap();
+        let theirs = groth16::create_proof(spec.with_witness(5), key.params(), r, s).unwrap();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        ours.write(&mut a).unwrap();
+        theirs.write(&mut b).unwrap();
+        assert_eq!(a, b, "resident {resident}");
+        assert!(key.verify(&ours, &inputs).unwrap());
+        if resident {
+            cuda.unload_resident(&key, Some(&lease)).unwrap();
+        }
+    }
+}
+
+fn cuda_with_budget(budget: u64) -> CudaEngine {
+    CudaEngine::new(CudaOptions {
+        resident_bases: false,
+        pin_bases: true,
+        g2: G2Placement::Gpu,
+        vram_budget: Some(budget),
+    })
+    .expect("CUDA engine")
 }
