@@ -346,6 +346,11 @@ mod tests {
         );
         let big = plan(&input(s, 27, BasesAt::Resident, 48 * GIB)).unwrap();
         assert!(big.peak <= 48 * GIB);
+        println!(
+            "16 GiB streamed: {}\n48 GiB resident: {}",
+            small.summary(),
+            big.summary()
+        );
         // More budget, never more chunks.
         for q in [Query::H, Query::L, Query::A, Query::BG1, Query::BG2] {
             let (a, b) = (small.step(q).unwrap(), big.step(q).unwrap());
