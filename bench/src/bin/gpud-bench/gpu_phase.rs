@@ -55,6 +55,8 @@ struct PhaseRow {
     plan: String,
     planned_peak: u64,
     measured_peak: u64,
+    /// Bytes of bases copied from host memory during the phase (0 with resident bases).
+    bases_streamed: u64,
     h: f64,
     msm_h: f64,
     msm_l: f64,
@@ -222,14 +224,17 @@ pub fn run(args: GpuPhaseArgs) -> Result<()> {
     for r in &rows {
         let target = if r.budget >= 48 << 30 { 1.0 } else { 2.0 };
         println!(
-            "{:>6.1} GiB {:<9} total {:.3} s (target {:.1} s: {}), peak {:.2} of {:.2} GiB planned",
+            "{:>6.1} GiB {:<9} total {:.3} s (target {:.1} s: {}), peak {:.2} of {:.2} GiB planned, \
+             {:.1} GiB of bases streamed ({:.1} GB/s over the phase)",
             gib(r.budget),
             r.bases,
             r.total,
             target,
             if r.total <= target { "met" } else { "missed" },
             gib(r.measured_peak),
-            gib(r.planned_peak)
+            gib(r.planned_peak),
+            gib(r.bases_streamed),
+            r.bases_streamed as f64 / r.total / 1e9
         );
     }
     if let Some(path) = &args.json {
@@ -388,6 +393,12 @@ fn phase(
             BasesAt::Host { .. } => "streamed",
         },
         plan: p.summary(),
+        bases_streamed: p
+            .msms
+            .iter()
+            .filter(|st| st.streamed)
+            .map(|st| st.n as u64 * if st.query == Query::BG2 { 192 } else { 96 })
+            .sum(),
         planned_peak: p.peak,
         measured_peak,
         h: t_h,
