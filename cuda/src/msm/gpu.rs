@@ -423,8 +423,9 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
             .arg(&mont)
             .arg(&pre)
             .arg(&cnt);
-        // SAFETY: `mont` holds >= count scalars (8 words each) from `start`, `pre` count * 8
-        // words from `start * 8`, `cnt` keys + 1 zeroed words; digits index keys < W * B.
+        // SAFETY: `mont` holds >= count scalars (8 words each) from `scalar_base + start`,
+        // `pre` count * 8 words from `start * 8`, `cnt` keys + 1 zeroed words; digits index
+        // keys < W * B.
         // Threads past `count` only take part in warp votes. All buffers live on this device,
         // ordered on its main stream.
         unsafe { b.launch(grid(count as u64, LIGHT_THREADS)?) }?;
