@@ -175,8 +175,21 @@ fn a_phase_lease_smaller_than_the_formula_fails_typed_and_leaks_nothing() {
     let cuda = engine(false, true);
     let (spec, key) = common::key("synthetic", 12);
     let need = cuda.vram_bytes(&key, 12);
-    // The formula is the sum of the buffers, an upper bound of the peak: half of it is too little.
-    let small = claim(need / 2);
+    // The phase plans within its lease: below the smallest plan it fails typed, naming it,
+    // before anything is allocated.
+    let smallest = match plan::plan(&PlanInput {
+        shape: key.shape(),
+        log_domain: 12,
+        multiprocessors: first_gpu().multiprocessors,
+        g2_on_gpu: cuda.g2_on_gpu(&key),
+        bases: BasesAt::Host { pinned: true },
+        budget: 0,
+    }) {
+        Err(PlanError::DoesNotFit { needed, .. }) => needed,
+        other => panic!("{other:?}"),
+    };
+    assert!(smallest <= need);
+    let small = claim(smallest - 1);
     let err = prove::prove(
         &cuda,
         &small,
@@ -186,14 +199,24 @@ fn a_phase_lease_smaller_than_the_formula_fails_typed_and_leaks_nothing() {
         Scalar::ONE,
     )
     .unwrap_err();
-    let over = matches!(
-        &err,
-        ProverError::Cuda(gpud_cuda::Error::OverReservation { .. })
-            | ProverError::Msm(gpud_cuda::msm::MsmError::Cuda(
-                gpud_cuda::Error::OverReservation { .. }
-            ))
+    assert!(
+        matches!(
+            &err,
+            ProverError::VramPlan(PlanError::DoesNotFit { needed, .. }) if *needed == smallest
+        ),
+        "{err}"
     );
-    assert!(over, "{err}");
+    // The smallest plan's lease proves.
+    let (proof, inputs) = prove::prove(
+        &cuda,
+        &claim(smallest),
+        &key,
+        spec.with_witness(1),
+        Scalar::ONE,
+        Scalar::ONE,
+    )
+    .unwrap();
+    assert!(key.verify(&proof, &inputs).unwrap());
     // The failed phase closed its arena; the exact lease then works.
     let lease = claim(need);
     let (proof, inputs) = prove::prove(

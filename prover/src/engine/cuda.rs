@@ -314,6 +314,25 @@ impl CudaEngine {
         t: &mut PhaseTimings,
     ) -> Result<(G1Sums, Option<G2Projective>)> {
         let p = key.params();
+        let slot = (key.id(), normalize_uuid(&arena.info().uuid));
+        let g2 = self.g2_on_gpu(key);
+        // Once per key (a no-op after); a refusal leaves the streamed copies to the driver's
+        // staged path.
+        let was_resident = self.lock_resident().contains_key(&slot);
+        let pinned = !was_resident && self.pin_bases(key, arena.device()).is_ok();
+        let bases_at = |resident: bool| {
+            if resident {
+                BasesAt::Resident
+            } else {
+                BasesAt::Host {
+                    pinned: pinned && self.opts.pin_bases,
+                }
+            }
+        };
+        // Planned before anything is allocated: a lease no plan fits fails here, typed.
+        let sms = arena.info().multiprocessors;
+        let budget = arena.ledger().limit;
+        let mut plan = self.plan_for(key, m, bases_at(was_resident), budget, sms, g2)?;
         let start = Instant::now();
         let mut hpoly = HPoly::new(arena)?;
         let h = hpoly.compute(&a, &b, &c)?;
@@ -324,28 +343,11 @@ impl CudaEngine {
 
         let engine = MsmEngine::new(arena)?;
         let resident_map = self.lock_resident();
-        let resident = resident_map
-            .get(&(key.id(), normalize_uuid(&arena.info().uuid)))
-            .map(|r| r.borrow_dependent());
-        // Once per key (a no-op after); a refusal leaves the streamed copies to the driver's
-        // staged path.
-        let pinned = resident.is_none() && self.pin_bases(key, arena.device()).is_ok();
-        let bases_at = if resident.is_some() {
-            BasesAt::Resident
-        } else {
-            BasesAt::Host {
-                pinned: pinned && self.opts.pin_bases,
-            }
-        };
-        let g2 = self.g2_on_gpu(key);
-        let plan = self.plan_for(
-            key,
-            m,
-            bases_at,
-            arena.ledger().limit,
-            arena.info().multiprocessors,
-            g2,
-        )?;
+        let resident = resident_map.get(&slot).map(|r| r.borrow_dependent());
+        if resident.is_some() != was_resident {
+            // Loaded or evicted while H ran: plan for where the bases are now.
+            plan = self.plan_for(key, m, bases_at(resident.is_some()), budget, sms, g2)?;
+        }
         t.planned_peak = plan.peak;
         let chunk = |q: Query| plan.step(q).map_or(usize::MAX, |s| s.chunk);
         // Each MSM over its query's bases, resident or streamed from the key's host vectors,
@@ -431,7 +433,7 @@ impl CudaEngine {
         budget: u64,
         multiprocessors: u32,
         g2_on_gpu: bool,
-    ) -> Result<PhasePlan> {
+    ) -> std::result::Result<PhasePlan, PlanError> {
         plan::plan(&PlanInput {
             shape: key.shape(),
             log_domain: m.trailing_zeros(),
@@ -440,7 +442,6 @@ impl CudaEngine {
             bases,
             budget,
         })
-        .map_err(|e| engine_error(e.to_string()))
     }
 }
 
@@ -508,17 +509,9 @@ impl Engine for CudaEngine {
             self.g2_on_gpu(key),
         ) {
             Ok(p) => p.peak,
-            Err(_) => match plan::plan(&PlanInput {
-                shape: key.shape(),
-                log_domain,
-                multiprocessors: self.multiprocessors,
-                g2_on_gpu: self.g2_on_gpu(key),
-                bases,
-                budget,
-            }) {
-                Err(PlanError::DoesNotFit { needed, .. }) => needed,
-                _ => u64::MAX,
-            },
+            Err(PlanError::DoesNotFit { needed, .. }) => needed,
+            // No H step for this domain: no lease holds the phase.
+            Err(_) => u64::MAX,
         }
     }
 
