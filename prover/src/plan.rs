@@ -13,7 +13,9 @@
 //!   memory, two base buffers of a chunk (one when `k = 1`): the next chunk is copied while the
 //!   current one runs. With resident bases only the temporaries shrink.
 //!
-//! With an unbounded budget every MSM is one chunk and the peak is
+//! Streamed MSMs of more than [`STREAM_OVERLAP_POINTS`] points take at least two chunks (up to
+//! [`MIN_STREAMED_CHUNKS`], see [`min_chunks`]) so that copies overlap compute. With an
+//! unbounded budget every other MSM is one chunk, and up to 2^22 points the peak is
 //! [`crate::vram::VramEstimate::phase_lease`], the formula the leases used before plans.
 
 use gpud_cuda::ledger::charge_for;
@@ -27,7 +29,27 @@ use crate::vram::KeyShape;
 /// per-chunk fixed costs, bucket reduction and launches, start to dominate).
 pub const MAX_CHUNKS: usize = 1024;
 
+/// Streamed MSMs of at least this many points run in at least two chunks (up to
+/// [`MIN_STREAMED_CHUNKS`]): one chunk would copy all its bases before computing, and only
+/// the first chunk's copy is not overlapped. Below it (a copy under ~0.4 GB) a chunk's fixed
+/// costs outweigh the overlap.
+pub const STREAM_OVERLAP_POINTS: usize = 1 << 22;
+
+/// The most chunks the overlap rule asks for: the first chunk's copy, a quarter of the
+/// query's, is the part not hidden behind compute.
+pub const MIN_STREAMED_CHUNKS: usize = 4;
+
 const FR: u64 = 32;
+
+/// The fewest chunks an MSM of `n` points runs in: [`STREAM_OVERLAP_POINTS`] per chunk up to
+/// [`MIN_STREAMED_CHUNKS`] when streamed, else one.
+pub fn min_chunks(n: usize, streamed: bool) -> usize {
+    if streamed {
+        (n / STREAM_OVERLAP_POINTS).clamp(1, MIN_STREAMED_CHUNKS)
+    } else {
+        1
+    }
+}
 
 /// Where the phase reads the proving key's bases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -201,7 +223,7 @@ fn choose<C: MsmCurve>(
 ) -> Result<MsmStep, u64> {
     let mut least = u64::MAX;
     let mut last_chunk = 0;
-    for k in 1..=MAX_CHUNKS.min(n) {
+    for k in min_chunks(n, streamed)..=MAX_CHUNKS.min(n) {
         let chunk = n.div_ceil(k);
         if chunk == last_chunk {
             continue;
@@ -359,6 +381,20 @@ mod tests {
     }
 
     #[test]
+    fn large_streamed_msms_overlap_copies_even_when_one_chunk_fits() {
+        let s = porep(1 << 27);
+        let p = plan(&input(s, 27, BasesAt::Host { pinned: true }, u64::MAX)).unwrap();
+        for m in &p.msms {
+            assert_eq!(m.chunks, MIN_STREAMED_CHUNKS, "{}", p.summary());
+        }
+        let r = plan(&input(s, 27, BasesAt::Resident, u64::MAX)).unwrap();
+        assert!(r.msms.iter().all(|m| m.chunks == 1));
+        assert_eq!(min_chunks(3 << 22, true), 3);
+        assert_eq!(min_chunks((1 << 22) - 1, true), 1);
+        assert_eq!(min_chunks(1 << 30, false), 1);
+    }
+
+    #[test]
     fn below_the_smallest_plan_the_error_names_a_budget_that_works() {
         let s = porep(1 << 24);
         let bases = BasesAt::Host { pinned: false };
@@ -456,8 +492,9 @@ mod tests {
                             step_charge::<G1>(s.n, chunk, held, host_scalars, host, inp.multiprocessors)
                         };
                         prop_assert_eq!(charge(s.chunk), s.peak);
+                        prop_assert!(s.chunks >= min_chunks(s.n, host));
                         // One chunk fewer would not have fitted.
-                        if s.chunks > 1 {
+                        if s.chunks > min_chunks(s.n, host) {
                             let fewer = s.n.div_ceil(s.chunks - 1);
                             prop_assert!(charge(fewer) > inp.budget);
                         }
