@@ -85,6 +85,9 @@ section cuda-bench 240 "$G/bin/gpud-cuda-bench" --bench --json "$OUT/cuda-bench.
 # --- gpud-cuda: BLS12-381 G1 MSM -------------------------------------------------------------
 # About 560 s together: run them on their own,
 #   bash gpu/run-suite.sh msm-tests msm-memcheck msm-check msm-bench
+# msm-tests includes the chunked MSMs (msm_chunked: resident, streamed from ordinary and
+# page-locked memory, host and device scalars, uneven tails, G1 and G2) against the unchunked
+# MSM and blstrs, and the streamed charge bound (two chunk base buffers, not the query).
 section msm-tests 240 "$G/tests/msm_gpu" --ignored --test-threads=1
 section msm-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$G/bin/gpud-msm-bench" --check --quick
@@ -111,13 +114,24 @@ section msm-g2-memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 1
 #   bash gpu/run-suite.sh prover-tests prover-bench
 # prover-tests: GPU proofs equal bellperson's create_proof bit for bit (synthetic 2^9..2^14,
 # poseidon 2^12, sha256 2^15; resident bases and per-phase uploads), the pipeline on the CUDA
-# engine, G2 on the GPU and on the CPU (both bit for bit), typed errors for a lease below the formula, GPU-generated parameters equal the CPU
+# engine, G2 on the GPU and on the CPU (both bit for bit), a proof under a quarter of the
+# unchunked lease (chunked MSMs, measured peak <= the lease, bit for bit), typed errors for a lease below the formula, GPU-generated parameters equal the CPU
 # path, evicted resident bases freeing their memory and proving again once reloaded. prover-bench: full proofs of 2^20 and 2^22 on the CPU and CUDA engines, by stage, with
 # parameters from the fast generator (G1 on the GPU), JSON in $OUT/prover-bench.json.
 export GPUD_PROVER_TEST_PARAMS=${GPUD_PROVER_TEST_PARAMS:-/tmp/gpud-prover-test-params}
 section prover-tests 300 "$G/tests/prover_gpu" --ignored --test-threads=1
 section prover-bench 420 "$G/bin/gpud-bench" engines --sizes 20,22 --json "$OUT/prover-bench.json"
 [ -f "$OUT/prover-bench.log" ] && grep -A 12 "== engines summary" "$OUT/prover-bench.log" | head -n 20
+
+# gpu-phase-27 (expected about 3 minutes, bounded at 420 s; needs ~50 GiB host memory and ~96 GiB of the GPU): the GPU
+# phase of a 2^27 PoRep-shaped partition on RANDOM bases (2^20 points repeated; no proof, the
+# issue's fallback where 2^27 parameters do not fit host memory), per budget 16 GiB and 48 GiB:
+# the plan, planned and measured peak, per-step times, total; bases streamed from page-locked
+# memory, and resident under their own lease where the GPU also holds them. Alone:
+#   bash gpu/run-suite.sh gpu-phase-27
+section gpu-phase-27 420 "$G/bin/gpud-bench" gpu-phase --log 27 --budget 16GiB --budget 48GiB \
+    --json "$OUT/gpu-phase-27.json"
+[ -f "$OUT/gpu-phase-27.log" ] && grep -A 8 "== gpu-phase summary" "$OUT/gpu-phase-27.log"
 
 # --- MPS: hard memory limits for unmodified programs ------------------------------------------
 # About 1 minute: gpud on NVML with [enforce] mps = true starts the driver's MPS control daemon;

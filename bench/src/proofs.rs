@@ -263,6 +263,8 @@ pub fn engines(
             bases_upload: pick(&|s| s.1.bases_upload),
             finish: pick(&|s| s.1.finish),
             total: pick(&|s| s.1.total),
+            planned_peak: samples.iter().map(|s| s.1.planned_peak).max().unwrap_or(0),
+            measured_peak: samples.iter().map(|s| s.1.measured_peak).max().unwrap_or(0),
         };
         runs.push(EngineRun {
             engine: case.name.to_owned(),

@@ -7,7 +7,9 @@ use ff::Field;
 use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_cuda::ledger::charge_for;
 use gpud_cuda::msm::plan::MsmPlan;
-use gpud_cuda::msm::{G1Bases, G2, G2Bases, MsmEngine, MsmError, MsmVariant};
+use gpud_cuda::msm::{
+    ChunkBases, ChunkScalars, G1Bases, G2, G2Bases, MsmEngine, MsmError, MsmVariant,
+};
 use gpud_cuda::{Device, Error, driver};
 use group::prime::PrimeCurveAffine;
 use group::{Curve, Group};
@@ -436,5 +438,115 @@ fn g2_plans_estimate_holds_and_the_pipelined_upload_is_right() {
         assert!(arena.ledger().peak <= need, "G2 n = {n}");
         drop((b, engine));
         arena.close(&lease.compute_token().unwrap()).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn chunked_and_streamed_msms_equal_the_unchunked_one_and_blstrs() {
+    // G1 and G2, bases resident (chunked temporaries only) and streamed from host memory
+    // (ordinary and page-locked), host and device scalars, chunk sizes that divide n, leave an
+    // uneven tail, cover it in one chunk and exceed it; each chunked sum equals the unchunked
+    // MSM and blstrs, and streaming charges two chunk buffers, not the whole query.
+    let mut rng = fresh_rng();
+    let n = (1usize << 16) + 777;
+    let host = bases(&mut rng, n);
+    let host2 = g2_bases(&mut rng, n / 8);
+    let s = witness(&mut rng, n);
+    // Streaming charges at most two chunks of bases beyond the chunk's scalars and
+    // temporaries, far less than the whole query (its own lease, so its peak is its own).
+    {
+        let lease = claim(4 << 30);
+        let device = Device::open(lease.device_uuid()).unwrap();
+        let dev = device.reserve(&lease).unwrap();
+        let engine = MsmEngine::new(&dev).unwrap();
+        let chunk = 1usize << 13;
+        let sum = engine
+            .msm_chunked(ChunkBases::Host(&host[..]), ChunkScalars::Host(&s), chunk)
+            .unwrap();
+        assert_eq!(sum, cpu(&host, &s));
+        let temps = |len: usize| {
+            MsmPlan::new(len, device.info().multiprocessors)
+                .unwrap()
+                .temp_bytes()
+        };
+        let tail = n % chunk;
+        let bound = 2 * charge_for(96 * chunk as u64)
+            + charge_for(32 * chunk as u64)
+            + temps(chunk).max(temps(tail));
+        let peak = dev.ledger().peak;
+        assert!(peak <= bound, "{peak} > {bound}");
+        // The unchunked upload would have held all n bases at once, with n points' temporaries.
+        assert!(peak < charge_for(96 * n as u64) + temps(n), "{peak}");
+        drop(engine);
+        if let Some(t) = lease.compute_token() {
+            dev.close(&t).unwrap();
+        }
+    }
+    let lease = claim(4 << 30);
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
+    let engine = MsmEngine::new(&dev).unwrap();
+    let resident = G1Bases::upload(&dev, &host).unwrap();
+    let want = cpu(&host, &s);
+    assert_eq!(engine.msm(&resident, &s).unwrap(), want);
+    let pinned =
+        gpud_cuda::RegisteredVec::register(&device, std::sync::Arc::new(host.clone())).unwrap();
+    let mut dev_scalars = dev.alloc::<Scalar>(n + 5).unwrap();
+    dev_scalars.copy_from_host_at(0, &s).unwrap();
+    for chunk in [1usize << 12, 10_000, (n / 3) + 1, n, 2 * n] {
+        let host_b = ChunkBases::Host(&host[..]);
+        let pinned_b = ChunkBases::Host(&pinned[..]);
+        for (what, b) in [
+            ("resident", ChunkBases::Device(&resident)),
+            ("streamed", host_b),
+            ("streamed pinned", pinned_b),
+        ] {
+            let sum = engine
+                .msm_chunked(b, ChunkScalars::Host(&s), chunk)
+                .unwrap();
+            assert_eq!(sum, want, "{what} chunk {chunk}");
+        }
+        let sum = engine
+            .msm_chunked(
+                ChunkBases::Host(&host[..]),
+                ChunkScalars::Device(&dev_scalars, n),
+                chunk,
+            )
+            .unwrap();
+        assert_eq!(sum, want, "device scalars, chunk {chunk}");
+        // A prefix of a device buffer (the H MSM's m - 1 of m).
+        let sum = engine
+            .msm_chunked(
+                ChunkBases::Device(&resident),
+                ChunkScalars::Device(&dev_scalars, n - 1),
+                chunk,
+            )
+            .unwrap();
+        assert_eq!(sum, cpu(&host, &s[..n - 1]), "device prefix, chunk {chunk}");
+    }
+    // G2, streamed and resident, uneven tails.
+    let g2 = MsmEngine::<G2>::for_group(&dev).unwrap();
+    let s2 = &s[..host2.len()];
+    let want2 = cpu_g2(&host2, s2);
+    let resident2 = G2Bases::upload(&dev, &host2).unwrap();
+    for chunk in [1000usize, 3001, host2.len()] {
+        for b in [ChunkBases::Device(&resident2), ChunkBases::Host(&host2[..])] {
+            assert_eq!(
+                g2.msm_chunked(b, ChunkScalars::Host(s2), chunk).unwrap(),
+                want2,
+                "G2 chunk {chunk}"
+            );
+        }
+    }
+    // A chunk of 0 points is a clear error, not a hang.
+    assert!(
+        engine
+            .msm_chunked(ChunkBases::Host(&host[..]), ChunkScalars::Host(&s), 0)
+            .is_err()
+    );
+    drop((engine, g2, resident, resident2, dev_scalars, pinned));
+    if let Some(t) = lease.compute_token() {
+        dev.close(&t).unwrap();
     }
 }

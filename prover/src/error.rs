@@ -97,6 +97,9 @@ pub enum ProverError {
         /// What failed.
         message: String,
     },
+    /// No plan of the GPU phase fits the lease (the error names the smallest that does).
+    #[error("VRAM plan: {0}")]
+    VramPlan(#[from] crate::plan::PlanError),
     /// The CUDA layer failed (no driver, a device not found, an allocation past the lease,
     /// a driver call).
     #[error("CUDA: {0}")]

@@ -36,6 +36,7 @@ pub mod msm;
 pub mod paramgen;
 pub mod params;
 pub mod pipeline;
+pub mod plan;
 pub mod progress;
 pub mod prove;
 pub mod synthesis;

@@ -12,6 +12,7 @@ use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_prover::engine::{CudaEngine, CudaOptions, Engine, G2Placement};
 use gpud_prover::lease::LocalLeaser;
 use gpud_prover::pipeline::{self, PipelineConfig};
+use gpud_prover::plan::{self, BasesAt, PlanError, PlanInput};
 use gpud_prover::synthesis::SynthesisOptions;
 use gpud_prover::{CpuEngine, ProverError, prove};
 use rand::SeedableRng;
@@ -39,6 +40,7 @@ fn engine_g2(resident: bool, pin_bases: bool, g2: G2Placement) -> CudaEngine {
         resident_bases: resident,
         pin_bases,
         g2,
+        vram_budget: None,
     })
     .expect("CUDA engine")
 }
@@ -173,8 +175,21 @@ fn a_phase_lease_smaller_than_the_formula_fails_typed_and_leaks_nothing() {
     let cuda = engine(false, true);
     let (spec, key) = common::key("synthetic", 12);
     let need = cuda.vram_bytes(&key, 12);
-    // The formula is the sum of the buffers, an upper bound of the peak: half of it is too little.
-    let small = claim(need / 2);
+    // The phase plans within its lease: below the smallest plan it fails typed, naming it,
+    // before anything is allocated.
+    let smallest = match plan::plan(&PlanInput {
+        shape: key.shape(),
+        log_domain: 12,
+        multiprocessors: first_gpu().multiprocessors,
+        g2_on_gpu: cuda.g2_on_gpu(&key),
+        bases: BasesAt::Host { pinned: true },
+        budget: 0,
+    }) {
+        Err(PlanError::DoesNotFit { needed, .. }) => needed,
+        other => panic!("{other:?}"),
+    };
+    assert!(smallest <= need);
+    let small = claim(smallest - 1);
     let err = prove::prove(
         &cuda,
         &small,
@@ -184,14 +199,24 @@ fn a_phase_lease_smaller_than_the_formula_fails_typed_and_leaks_nothing() {
         Scalar::ONE,
     )
     .unwrap_err();
-    let over = matches!(
-        &err,
-        ProverError::Cuda(gpud_cuda::Error::OverReservation { .. })
-            | ProverError::Msm(gpud_cuda::msm::MsmError::Cuda(
-                gpud_cuda::Error::OverReservation { .. }
-            ))
+    assert!(
+        matches!(
+            &err,
+            ProverError::VramPlan(PlanError::DoesNotFit { needed, .. }) if *needed == smallest
+        ),
+        "{err}"
     );
-    assert!(over, "{err}");
+    // The smallest plan's lease proves.
+    let (proof, inputs) = prove::prove(
+        &cuda,
+        &claim(smallest),
+        &key,
+        spec.with_witness(1),
+        Scalar::ONE,
+        Scalar::ONE,
+    )
+    .unwrap();
+    assert!(key.verify(&proof, &inputs).unwrap());
     // The failed phase closed its arena; the exact lease then works.
     let lease = claim(need);
     let (proof, inputs) = prove::prove(
@@ -347,4 +372,80 @@ fn evicted_resident_bases_free_their_memory_and_prove_again_once_reloaded() {
             free_before.saturating_sub(free_after)
         );
     }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_quarter_of_the_unchunked_lease_still_gives_bellpersons_proof_within_the_lease() {
+    // Streamed bases (no residency) and resident bases, G2 on the GPU: the phase plans within
+    // a lease a quarter of the unchunked one (or the smallest plan, when that is larger), runs
+    // its MSMs in chunks and still proves bit for bit.
+    for resident in [false, true] {
+        let cuda = engine_g2(resident, true, G2Placement::Gpu);
+        let (spec, key) = common::key("synthetic", 14);
+        let syn =
+            prove::synthesize(&key, spec.with_witness(5), SynthesisOptions::default()).unwrap();
+        let log = gpud_prover::fft::Domain::for_constraints(syn.num_constraints())
+            .unwrap()
+            .log_size();
+        let resident_lease = claim(cuda.resident_bytes(&key));
+        if resident {
+            cuda.load_resident(&key, &resident_lease).unwrap();
+        }
+        let full = cuda.vram_bytes(&key, log);
+        let bases = if resident {
+            BasesAt::Resident
+        } else {
+            BasesAt::Host { pinned: true }
+        };
+        let asked = PlanInput {
+            shape: key.shape(),
+            log_domain: log,
+            multiprocessors: first_gpu().multiprocessors,
+            g2_on_gpu: true,
+            bases,
+            budget: full / 4,
+        };
+        let budget = match plan::plan(&asked) {
+            Ok(p) => p.peak,
+            Err(PlanError::DoesNotFit { needed, .. }) => needed,
+            Err(e) => panic!("{e}"),
+        };
+        assert!(budget < full, "{budget} >= {full}");
+        if !resident {
+            // An engine told to plan for that budget asks for it.
+            assert_eq!(cuda_with_budget(full / 4).vram_bytes(&key, log), budget);
+        }
+        let lease = claim(budget);
+        let (r, s) = (Scalar::from(7u64), Scalar::from(11u64));
+        let out = prove::gpu_phase(&cuda, &lease, &key, syn).unwrap();
+        let t = out.timings;
+        println!(
+            "resident {resident}: unchunked {full} B, lease {budget} B, planned {} B, measured {} B",
+            t.planned_peak, t.measured_peak
+        );
+        assert!(t.measured_peak <= budget, "{} > {budget}", t.measured_peak);
+        assert!(t.planned_peak <= budget && t.measured_peak <= t.planned_peak);
+        let inputs = out.public_inputs().to_vec();
+        let ours = prove::cpu_tail(&key, out, r, s).unwrap();
+        let theirs = groth16::create_proof(spec.with_witness(5), key.params(), r, s).unwrap();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        ours.write(&mut a).unwrap();
+        theirs.write(&mut b).unwrap();
+        assert_eq!(a, b, "resident {resident}");
+        assert!(key.verify(&ours, &inputs).unwrap());
+        if resident {
+            cuda.unload_resident(&key, Some(&lease)).unwrap();
+        }
+    }
+}
+
+fn cuda_with_budget(budget: u64) -> CudaEngine {
+    CudaEngine::new(CudaOptions {
+        resident_bases: false,
+        pin_bases: true,
+        g2: G2Placement::Gpu,
+        vram_budget: Some(budget),
+    })
+    .expect("CUDA engine")
 }

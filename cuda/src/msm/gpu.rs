@@ -31,7 +31,7 @@ const LIGHT_THREADS: u32 = 256;
 
 /// Scalars per chunk of a pipelined upload (16 MiB): host scalars go to the device in chunks,
 /// each converted and counted (the prepare kernel) while the next is copied.
-const UPLOAD_CHUNK: usize = 1 << 19;
+pub(super) const UPLOAD_CHUNK: usize = 1 << 19;
 /// Page-locked staging buffers of a pipelined upload from ordinary (pageable) memory: the host
 /// fills one while the copy engine drains the others.
 const STAGING_BUFFERS: usize = 3;
@@ -97,8 +97,8 @@ impl MsmPhases {
 /// any number of MSMs over them (a proving key's bases stay on the GPU across proofs).
 #[derive(Debug)]
 pub struct Bases<'d, C: MsmCurve> {
-    points: DeviceBuffer<'d, C::Affine>,
-    len: usize,
+    pub(super) points: DeviceBuffer<'d, C::Affine>,
+    pub(super) len: usize,
 }
 
 /// BLS12-381 G1 bases resident on a device.
@@ -150,13 +150,13 @@ struct Kernels {
 /// kernels only; every MSM allocates its temporaries ([`MsmPlan::temp_bytes_of`]) and frees
 /// them before returning.
 pub struct MsmEngine<'d, C: MsmCurve = G1> {
-    dev: &'d Arena<'d>,
+    pub(super) dev: &'d Arena<'d>,
     k: Kernels,
     #[cfg(feature = "bench-variants")]
     variant: MsmVariant,
     window_bits: Option<u32>,
     poison: bool,
-    pipelined_upload: bool,
+    pub(super) pipelined_upload: bool,
     /// Copy stream of the pipelined upload.
     copy: Arc<CudaStream>,
     /// Page-locked staging buffers of the pipelined upload (allocated on first use; host
@@ -175,6 +175,21 @@ impl<C: MsmCurve> std::fmt::Debug for MsmEngine<'_, C> {
             .field("poison", &self.poison)
             .finish_non_exhaustive()
     }
+}
+
+/// Where an MSM's points start in its base and scalar buffers: 0 for a whole MSM, the chunk's
+/// first point for one chunk of a larger MSM ([`MsmEngine::msm_chunked`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Window {
+    pub(super) bases: usize,
+    pub(super) scalars: usize,
+}
+
+impl Window {
+    pub(super) const WHOLE: Self = Self {
+        bases: 0,
+        scalars: 0,
+    };
 }
 
 fn grid(threads: u64, block: u32) -> Result<LaunchConfig, MsmError> {
@@ -290,7 +305,14 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
         let mut dev_scalars = self.dev.alloc::<Scalar>(scalars.len())?;
         let plan = self.plan(scalars.len())?;
         if self.pipelined_upload && scalars.len() > UPLOAD_CHUNK {
-            return self.run_inner(bases, &dev_scalars, &plan, None, Some(scalars));
+            return self.run_inner(
+                bases,
+                &dev_scalars,
+                &plan,
+                None,
+                Some(scalars),
+                Window::WHOLE,
+            );
         }
         dev_scalars.copy_from_host_at(0, scalars)?;
         self.run(bases, &dev_scalars, &plan, None)
@@ -371,14 +393,17 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
         plan: &MsmPlan,
         phases: Option<&mut MsmPhases>,
     ) -> Result<C::Projective, MsmError> {
-        self.run_inner(bases, scalars, plan, phases, None)
+        self.run_inner(bases, scalars, plan, phases, None, Window::WHOLE)
     }
 
-    /// Step 1 over scalars `start..start + count`: canonical form, digits counted.
+    /// Step 1 over scalars `start..start + count` of the MSM (read from the buffer at
+    /// `scalar_base + start`): canonical form, digits counted.
+    #[allow(clippy::too_many_arguments)]
     fn launch_prepare(
         &self,
         plan: &MsmPlan,
         scalars: &DeviceBuffer<'_, Scalar>,
+        scalar_base: usize,
         prepared: &DeviceBuffer<'_, u32>,
         counts: &DeviceBuffer<'_, u32>,
         start: usize,
@@ -387,7 +412,7 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
         let (c, windows) = (plan.window_bits, plan.windows);
         let count32 = count as u32;
         let (mont, pre, cnt) = (
-            scalars.device_ptr_at(start)?,
+            scalars.device_ptr_at(scalar_base + start)?,
             prepared.device_ptr_at(start * 8)?,
             counts.device_ptr(),
         );
@@ -398,8 +423,9 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
             .arg(&mont)
             .arg(&pre)
             .arg(&cnt);
-        // SAFETY: `mont` holds >= count scalars (8 words each) from `start`, `pre` count * 8
-        // words from `start * 8`, `cnt` keys + 1 zeroed words; digits index keys < W * B.
+        // SAFETY: `mont` holds >= count scalars (8 words each) from `scalar_base + start`,
+        // `pre` count * 8 words from `start * 8`, `cnt` keys + 1 zeroed words; digits index
+        // keys < W * B.
         // Threads past `count` only take part in warp votes. All buffers live on this device,
         // ordered on its main stream.
         unsafe { b.launch(grid(count as u64, LIGHT_THREADS)?) }?;
@@ -471,7 +497,7 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
                 events[slot].record(&self.copy)?;
                 used[slot] = true;
                 self.dev.stream().wait(&events[slot])?;
-                self.launch_prepare(plan, scalars, prepared, counts, start, chunk.len())?;
+                self.launch_prepare(plan, scalars, 0, prepared, counts, start, chunk.len())?;
             }
             Ok(())
         })();
@@ -482,13 +508,14 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
         Ok(())
     }
 
-    fn run_inner(
+    pub(super) fn run_inner(
         &self,
         bases: &Bases<'_, C>,
         scalars: &DeviceBuffer<'_, Scalar>,
         plan: &MsmPlan,
         phases: Option<&mut MsmPhases>,
         host: Option<&[Scalar]>,
+        at: Window,
     ) -> Result<C::Projective, MsmError> {
         let n = plan.n;
         // Bases may live in another arena (a resident lease) but must be on this device.
@@ -502,10 +529,14 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
                 .into());
             }
         }
-        if n > bases.len() || n > scalars.len() {
+        let (base_room, scalar_room) = (
+            bases.len().saturating_sub(at.bases),
+            scalars.len().saturating_sub(at.scalars),
+        );
+        if n > base_room || n > scalar_room {
             return Err(MsmError::TooManyScalars {
                 scalars: n,
-                bases: bases.len().min(scalars.len()),
+                bases: base_room.min(scalar_room),
             });
         }
         if n == 0 {
@@ -524,7 +555,7 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
         let prepared = self.alloc::<u32>(n * 8)?;
         match host {
             Some(h) => self.upload_and_prepare(plan, &h[..n], scalars, &prepared, &offsets)?,
-            None => self.launch_prepare(plan, scalars, &prepared, &offsets, 0, n)?,
+            None => self.launch_prepare(plan, scalars, at.scalars, &prepared, &offsets, 0, n)?,
         }
         let levels = plan.scan_levels();
         let scan_tmp: Vec<DeviceBuffer<'d, u32>> = levels
@@ -575,7 +606,7 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
             let total = offsets.device_ptr_at(keys as usize)?;
             let (ent, bas, bkt) = (
                 entries.device_ptr(),
-                bases.points.device_ptr(),
+                bases.points.device_ptr_at(at.bases)?,
                 buckets.device_ptr(),
             );
             let (ok, op) = (slot_keys[0].device_ptr(), slot_pts[0].device_ptr());
@@ -590,7 +621,7 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
                 .arg(&ok)
                 .arg(&op);
             // SAFETY: `total` is offsets[keys] (entry count <= n * W = len of `ent`), entries
-            // index bases < n <= bases held; `bkt` holds keys buckets, the slots 2 * t1 each.
+            // index bases < n, and `bas` starts `at.bases` into a buffer holding n more; `bkt` holds keys buckets, the slots 2 * t1 each.
             unsafe { b.launch(grid(u64::from(t1), HEAVY_THREADS)?) }?;
         }
         drop(entries);

@@ -3,6 +3,7 @@
 //!
 //! See `cuda/README-msm.md` for the algorithm, its cost model and its measured numbers.
 
+mod chunked;
 pub mod combine;
 pub mod curve;
 mod error;
@@ -10,6 +11,7 @@ mod gpu;
 pub mod layout;
 pub mod plan;
 
+pub use chunked::{ChunkBases, ChunkScalars};
 pub use curve::{G1, G2, MsmCurve};
 pub use error::MsmError;
 #[cfg(feature = "bench-variants")]

@@ -27,13 +27,14 @@ use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective};
 use gpud_client::Reservation;
 use gpud_cuda::driver::{self, normalize_uuid};
 use gpud_cuda::hpoly::HPoly;
-use gpud_cuda::msm::{G1Bases, G2, G2Bases, MsmEngine, MsmError};
+use gpud_cuda::msm::{ChunkBases, ChunkScalars, G1, G1Bases, G2, G2Bases, MsmEngine, MsmError};
 use gpud_cuda::{Arena, Device, RegisteredVec, kernels, nvrtc};
 use group::Group;
 
 use super::{Engine, G1Sums, G2Placement, PhaseInput, PhaseOutput, PhaseTimings};
 use crate::error::{ProverError, Result};
 use crate::params::ProvingKey;
+use crate::plan::{self, BasesAt, PhasePlan, PlanError, PlanInput, Query};
 use crate::vram::{self, VramEstimate};
 
 /// How the CUDA engine runs.
@@ -51,6 +52,10 @@ pub struct CudaOptions {
     /// Where the G2 MSM for B runs (default [`G2Placement::Auto`]: on the GPU when the phase
     /// with it fits the smallest visible GPU, see [`CudaEngine::g2_on_gpu`]).
     pub g2: G2Placement,
+    /// The phase lease to plan for, in bytes (default none: the unchunked plan). The phase
+    /// always plans within the lease it is given ([`crate::plan`]); this sets what the lease
+    /// asks for, so a smaller budget runs the MSMs in more chunks.
+    pub vram_budget: Option<u64>,
 }
 
 impl Default for CudaOptions {
@@ -59,6 +64,7 @@ impl Default for CudaOptions {
             resident_bases: true,
             pin_bases: true,
             g2: G2Placement::Auto,
+            vram_budget: None,
         }
     }
 }
@@ -155,6 +161,14 @@ impl std::fmt::Debug for CudaEngine {
             .field("multiprocessors", &self.multiprocessors)
             .field("resident_keys", &self.lock_resident().len())
             .finish()
+    }
+}
+
+/// A query's bases for a chunked MSM: resident ones, or the key's host vector (streamed).
+fn g1<'a, 'd>(resident: Option<&'a G1Bases<'d>>, host: &'a [G1Affine]) -> ChunkBases<'a, 'd, G1> {
+    match resident {
+        Some(b) => ChunkBases::Device(b),
+        None => ChunkBases::Host(host),
     }
 }
 
@@ -300,6 +314,25 @@ impl CudaEngine {
         t: &mut PhaseTimings,
     ) -> Result<(G1Sums, Option<G2Projective>)> {
         let p = key.params();
+        let slot = (key.id(), normalize_uuid(&arena.info().uuid));
+        let g2 = self.g2_on_gpu(key);
+        // Once per key (a no-op after); a refusal leaves the streamed copies to the driver's
+        // staged path.
+        let was_resident = self.lock_resident().contains_key(&slot);
+        let pinned = !was_resident && self.pin_bases(key, arena.device()).is_ok();
+        let bases_at = |resident: bool| {
+            if resident {
+                BasesAt::Resident
+            } else {
+                BasesAt::Host {
+                    pinned: pinned && self.opts.pin_bases,
+                }
+            }
+        };
+        // Planned before anything is allocated: a lease no plan fits fails here, typed.
+        let sms = arena.info().multiprocessors;
+        let budget = arena.ledger().limit;
+        let mut plan = self.plan_for(key, m, bases_at(was_resident), budget, sms, g2)?;
         let start = Instant::now();
         let mut hpoly = HPoly::new(arena)?;
         let h = hpoly.compute(&a, &b, &c)?;
@@ -310,66 +343,72 @@ impl CudaEngine {
 
         let engine = MsmEngine::new(arena)?;
         let resident_map = self.lock_resident();
-        let resident = resident_map
-            .get(&(key.id(), normalize_uuid(&arena.info().uuid)))
-            .map(|r| r.borrow_dependent());
-        if resident.is_none() {
-            // Once per key (a no-op after); a refusal leaves the uploads to the driver's
-            // staged copy.
-            let _ = self.pin_bases(key, arena.device());
+        let resident = resident_map.get(&slot).map(|r| r.borrow_dependent());
+        if resident.is_some() != was_resident {
+            // Loaded or evicted while H ran: plan for where the bases are now.
+            plan = self.plan_for(key, m, bases_at(resident.is_some()), budget, sms, g2)?;
         }
-        // Each MSM over its query's bases: resident ones, or uploaded into the phase's arena.
-        let mut run = |res: Option<&G1Bases<'_>>,
-                       host: &[G1Affine],
-                       n: usize,
-                       f: &dyn Fn(&G1Bases<'_>) -> std::result::Result<G1Projective, MsmError>|
-         -> Result<(G1Projective, f64)> {
-            if n == 0 {
-                return Ok((G1Projective::identity(), 0.0));
-            }
-            let uploaded;
-            let bases = match res {
-                Some(b) => b,
-                None => {
-                    let t0 = Instant::now();
-                    uploaded = G1Bases::upload(arena, &host[..n])?;
-                    t.bases_upload += t0.elapsed().as_secs_f64();
-                    &uploaded
-                }
-            };
+        t.planned_peak = plan.peak;
+        let chunk = |q: Query| plan.step(q).map_or(usize::MAX, |s| s.chunk);
+        // Each MSM over its query's bases, resident or streamed from the key's host vectors,
+        // in the plan's chunks.
+        let timed = |f: &dyn Fn() -> std::result::Result<G1Projective, MsmError>| -> Result<(G1Projective, f64)> {
             let t0 = Instant::now();
-            let sum = f(bases)?;
+            let sum = f()?;
             Ok((sum, t0.elapsed().as_secs_f64()))
         };
-        let (h_sum, secs) = run(resident.map(|r| &r.h), &p.h, m - 1, &|b| {
-            engine.msm_device_prefix(b, h.buffer(), m - 1)
+        let (h_sum, secs) = timed(&|| {
+            engine.msm_chunked(
+                g1(resident.map(|r| &r.h), &p.h),
+                ChunkScalars::Device(h.buffer(), m - 1),
+                chunk(Query::H),
+            )
         })?;
         t.msm_h = secs;
         drop(h);
-        let (l, secs) = run(resident.map(|r| &r.l), &p.l, s.aux.len(), &|b| {
-            engine.msm(b, s.aux)
+        let (l, secs) = timed(&|| {
+            engine.msm_chunked(
+                g1(resident.map(|r| &r.l), &p.l),
+                ChunkScalars::Host(s.aux),
+                chunk(Query::L),
+            )
         })?;
         t.msm_l = secs;
         let (a_scalars, b_scalars) = queries
             .join()
             .map_err(|_| engine_error("selecting the A and B scalars panicked"))?;
-        let (a, secs) = run(resident.map(|r| &r.a), &p.a, a_scalars.len(), &|b| {
-            engine.msm(b, &a_scalars)
+        let (a, secs) = timed(&|| {
+            engine.msm_chunked(
+                g1(resident.map(|r| &r.a), &p.a),
+                ChunkScalars::Host(&a_scalars),
+                chunk(Query::A),
+            )
         })?;
         t.msm_a = secs;
-        let (b_g1, secs) = run(resident.map(|r| &r.b_g1), &p.b_g1, b_scalars.len(), &|b| {
-            engine.msm(b, &b_scalars)
+        let (b_g1, secs) = timed(&|| {
+            engine.msm_chunked(
+                g1(resident.map(|r| &r.b_g1), &p.b_g1),
+                ChunkScalars::Host(&b_scalars),
+                chunk(Query::BG1),
+            )
         })?;
         t.msm_b = secs;
-        let b_g2 = if self.g2_on_gpu(key) {
-            let (sum, secs) = self.b_g2_msm(
-                arena,
-                resident.and_then(|r| r.b_g2.as_ref()),
-                &p.b_g2,
-                &b_scalars,
-                t,
-            )?;
-            t.msm_b_g2 = secs;
+        let b_g2 = if g2 {
+            let t0 = Instant::now();
+            let bases = match resident.and_then(|r| r.b_g2.as_ref()) {
+                Some(b) => ChunkBases::Device(b),
+                None => ChunkBases::Host(&p.b_g2[..]),
+            };
+            let sum = if b_scalars.is_empty() {
+                G2Projective::identity()
+            } else {
+                MsmEngine::<G2>::for_group(arena)?.msm_chunked(
+                    bases,
+                    ChunkScalars::Host(&b_scalars),
+                    chunk(Query::BG2),
+                )?
+            };
+            t.msm_b_g2 = t0.elapsed().as_secs_f64();
             Some(sum)
         } else {
             None
@@ -385,34 +424,24 @@ impl CudaEngine {
         ))
     }
 
-    /// The B_G2 MSM on the GPU over the resident bases, or over bases uploaded into the phase's
-    /// arena (their upload time goes to the phase's bases upload); returns the sum and the
-    /// MSM's seconds.
-    fn b_g2_msm(
+    /// The phase's plan for a lease of `budget` bytes ([`plan::plan`]).
+    fn plan_for(
         &self,
-        arena: &Arena<'_>,
-        resident: Option<&G2Bases<'_>>,
-        host: &[G2Affine],
-        scalars: &[blstrs::Scalar],
-        t: &mut PhaseTimings,
-    ) -> Result<(G2Projective, f64)> {
-        if scalars.is_empty() {
-            return Ok((G2Projective::identity(), 0.0));
-        }
-        let engine = MsmEngine::<G2>::for_group(arena)?;
-        let uploaded;
-        let bases = match resident {
-            Some(b) => b,
-            None => {
-                let t0 = Instant::now();
-                uploaded = G2Bases::upload(arena, &host[..scalars.len()])?;
-                t.bases_upload += t0.elapsed().as_secs_f64();
-                &uploaded
-            }
-        };
-        let t0 = Instant::now();
-        let sum = engine.msm(bases, scalars)?;
-        Ok((sum, t0.elapsed().as_secs_f64()))
+        key: &ProvingKey,
+        m: usize,
+        bases: BasesAt,
+        budget: u64,
+        multiprocessors: u32,
+        g2_on_gpu: bool,
+    ) -> std::result::Result<PhasePlan, PlanError> {
+        plan::plan(&PlanInput {
+            shape: key.shape(),
+            log_domain: m.trailing_zeros(),
+            multiprocessors,
+            g2_on_gpu,
+            bases,
+            budget,
+        })
     }
 }
 
@@ -435,6 +464,7 @@ impl Engine for CudaEngine {
         let arena = dev.reserve(lease)?;
         let mut t = PhaseTimings::default();
         let sums = self.run_phase(&arena, key, input, &mut t);
+        t.measured_peak = arena.ledger().peak;
         // Success or not, nothing of this phase may outlive its lease: synchronize, trim and
         // check, under the lease's compute token.
         let t0 = Instant::now();
@@ -459,9 +489,30 @@ impl Engine for CudaEngine {
         )
     }
 
+    /// The plan's peak for [`CudaOptions::vram_budget`] (unbounded: every MSM in one chunk,
+    /// the [`crate::vram`] formula); a budget no plan fits asks for the smallest that does.
     fn vram_bytes(&self, key: &ProvingKey, log_domain: u32) -> u64 {
-        self.vram(key, log_domain)
-            .phase_lease(self.is_resident(key))
+        let bases = if self.is_resident(key) {
+            BasesAt::Resident
+        } else {
+            BasesAt::Host {
+                pinned: self.opts.pin_bases,
+            }
+        };
+        let budget = self.opts.vram_budget.unwrap_or(u64::MAX);
+        match self.plan_for(
+            key,
+            1usize << log_domain,
+            bases,
+            budget,
+            self.multiprocessors,
+            self.g2_on_gpu(key),
+        ) {
+            Ok(p) => p.peak,
+            Err(PlanError::DoesNotFit { needed, .. }) => needed,
+            // No H step for this domain: no lease holds the phase.
+            Err(_) => u64::MAX,
+        }
     }
 
     fn host_pinned(&self, key: &ProvingKey) -> crate::host::PinnedHost {

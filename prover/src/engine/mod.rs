@@ -156,6 +156,11 @@ pub struct PhaseTimings {
     pub finish: f64,
     /// The whole phase.
     pub total: f64,
+    /// VRAM the engine's plan charges at its peak, in bytes (0 for an engine without a plan).
+    pub planned_peak: u64,
+    /// The most VRAM the phase's allocations charged at once (the lease arena's high-water
+    /// mark), in bytes.
+    pub measured_peak: u64,
 }
 
 impl PhaseTimings {

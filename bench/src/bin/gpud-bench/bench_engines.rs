@@ -71,6 +71,7 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
         resident_bases: true,
         pin_bases: false,
         g2: a.g2,
+        vram_budget: None,
     })?;
     println!(
         "kernels ready in {:.1} s (NVRTC or disk cache)",
@@ -109,11 +110,13 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
             resident_bases: false,
             pin_bases: false,
             g2: a.g2,
+            vram_budget: None,
         })?;
         let uploads = CudaEngine::new(CudaOptions {
             resident_bases: false,
             pin_bases: true,
             g2: a.g2,
+            vram_budget: None,
         })?;
         let cases = [
             EngineCase {

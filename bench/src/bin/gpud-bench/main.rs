@@ -4,6 +4,7 @@
 mod bench_engines;
 mod farm;
 mod farm_proc;
+mod gpu_phase;
 
 use std::path::PathBuf;
 
@@ -33,6 +34,10 @@ enum Command {
     /// Several provers sharing a GPU through gpud, against the in-process ideal, no lock and
     /// flock: throughput, GPU busy, out-of-memory, waits, priority, several GPUs.
     Farm(farm::FarmArgs),
+    /// The GPU phase of a PoRep-shaped partition (2^27 by default) on random bases, per VRAM
+    /// budget: the plan, planned and measured peak, per-step times (no proof: for sizes whose
+    /// parameters do not fit host memory).
+    GpuPhase(gpu_phase::GpuPhaseArgs),
     /// Draw the PNG of a farm run from its farm.json.
     FarmPlot(farm::PlotArgs),
     /// One prover process of the farm (started by `farm`).
@@ -116,6 +121,7 @@ fn main() -> std::process::ExitCode {
         Command::Engines(a) => bench_engines::run(a),
         Command::Farm(a) => farm::run(a),
         Command::FarmPlot(a) => farm::plot_cmd(a),
+        Command::GpuPhase(a) => gpu_phase::run(a),
         Command::FarmWorker(a) => farm_proc::worker(a),
         Command::FarmPrepare(a) => farm_proc::prepare(a),
         Command::FarmBallast(a) => farm_proc::ballast(a),

@@ -91,6 +91,7 @@ impl EngineArgs {
             resident_bases: self.resident_bases,
             pin_bases: self.pin_bases,
             g2: self.g2,
+            vram_budget: None,
         })
         .context("starting the CUDA engine (use --engine cpu on machines without a GPU)")
     }

@@ -1,0 +1,412 @@
+//! `gpud-bench gpu-phase`: the GPU phase of a PoRep-shaped partition (2^27 by default) on
+//! random bases, timed per VRAM budget, for sizes whose parameters do not fit host memory.
+//!
+//! The host bases are cheap stand-ins: 2^pool random points repeated to the query sizes (the
+//! kernels' work does not depend on which points they add); all G1 queries read prefixes of
+//! one vector and B_G2 one G2 vector, so host memory is ~96·m + 96·m/2 bytes of bases and
+//! ~6 × 32·m of scalars. Scalars are witness-shaped (see [`witness`]); `h` is what the NTTs
+//! make of random a, b, c. Each budget runs the plan [`gpud_prover::plan`] makes for it with
+//! the bases streamed from page-locked host memory, and, where the device also holds the
+//! resident bases next to the budget, with them resident.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective, Scalar};
+use clap::Args;
+use ff::Field;
+use gpud_client::{ExclusiveDevice, Reservation};
+use gpud_cuda::hpoly::HPoly;
+use gpud_cuda::msm::{ChunkBases, ChunkScalars, G1, G1Bases, G2, G2Bases, MsmEngine};
+use gpud_cuda::{Device, RegisteredVec, driver};
+use gpud_prover::plan::{self, BasesAt, PlanInput, Query};
+use gpud_prover::vram::{self, KeyShape};
+use group::{Curve, Group};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use serde::Serialize;
+
+#[derive(Args)]
+pub struct GpuPhaseArgs {
+    /// log2 of the domain (the partition has 2^log constraints).
+    #[arg(long, default_value_t = 27)]
+    log: u32,
+    /// Phase lease budgets (repeatable), e.g. 16GiB.
+    #[arg(long = "budget", value_parser = crate::size, default_values_t = [16u64 << 30, 48 << 30])]
+    budgets: Vec<u64>,
+    /// log2 of the pool of distinct random bases repeated to the query sizes.
+    #[arg(long, default_value_t = 20)]
+    pool_log: u32,
+    /// Timed phases per budget and mode (after one warm-up).
+    #[arg(long, default_value_t = 1)]
+    reps: usize,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+/// One timed phase.
+#[derive(Debug, Clone, Serialize)]
+struct PhaseRow {
+    budget: u64,
+    bases: &'static str,
+    plan: String,
+    planned_peak: u64,
+    measured_peak: u64,
+    /// Bytes of bases copied from host memory during the phase (0 with resident bases).
+    bases_streamed: u64,
+    h: f64,
+    msm_h: f64,
+    msm_l: f64,
+    msm_a: f64,
+    msm_b_g1: f64,
+    msm_b_g2: f64,
+    total: f64,
+}
+
+/// A PoRep-like witness mix: 45 % zeros, 45 % ones, 8 % values below 2^32, 2 % full field
+/// elements.
+fn witness(rng: &mut ChaCha8Rng) -> Scalar {
+    match rng.gen_range(0..100) {
+        0..45 => Scalar::ZERO,
+        45..90 => Scalar::ONE,
+        90..98 => Scalar::from(u64::from(rng.r#gen::<u32>())),
+        _ => Scalar::random(rng),
+    }
+}
+
+/// `n` scalars from `f`, in parallel (one seeded generator per block of 2^16).
+fn scalars(n: usize, seed: u64, f: fn(&mut ChaCha8Rng) -> Scalar) -> Vec<Scalar> {
+    let mut out = vec![Scalar::ZERO; n];
+    out.par_chunks_mut(1 << 16).enumerate().for_each(|(i, c)| {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ ((i as u64) << 20));
+        c.iter_mut().for_each(|x| *x = f(&mut rng));
+    });
+    out
+}
+
+/// `pool` random points (random walks from random starts, normalized in batches), repeated to
+/// `n`.
+fn repeated<P: Group + Curve + Send + Sync>(n: usize, pool: usize, seed: u64) -> Vec<P::AffineRepr>
+where
+    P::AffineRepr: Copy + Default + Send + Sync,
+{
+    let pool = pool.min(n).max(1);
+    let distinct: Vec<P::AffineRepr> = (0..pool.div_ceil(1 << 12))
+        .into_par_iter()
+        .flat_map_iter(|i| {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ ((i as u64) << 24));
+            let step = P::generator() * P::Scalar::random(&mut rng);
+            let mut acc = P::generator() * P::Scalar::random(&mut rng);
+            let proj: Vec<P> = (0..(1 << 12))
+                .map(|_| {
+                    acc += step;
+                    acc
+                })
+                .collect();
+            let mut aff = vec![P::AffineRepr::default(); proj.len()];
+            P::batch_normalize(&proj, &mut aff);
+            aff
+        })
+        .take_any(pool)
+        .collect();
+    let mut out = vec![P::AffineRepr::default(); n];
+    out.par_chunks_mut(distinct.len())
+        .for_each(|c| c.copy_from_slice(&distinct[..c.len()]));
+    out
+}
+
+struct Inputs {
+    shape: KeyShape,
+    a: Vec<Scalar>,
+    b: Vec<Scalar>,
+    c: Vec<Scalar>,
+    aux: Vec<Scalar>,
+    a_query: Vec<Scalar>,
+    b_query: Vec<Scalar>,
+    g1: RegisteredVec<G1Affine>,
+    g2: RegisteredVec<G2Affine>,
+}
+
+pub fn run(args: GpuPhaseArgs) -> Result<()> {
+    if !(10..=28).contains(&args.log) {
+        bail!("--log {} is outside 10..=28", args.log);
+    }
+    if args.budgets.is_empty() {
+        bail!("no --budget given");
+    }
+    let info = driver::list_devices()?
+        .into_iter()
+        .next()
+        .context("no CUDA device is visible")?;
+    let m = 1usize << args.log;
+    let shape = KeyShape {
+        h: m - 1,
+        l: m,
+        a: m / 2,
+        b_g1: m / 2,
+        b_g2: m / 2,
+    };
+    println!(
+        "== gpu-phase 2^{} on {} ({} SMs, {:.1} GiB)",
+        args.log,
+        info.name,
+        info.multiprocessors,
+        gib(info.total_mem)
+    );
+    println!(
+        "shape: H {} L {} A {} B_G1 {} B_G2 {}; scalars: L, A, B witness-shaped (45% 0, 45% 1, \
+         8% < 2^32, 2% random), a, b, c random (h full-width)",
+        shape.h, shape.l, shape.a, shape.b_g1, shape.b_g2
+    );
+    println!(
+        "bases: 2^{} random G1 and G2 points repeated to the query sizes (RANDOM BASES, not a \
+         proving key; no proof is made)",
+        args.pool_log
+    );
+    let t0 = Instant::now();
+    let device = Device::open(&info.uuid)?;
+    let inputs = {
+        let g1 = repeated::<G1Projective>(m, 1 << args.pool_log, 1);
+        let g2 = repeated::<G2Projective>(m / 2, 1 << args.pool_log, 2);
+        let rnd: fn(&mut ChaCha8Rng) -> Scalar = |r| Scalar::random(r);
+        Inputs {
+            shape,
+            a: scalars(m, 3, rnd),
+            b: scalars(m, 4, rnd),
+            c: scalars(m, 5, rnd),
+            aux: scalars(m, 6, witness),
+            a_query: scalars(m / 2, 7, witness),
+            b_query: scalars(m / 2, 8, witness),
+            g1: RegisteredVec::register(&device, Arc::new(g1)).context("page-locking G1")?,
+            g2: RegisteredVec::register(&device, Arc::new(g2)).context("page-locking G2")?,
+        }
+    };
+    println!(
+        "host inputs ready in {:.1} s ({:.1} GiB of bases page-locked)",
+        t0.elapsed().as_secs_f64(),
+        gib((inputs.g1.bytes() + inputs.g2.bytes()) as u64)
+    );
+    let resident_bytes: u64 = [shape.h, shape.l, shape.a, shape.b_g1]
+        .into_iter()
+        .map(vram::bases_charge)
+        .sum::<u64>()
+        + vram::g2_bases_charge(shape.b_g2);
+    let mut rows = Vec::new();
+    for &budget in &args.budgets {
+        let mut modes = vec![BasesAt::Host { pinned: true }];
+        if resident_bytes + budget <= info.total_mem.saturating_sub(2 << 30) {
+            modes.push(BasesAt::Resident);
+        }
+        for bases in modes {
+            for rep in 0..=args.reps {
+                let row = phase(
+                    &device,
+                    &info,
+                    &inputs,
+                    args.log,
+                    budget,
+                    bases,
+                    resident_bytes,
+                )?;
+                if rep == 0 && args.reps > 0 {
+                    println!("  (warm-up {:.3} s)", row.total);
+                    continue;
+                }
+                print_row(&row);
+                rows.push(row);
+            }
+        }
+    }
+    println!("== gpu-phase summary (targets: <= 1.0 s with >= 48 GiB, <= 2.0 s within 16 GiB)");
+    for r in &rows {
+        let target = if r.budget >= 48 << 30 { 1.0 } else { 2.0 };
+        println!(
+            "{:>6.1} GiB {:<9} total {:.3} s (target {:.1} s: {}), peak {:.2} of {:.2} GiB planned, \
+             {:.1} GiB of bases streamed ({:.1} GB/s over the phase)",
+            gib(r.budget),
+            r.bases,
+            r.total,
+            target,
+            if r.total <= target { "met" } else { "missed" },
+            gib(r.measured_peak),
+            gib(r.planned_peak),
+            gib(r.bases_streamed),
+            r.bases_streamed as f64 / r.total / 1e9
+        );
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&rows)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn gib(b: u64) -> f64 {
+    b as f64 / f64::from(1u32 << 30)
+}
+
+fn print_row(r: &PhaseRow) {
+    println!(
+        "budget {:.1} GiB, bases {}: {}\n  planned peak {:.3} GiB, measured peak {:.3} GiB; H {:.3} s, \
+         MSM H {:.3}, L {:.3}, A {:.3}, B_G1 {:.3}, B_G2 {:.3}; GPU phase {:.3} s",
+        gib(r.budget),
+        r.bases,
+        r.plan,
+        gib(r.planned_peak),
+        gib(r.measured_peak),
+        r.h,
+        r.msm_h,
+        r.msm_l,
+        r.msm_a,
+        r.msm_b_g1,
+        r.msm_b_g2,
+        r.total
+    );
+}
+
+/// A query's bases: resident, or streamed from the host vector.
+fn g1<'a, 'd>(resident: Option<&'a G1Bases<'d>>, host: &'a [G1Affine]) -> ChunkBases<'a, 'd, G1> {
+    match resident {
+        Some(b) => ChunkBases::Device(b),
+        None => ChunkBases::Host(host),
+    }
+}
+
+/// Resident bases of the random key, uploaded under their own lease.
+struct Resident<'a> {
+    h: G1Bases<'a>,
+    l: G1Bases<'a>,
+    a: G1Bases<'a>,
+    b: G1Bases<'a>,
+    g2: G2Bases<'a>,
+}
+
+fn phase(
+    device: &Device,
+    info: &driver::DeviceInfo,
+    x: &Inputs,
+    log: u32,
+    budget: u64,
+    bases: BasesAt,
+    resident_bytes: u64,
+) -> Result<PhaseRow> {
+    let s = x.shape;
+    let m = 1usize << log;
+    let p = plan::plan(&PlanInput {
+        shape: s,
+        log_domain: log,
+        multiprocessors: info.multiprocessors,
+        g2_on_gpu: true,
+        bases,
+        budget,
+    })?;
+    let ordinal = info.ordinal as u32;
+    let res_lease = ExclusiveDevice::assume_unshared(info.uuid.clone(), ordinal, resident_bytes);
+    let res_arena = device.reserve(&res_lease)?;
+    let resident = match bases {
+        BasesAt::Resident => Some(Resident {
+            h: G1Bases::upload(&res_arena, &x.g1[..s.h])?,
+            l: G1Bases::upload(&res_arena, &x.g1[..s.l])?,
+            a: G1Bases::upload(&res_arena, &x.g1[..s.a])?,
+            b: G1Bases::upload(&res_arena, &x.g1[..s.b_g1])?,
+            g2: G2Bases::upload(&res_arena, &x.g2[..s.b_g2])?,
+        }),
+        BasesAt::Host { .. } => None,
+    };
+    let lease = ExclusiveDevice::assume_unshared(info.uuid.clone(), ordinal, budget);
+    let arena = device.reserve(&lease)?;
+    let chunk = |q: Query| p.step(q).map_or(usize::MAX, |st| st.chunk);
+    let start = Instant::now();
+    let mut hpoly = HPoly::new(&arena)?;
+    let h = hpoly.compute(&x.a, &x.b, &x.c)?;
+    drop(hpoly);
+    arena.sync_main_stream()?;
+    let t_h = start.elapsed().as_secs_f64();
+    let engine = MsmEngine::new(&arena)?;
+    let timed = |f: &dyn Fn() -> Result<G1Projective>| -> Result<f64> {
+        let t0 = Instant::now();
+        std::hint::black_box(f()?);
+        Ok(t0.elapsed().as_secs_f64())
+    };
+    let msm_h = timed(&|| {
+        Ok(engine.msm_chunked(
+            g1(resident.as_ref().map(|r| &r.h), &x.g1[..s.h]),
+            ChunkScalars::Device(h.buffer(), m - 1),
+            chunk(Query::H),
+        )?)
+    })?;
+    drop(h);
+    let msm_l = timed(&|| {
+        Ok(engine.msm_chunked(
+            g1(resident.as_ref().map(|r| &r.l), &x.g1[..s.l]),
+            ChunkScalars::Host(&x.aux),
+            chunk(Query::L),
+        )?)
+    })?;
+    let msm_a = timed(&|| {
+        Ok(engine.msm_chunked(
+            g1(resident.as_ref().map(|r| &r.a), &x.g1[..s.a]),
+            ChunkScalars::Host(&x.a_query),
+            chunk(Query::A),
+        )?)
+    })?;
+    let msm_b_g1 = timed(&|| {
+        Ok(engine.msm_chunked(
+            g1(resident.as_ref().map(|r| &r.b), &x.g1[..s.b_g1]),
+            ChunkScalars::Host(&x.b_query),
+            chunk(Query::BG1),
+        )?)
+    })?;
+    let t0 = Instant::now();
+    let g2_bases = match &resident {
+        Some(r) => ChunkBases::<G2>::Device(&r.g2),
+        None => ChunkBases::Host(&x.g2[..s.b_g2]),
+    };
+    std::hint::black_box(MsmEngine::<G2>::for_group(&arena)?.msm_chunked(
+        g2_bases,
+        ChunkScalars::Host(&x.b_query),
+        chunk(Query::BG2),
+    )?);
+    let msm_b_g2 = t0.elapsed().as_secs_f64();
+    let total = start.elapsed().as_secs_f64();
+    let measured_peak = arena.ledger().peak;
+    drop(engine);
+    drop(resident);
+    let token = lease
+        .compute_token()
+        .context("the bench lease's compute token")?;
+    arena.close(&token)?;
+    let res_token = res_lease
+        .compute_token()
+        .context("the resident lease's token")?;
+    res_arena.close(&res_token)?;
+    if measured_peak > budget {
+        bail!("measured peak {measured_peak} B over the {budget} B budget");
+    }
+    Ok(PhaseRow {
+        budget,
+        bases: match bases {
+            BasesAt::Resident => "resident",
+            BasesAt::Host { .. } => "streamed",
+        },
+        plan: p.summary(),
+        bases_streamed: p
+            .msms
+            .iter()
+            .filter(|st| st.streamed)
+            .map(|st| st.n as u64 * if st.query == Query::BG2 { 192 } else { 96 })
+            .sum(),
+        planned_peak: p.peak,
+        measured_peak,
+        h: t_h,
+        msm_h,
+        msm_l,
+        msm_a,
+        msm_b_g1,
+        msm_b_g2,
+        total,
+    })
+}
