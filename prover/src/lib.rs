@@ -38,6 +38,7 @@ pub mod params;
 pub mod pipeline;
 pub mod progress;
 pub mod prove;
+pub mod segmented;
 pub mod synthesis;
 pub mod vram;
 pub mod warm;

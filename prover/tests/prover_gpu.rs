@@ -157,6 +157,7 @@ fn cuda_and_cpu_engines_give_the_same_g1_sums_on_a_wrong_witness() {
         let (spec, key) = common::key(circuit, k);
         let opts = SynthesisOptions {
             check_constraints: false,
+            ..Default::default()
         };
         let syn = prove::synthesize(&key, spec.with_wrong_witness(2), opts).unwrap();
         let lease = claim(cuda.vram_bytes(&key, syn.log_domain()));
