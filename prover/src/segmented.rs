@@ -680,6 +680,26 @@ mod tests {
                     .unwrap();
                 let t_par = t.elapsed().as_secs_f64();
                 assert_same(&par, &seq, &spec.to_string());
+                let m = (1u64 << k) as f64;
+                let b_one = par
+                    .b
+                    .iter()
+                    .filter(|b| **b == Scalar::ONE || bool::from(b.is_zero()))
+                    .count();
+                println!(
+                    "{spec}: {} aux ({:.3} m), {} inputs; A query {:.3} m, B query {:.3} m; B is 0 or 1 at {:.3} of the constraints, aux 0/1 {:.3}",
+                    par.aux.len(),
+                    par.aux.len() as f64 / m,
+                    par.input.len(),
+                    (par.a_aux_density.count() + par.input.len()) as f64 / m,
+                    (par.b_aux_density.count() + par.b_input_density.count()) as f64 / m,
+                    b_one as f64 / m,
+                    par.aux
+                        .iter()
+                        .filter(|v| **v == Scalar::ONE || bool::from(v.is_zero()))
+                        .count() as f64
+                        / par.aux.len() as f64
+                );
                 println!(
                     "{spec}: sequential {t_seq:.3} s, parallel {t_par:.3} s on {} threads ({:.2}x)",
                     rayon::current_num_threads(),

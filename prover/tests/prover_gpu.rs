@@ -43,12 +43,14 @@ fn engine_g2(resident: bool, pin_bases: bool, g2: G2Placement) -> CudaEngine {
     .expect("CUDA engine")
 }
 
-const CASES: [(&str, u32); 5] = [
+const CASES: [(&str, u32); 6] = [
     ("synthetic", 10),
     ("synthetic", 14),
     ("poseidon", 12),
     ("sha256", 15),
     ("synthetic", 9),
+    // Segmented, synthesized on all cores.
+    ("porep", 12),
 ];
 
 #[test]
