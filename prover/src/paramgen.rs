@@ -288,6 +288,9 @@ fn g1_points(
     base: G1Projective,
     scalars: &[Scalar],
 ) -> Result<Vec<G1Affine>> {
+    if scalars.is_empty() {
+        return Ok(Vec::new());
+    }
     match backend {
         G1Backend::Cpu => Ok(HostTable::new(base, host_bits(scalars.len())).mul_all(scalars)),
         G1Backend::Gpu(fb) => {

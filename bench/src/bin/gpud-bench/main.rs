@@ -63,7 +63,7 @@ use gpud_prover::engine::EngineChoice as EngineArg;
 
 #[derive(Args)]
 struct BenchArgs {
-    /// Circuit: synthetic, poseidon or sha256.
+    /// Circuit: synthetic, poseidon, sha256 or porep.
     #[arg(long, default_value = "synthetic")]
     circuit: String,
     /// Parameter cache directory [default: $GPUD_PROVER_PARAMS, $XDG_CACHE_HOME/gpud-prover,
