@@ -133,6 +133,20 @@ section gpu-phase-27 420 "$G/bin/gpud-bench" gpu-phase --log 27 --budget 16GiB -
     --json "$OUT/gpu-phase-27.json"
 [ -f "$OUT/gpu-phase-27.log" ] && grep -A 8 "== gpu-phase summary" "$OUT/gpu-phase-27.log"
 
+# --- PoRep-shaped partitions -----------------------------------------------------------------
+#   bash gpu/run-suite.sh porep-26            (about 3 minutes; bounded at 9)
+#   bash gpu/run-suite.sh porep-bench         (about 4 minutes; bounded at 7)
+# porep-26: one 2^26 PoRep-shaped partition (4591 challenge segments, 4592 public inputs):
+# parameters from the fast generator in memory (about 31 GB; G1 on the GPU, G2 on the CPU),
+# the bases resident (about 29 GiB of VRAM), a warm-up and a timed proof on the CUDA engine
+# with parallel synthesis, both verified; prints generation, synthesis, GPU phase, tail, peak
+# host RSS and VRAM (planned, and used as the driver sees it). porep-bench: the engines bench
+# on porep 2^20 and 2^22 (CPU and CUDA engines, parameters checked GPU = CPU at 2^20), with
+# sequential and parallel synthesis timed per size.
+section porep-26 540 "$G/bin/gpud-bench" partition --circuit porep --log-size 26
+section porep-bench 420 "$G/bin/gpud-bench" engines --circuit porep --sizes 20,22 \
+    --json "$OUT/porep-bench.json"
+
 # --- MPS: hard memory limits for unmodified programs ------------------------------------------
 # About 1 minute: gpud on NVML with [enforce] mps = true starts the driver's MPS control daemon;
 # `gpudctl run --enforce mps --vram 20GiB` runs PyTorch (30 GiB must raise OutOfMemoryError,

@@ -194,6 +194,17 @@ pub fn engines(
     key: &ProvingKey,
     cases: &[EngineCase<'_>],
 ) -> Result<EnginesRow> {
+    engines_with(spec, key, cases, SynthesisOptions::default())
+}
+
+/// [`engines`] with the given synthesis options (`parallel: false` times sequential
+/// synthesis).
+pub fn engines_with(
+    spec: &CircuitSpec,
+    key: &ProvingKey,
+    cases: &[EngineCase<'_>],
+    synthesis: SynthesisOptions,
+) -> Result<EnginesRow> {
     let mut rng = ChaCha20Rng::seed_from_u64(u64::from(spec.log_size()) ^ 0x5eed);
     let (r0, s0) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
     let mut first_proofs = Vec::new();
@@ -224,11 +235,7 @@ pub fn engines(
                     (Scalar::random(&mut rng), Scalar::random(&mut rng))
                 };
                 let t0 = Instant::now();
-                let syn = prove::synthesize(
-                    key,
-                    spec.with_witness(rep as u64),
-                    SynthesisOptions::default(),
-                )?;
+                let syn = prove::synthesize(key, spec.with_witness(rep as u64), synthesis)?;
                 constraints = syn.num_constraints();
                 let synthesis = t0.elapsed().as_secs_f64();
                 let out = prove::gpu_phase(e, &lease, key, syn)?;

@@ -31,6 +31,15 @@ pub enum ProverError {
         /// How many variables of that kind were allocated.
         allocated: usize,
     },
+    /// A segmented circuit's segment did not keep to what it declared (see
+    /// [`crate::segmented::Segmented`]).
+    #[error("segment {segment} of the circuit {reason}")]
+    BadSegment {
+        /// The segment, in order (`usize::MAX` for the inputs' prelude).
+        segment: usize,
+        /// What it did wrong.
+        reason: String,
+    },
     /// No circuit of that name exists.
     #[error("unknown circuit {name:?} (known: {known})")]
     UnknownCircuit {

@@ -39,6 +39,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod progress;
 pub mod prove;
+pub mod segmented;
 pub mod synthesis;
 pub mod vram;
 pub mod warm;

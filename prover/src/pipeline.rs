@@ -631,7 +631,13 @@ fn synthesis_worker<L: Leaser>(run: &Run<'_>, leaser: &L, tx: &SyncSender<SynthD
         };
         let start = clock.now();
         let circuit = cfg.spec.with_witness(cfg.seed.wrapping_add(job as u64));
-        let syn = prove::synthesize(key, circuit, SynthesisOptions::default());
+        // Parallel synthesis runs on rayon's pool, outside this thread's CPU lease: a worker
+        // with a CPU lease synthesizes on its own (pinned) thread.
+        let opts = SynthesisOptions {
+            parallel: cpus.is_empty(),
+            ..Default::default()
+        };
+        let syn = prove::synthesize(key, circuit, opts);
         let end = clock.now();
         drop(pinned);
         drop(cpu);

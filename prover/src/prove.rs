@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use bellperson::Circuit;
 use bellperson::SynthesisError;
 use bellperson::groth16::Proof;
 use blstrs::{Bls12, G1Projective, G2Affine, G2Projective, Scalar};
@@ -22,7 +21,8 @@ use crate::error::Result;
 use crate::fft::Domain;
 use crate::msm;
 use crate::params::ProvingKey;
-use crate::synthesis::{self, Density, ProvingAssignment, SynthesisOptions};
+use crate::segmented::Synthesize;
+use crate::synthesis::{Density, ProvingAssignment, SynthesisOptions};
 
 /// A circuit synthesized against a key it fits.
 #[derive(Debug)]
@@ -49,12 +49,12 @@ impl Synthesized {
 }
 
 /// Runs `circuit` with its witness and checks that `key` was made for it.
-pub fn synthesize<C: Circuit<Scalar>>(
+pub fn synthesize<C: Synthesize>(
     key: &ProvingKey,
     circuit: C,
     opts: SynthesisOptions,
 ) -> Result<Synthesized> {
-    let cs = synthesis::synthesize(circuit, opts)?;
+    let cs = circuit.synthesize_assignment(opts)?;
     let domain = Domain::for_constraints(cs.num_constraints())?;
     key.check_fits(&cs, &domain)?;
     Ok(Synthesized { domain, cs })
@@ -226,7 +226,7 @@ pub fn assemble(
 }
 
 /// Synthesis, GPU phase and CPU tail in one call (no pipelining).
-pub fn prove<E: Engine + ?Sized, C: Circuit<Scalar>>(
+pub fn prove<E: Engine + ?Sized, C: Synthesize>(
     engine: &E,
     lease: &dyn Reservation,
     key: &ProvingKey,

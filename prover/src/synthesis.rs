@@ -49,8 +49,43 @@ impl Density {
         }
     }
 
+    /// A tracker for `len` variables, none present.
+    pub fn absent(len: usize) -> Self {
+        Self {
+            words: vec![0; len.div_ceil(64)],
+            len,
+            count: 0,
+        }
+    }
+
+    /// Appends `other`'s variables after this tracker's (joining segments' trackers).
+    pub fn append(&mut self, other: &Density) {
+        let shift = self.len % 64;
+        if shift == 0 {
+            self.words.extend_from_slice(&other.words);
+        } else {
+            // Each of other's words straddles this tracker's last word and a new one.
+            for &w in &other.words {
+                let last = self.words.len() - 1;
+                self.words[last] |= w << shift;
+                self.words.push(w >> (64 - shift));
+            }
+        }
+        self.len += other.len;
+        self.words.truncate(self.len.div_ceil(64));
+        self.count += other.count;
+    }
+
+    /// Marks present every variable present in `other` (a tracker of the same variables).
+    pub fn union(&mut self, other: &Density) {
+        for (w, o) in self.words.iter_mut().zip(&other.words) {
+            *w |= o;
+        }
+        self.count = self.words.iter().map(|w| w.count_ones() as usize).sum();
+    }
+
     /// Marks variable `i` present. Panics-free for `i < len`; ignored otherwise.
-    fn set(&mut self, i: usize) {
+    pub(crate) fn set(&mut self, i: usize) {
         if i >= self.len {
             return;
         }
@@ -103,6 +138,9 @@ impl Density {
 /// Options for [`synthesize`].
 #[derive(Debug, Clone, Copy)]
 pub struct SynthesisOptions {
+    /// Synthesize a segmented circuit (see [`crate::segmented`]) on all cores; `false` runs
+    /// every circuit on the calling thread (the reference the parallel result must equal).
+    pub parallel: bool,
     /// Check `a · b = c` at every constraint, so that a wrong witness fails here with the index
     /// of the constraint instead of producing a proof that does not verify. Costs one field
     /// multiplication per constraint.
@@ -112,6 +150,7 @@ pub struct SynthesisOptions {
 impl Default for SynthesisOptions {
     fn default() -> Self {
         Self {
+            parallel: true,
             check_constraints: true,
         }
     }
@@ -141,7 +180,30 @@ pub struct ProvingAssignment {
 }
 
 impl ProvingAssignment {
-    fn empty(opts: SynthesisOptions) -> Self {
+    /// An assignment from parts a segmented synthesis recorded (see [`crate::segmented`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_parts(
+        opts: SynthesisOptions,
+        [a, b, c]: [Vec<Scalar>; 3],
+        input: Vec<Scalar>,
+        aux: Vec<Scalar>,
+        [a_aux_density, b_input_density, b_aux_density]: [Density; 3],
+    ) -> Self {
+        Self {
+            a,
+            b,
+            c,
+            input,
+            aux,
+            a_aux_density,
+            b_input_density,
+            b_aux_density,
+            check: opts.check_constraints,
+            error: None,
+        }
+    }
+
+    pub(crate) fn empty(opts: SynthesisOptions) -> Self {
         Self {
             a: Vec::new(),
             b: Vec::new(),
@@ -431,6 +493,7 @@ mod tests {
             },
             SynthesisOptions {
                 check_constraints: false,
+                ..Default::default()
             },
         )
         .unwrap();

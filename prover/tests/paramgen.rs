@@ -19,7 +19,14 @@ fn bytes(p: &groth16::Parameters<Bls12>) -> Vec<u8> {
 #[test]
 fn fast_parameters_equal_bellpersons_and_proofs_verify() {
     let mut rng = ChaCha20Rng::seed_from_u64(31);
-    for (circuit, k) in [("synthetic", 8), ("synthetic", 10), ("poseidon", 8)] {
+    for (circuit, k) in [
+        ("synthetic", 8),
+        ("synthetic", 10),
+        ("poseidon", 8),
+        // Segmented: evaluated per segment in parallel, no assembly.
+        ("porep", 10),
+        ("porep", 12),
+    ] {
         let spec = CircuitSpec::parse(circuit, k).unwrap();
         let toxic = Toxic::random(&mut rng);
         let (ours, _) = paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu).unwrap();

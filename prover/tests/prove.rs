@@ -24,6 +24,8 @@ fn proofs_verify_for_several_circuits_and_sizes() {
         ("synthetic", 12),
         ("poseidon", 10),
         ("poseidon", 12),
+        ("porep", 10),
+        ("porep", 12),
     ] {
         let (spec, key) = common::key(circuit, k);
         for seed in [1, 2] {
@@ -63,6 +65,7 @@ fn fixed_r_s_proof_equals_bellpersons_bit_for_bit() {
         ("synthetic", 11),
         ("poseidon", 10),
         ("sha256", 15),
+        ("porep", 11),
     ] {
         let (spec, key) = common::key(circuit, k);
         let (r, s) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
@@ -98,7 +101,7 @@ fn fixed_r_s_proof_equals_bellpersons_bit_for_bit() {
 
 #[test]
 fn wrong_witness_is_rejected_at_synthesis_or_fails_verification() {
-    for (circuit, k) in [("synthetic", 10), ("poseidon", 10)] {
+    for (circuit, k) in [("synthetic", 10), ("poseidon", 10), ("porep", 10)] {
         let (spec, key) = common::key(circuit, k);
         // Default: the unsatisfied constraint is found during synthesis.
         let err = prove::prove(
@@ -121,6 +124,7 @@ fn wrong_witness_is_rejected_at_synthesis_or_fails_verification() {
             spec.with_wrong_witness(3),
             SynthesisOptions {
                 check_constraints: false,
+                ..Default::default()
             },
         )
         .unwrap();

@@ -45,12 +45,14 @@ fn engine_g2(resident: bool, pin_bases: bool, g2: G2Placement) -> CudaEngine {
     .expect("CUDA engine")
 }
 
-const CASES: [(&str, u32); 5] = [
+const CASES: [(&str, u32); 6] = [
     ("synthetic", 10),
     ("synthetic", 14),
     ("poseidon", 12),
     ("sha256", 15),
     ("synthetic", 9),
+    // Segmented, synthesized on all cores.
+    ("porep", 12),
 ];
 
 #[test]
@@ -159,6 +161,7 @@ fn cuda_and_cpu_engines_give_the_same_g1_sums_on_a_wrong_witness() {
         let (spec, key) = common::key(circuit, k);
         let opts = SynthesisOptions {
             check_constraints: false,
+            ..Default::default()
         };
         let syn = prove::synthesize(&key, spec.with_wrong_witness(2), opts).unwrap();
         let lease = claim(cuda.vram_bytes(&key, syn.log_domain()));

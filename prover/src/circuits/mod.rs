@@ -9,11 +9,16 @@
 //!   constraints per link, built on bellperson's `AllocatedNum`.
 //! - `sha256`: a SHA-256 hash chain from bellperson's SHA-256 gadget (one compression per
 //!   link, about 26 000 constraints), so it needs `k ≥ 15`.
+//! - `porep`: exactly `2^k` constraints shaped like a PoRep partition: independent
+//!   per-challenge segments (leaf openings, bit-decomposed inclusion paths), a 0/1 and
+//!   small-value witness, sparse B; segmented, so it is synthesized on all cores.
 
+mod porep;
 mod poseidon;
 mod sha256;
 mod synthetic;
 
+pub use porep::Porep;
 pub use poseidon::PoseidonChain;
 pub use sha256::Sha256Chain;
 pub use synthetic::Synthetic;
@@ -34,11 +39,13 @@ pub enum CircuitKind {
     Poseidon,
     /// SHA-256 hash chain from bellperson gadgets.
     Sha256,
+    /// PoRep-partition-shaped segmented circuit.
+    Porep,
 }
 
 impl CircuitKind {
     /// Every kind, in the order `--help` lists them.
-    pub const ALL: [CircuitKind; 3] = [Self::Synthetic, Self::Poseidon, Self::Sha256];
+    pub const ALL: [CircuitKind; 4] = [Self::Synthetic, Self::Poseidon, Self::Sha256, Self::Porep];
 
     /// The name used on the command line and in cache keys.
     pub fn name(self) -> &'static str {
@@ -46,6 +53,7 @@ impl CircuitKind {
             Self::Synthetic => "synthetic",
             Self::Poseidon => "poseidon",
             Self::Sha256 => "sha256",
+            Self::Porep => "porep",
         }
     }
 
@@ -66,6 +74,8 @@ impl CircuitKind {
             Self::Synthetic => (4, 24),
             Self::Poseidon => (8, 24),
             Self::Sha256 => (15, 24),
+            // One challenge (three one-level paths) needs 2^10; 2^27 is a real partition's size.
+            Self::Porep => (10, 27),
         }
     }
 }
@@ -138,6 +148,7 @@ impl CircuitSpec {
                 AnyCircuit::Poseidon(PoseidonChain::fitting(self.log_size, witness))
             }
             CircuitKind::Sha256 => AnyCircuit::Sha256(Sha256Chain::fitting(self.log_size, witness)),
+            CircuitKind::Porep => AnyCircuit::Porep(Porep::new(self.log_size, witness)),
         }
     }
 }
@@ -166,6 +177,8 @@ pub enum AnyCircuit {
     Poseidon(PoseidonChain),
     /// See [`Sha256Chain`].
     Sha256(Sha256Chain),
+    /// See [`Porep`].
+    Porep(Porep),
 }
 
 impl Circuit<Scalar> for AnyCircuit {
@@ -177,6 +190,7 @@ impl Circuit<Scalar> for AnyCircuit {
             Self::Synthetic(c) => c.synthesize(cs),
             Self::Poseidon(c) => c.synthesize(cs),
             Self::Sha256(c) => c.synthesize(cs),
+            Self::Porep(c) => c.synthesize(cs),
         }
     }
 }
@@ -269,6 +283,8 @@ mod tests {
             (CircuitKind::Synthetic, 9),
             (CircuitKind::Poseidon, 8),
             (CircuitKind::Poseidon, 11),
+            (CircuitKind::Porep, 10),
+            (CircuitKind::Porep, 12),
         ] {
             let spec = CircuitSpec::new(kind, k).unwrap();
             let cs = synthesize(spec.with_witness(3), SynthesisOptions::default())
@@ -279,7 +295,7 @@ mod tests {
                 n > 1 << (k - 1),
                 "{spec}: {n} constraints leave the domain half empty"
             );
-            if kind == CircuitKind::Synthetic {
+            if matches!(kind, CircuitKind::Synthetic | CircuitKind::Porep) {
                 assert_eq!(n, 1 << k);
             }
             let err = synthesize(spec.with_wrong_witness(3), SynthesisOptions::default());

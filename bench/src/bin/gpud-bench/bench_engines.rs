@@ -14,7 +14,17 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 
-use crate::BenchEnginesArgs;
+use crate::{BenchEnginesArgs, SynthesisMode};
+
+/// Seconds of one synthesis of `spec` (witness seed 0) in `mode`.
+pub(crate) fn synthesis_secs(spec: &CircuitSpec, mode: SynthesisMode) -> Result<f64> {
+    use gpud_prover::segmented::Synthesize;
+    let t = Instant::now();
+    let cs = spec.with_witness(0).synthesize_assignment(mode.options())?;
+    let secs = t.elapsed().as_secs_f64();
+    drop(cs);
+    Ok(secs)
+}
 
 #[derive(Serialize)]
 struct Row {
@@ -149,8 +159,17 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
                 reps: a.reps.min(2),
             },
         ];
-        let row =
-            proofs::engines(&spec, &key, &cases).with_context(|| format!("benchmarking {spec}"))?;
+        let (seq, par) = (
+            synthesis_secs(&spec, SynthesisMode::Sequential)?,
+            synthesis_secs(&spec, SynthesisMode::Parallel)?,
+        );
+        println!(
+            "{spec}: synthesis alone {seq:.3} s sequential, {par:.3} s parallel ({:.1}x; {} threads)",
+            seq / par.max(1e-9),
+            rayon::current_num_threads()
+        );
+        let row = proofs::engines_with(&spec, &key, &cases, a.synthesis.options())
+            .with_context(|| format!("benchmarking {spec}"))?;
         // The warm-up pinned them: this returns the bytes without pinning again.
         let pinned = uploads.pin_bases(&key, process_device(&gpu.uuid)?)?;
         println!(

@@ -5,6 +5,7 @@ mod bench_engines;
 mod farm;
 mod farm_proc;
 mod gpu_phase;
+mod partition;
 
 use std::path::PathBuf;
 
@@ -31,6 +32,10 @@ enum Command {
     /// Full proofs on the CPU and CUDA engines, split by stage, with parameters from the fast
     /// generator (GPU); 2^20 and 2^22 by default.
     Engines(BenchEnginesArgs),
+    /// One large partition (a PoRep-shaped 2^26 by default) proved once on the CUDA engine
+    /// with fresh parameters from the fast generator, verified: generation, synthesis, GPU
+    /// phase, peak host RSS and VRAM.
+    Partition(partition::PartitionArgs),
     /// Several provers sharing a GPU through gpud, against the in-process ideal, no lock and
     /// flock: throughput, GPU busy, out-of-memory, waits, priority, several GPUs.
     Farm(farm::FarmArgs),
@@ -63,7 +68,7 @@ use gpud_prover::engine::EngineChoice as EngineArg;
 
 #[derive(Args)]
 struct BenchArgs {
-    /// Circuit: synthetic, poseidon or sha256.
+    /// Circuit: synthetic, poseidon, sha256 or porep.
     #[arg(long, default_value = "synthetic")]
     circuit: String,
     /// Parameter cache directory [default: $GPUD_PROVER_PARAMS, $XDG_CACHE_HOME/gpud-prover,
@@ -89,7 +94,7 @@ struct BenchArgs {
 
 #[derive(Args)]
 struct BenchEnginesArgs {
-    /// Circuit (synthetic, poseidon or sha256).
+    /// Circuit (synthetic, poseidon, sha256 or porep).
     #[arg(long, default_value = "synthetic")]
     circuit: String,
     /// log2 sizes, comma separated.
@@ -112,6 +117,26 @@ struct BenchEnginesArgs {
     /// tail) or auto (gpu when the phase with it fits the GPU).
     #[arg(long, value_enum, default_value = "auto")]
     g2: gpud_prover::engine::G2Placement,
+    /// Synthesis of the timed proofs: parallel (segmented circuits such as porep on all cores)
+    /// or sequential. Both are also timed once per size, synthesis alone.
+    #[arg(long, value_enum, default_value = "parallel")]
+    synthesis: SynthesisMode,
+}
+
+/// `--synthesis`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SynthesisMode {
+    Parallel,
+    Sequential,
+}
+
+impl SynthesisMode {
+    pub(crate) fn options(self) -> gpud_prover::synthesis::SynthesisOptions {
+        gpud_prover::synthesis::SynthesisOptions {
+            parallel: self == Self::Parallel,
+            ..Default::default()
+        }
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -119,6 +144,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::VsBellperson(a) => vs_bellperson(a),
         Command::Engines(a) => bench_engines::run(a),
+        Command::Partition(a) => partition::run(a),
         Command::Farm(a) => farm::run(a),
         Command::FarmPlot(a) => farm::plot_cmd(a),
         Command::GpuPhase(a) => gpu_phase::run(a),

@@ -39,7 +39,7 @@ enum Command {
 
 #[derive(Args, Clone)]
 struct CircuitArgs {
-    /// Circuit: synthetic, poseidon or sha256.
+    /// Circuit: synthetic, poseidon, sha256 or porep.
     #[arg(long, default_value = "synthetic")]
     circuit: String,
     /// Parameter cache directory [default: $GPUD_PROVER_PARAMS, $XDG_CACHE_HOME/gpud-prover,

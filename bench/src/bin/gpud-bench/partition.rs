@@ -1,0 +1,197 @@
+//! `gpud-bench partition`: one large partition (PoRep-shaped 2^26 by default) proved once on
+//! the CUDA engine with resident bases, parameters fresh from the fast generator (kept in
+//! memory only: a 2^26 key is about 31 GB), the proof verified. Prints generation, synthesis,
+//! GPU phase and tail times, peak host RSS, and the VRAM planned and seen by the driver.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use gpud_client::{ExclusiveDevice, Reservation};
+use gpud_prover::engine::{CudaEngine, CudaOptions, Engine, G2Placement, process_device};
+use gpud_prover::paramgen::Toxic;
+use gpud_prover::{CircuitKind, CircuitSpec, ProvingKey, prove};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+
+use crate::SynthesisMode;
+use crate::bench_engines::{gpu_params, synthesis_secs};
+
+#[derive(Args)]
+pub struct PartitionArgs {
+    /// Circuit (porep, synthetic, …).
+    #[arg(long, default_value = "porep")]
+    circuit: String,
+    /// log2 of the partition's constraints.
+    #[arg(long, default_value_t = 26)]
+    log_size: u32,
+    /// Where the CUDA engine computes the G2 MSM for B (gpu, cpu or auto).
+    #[arg(long, value_enum, default_value = "auto")]
+    g2: G2Placement,
+    /// Also time one sequential synthesis (a few seconds at 2^26 per core-second saved).
+    #[arg(long)]
+    sequential_too: bool,
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Peak resident set of this process (`VmHWM`), in bytes.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn rss_text() -> String {
+    peak_rss().map_or_else(
+        || "unknown".into(),
+        |b| format!("{:.1} GiB", b as f64 / GIB),
+    )
+}
+
+/// Device memory in use as the driver sees it (all processes), through a probe lease.
+fn vram_used(uuid: &str, index: u32) -> Option<u64> {
+    let probe = ExclusiveDevice::assume_unshared(uuid, index, 1);
+    let token = probe.compute_token()?;
+    let (free, total) = process_device(uuid).ok()?.mem_info(&token).ok()?;
+    Some(total - free)
+}
+
+fn gib(b: Option<u64>) -> String {
+    b.map_or_else(
+        || "unknown".into(),
+        |b| format!("{:.1} GiB", b as f64 / GIB),
+    )
+}
+
+pub fn run(a: PartitionArgs) -> Result<()> {
+    let spec = CircuitSpec::new(CircuitKind::from_name(&a.circuit)?, a.log_size)?;
+    let gpu = gpud_cuda::driver::list_devices()
+        .context("gpud-bench partition needs a CUDA GPU")?
+        .into_iter()
+        .next()
+        .context("no CUDA device is visible")?;
+    let index = gpu.ordinal as u32;
+    println!(
+        "device: {} ({}), {:.1} GiB, {} SMs; host: {} threads; partition {spec}",
+        gpu.name,
+        gpu.uuid,
+        gpu.total_mem as f64 / GIB,
+        gpu.multiprocessors,
+        rayon::current_num_threads()
+    );
+    let engine = CudaEngine::new(CudaOptions {
+        resident_bases: true,
+        pin_bases: false,
+        g2: a.g2,
+    })?;
+
+    let toxic = Toxic::random(&mut ChaCha20Rng::seed_from_u64(u64::from(a.log_size)));
+    let t = Instant::now();
+    let (params, gen_t) = gpu_params(&spec, &toxic, &gpu.uuid, index)
+        .with_context(|| format!("generating parameters for {spec}"))?;
+    println!(
+        "parameters in {:.1} s (shape and QAP at tau {:.1}, G1 on the GPU {:.1}, G2 on the CPU {:.1}); peak RSS {}",
+        t.elapsed().as_secs_f64(),
+        gen_t.evaluation,
+        gen_t.g1,
+        gen_t.g2,
+        rss_text()
+    );
+    let key = ProvingKey::new(format!("fast {spec}"), params);
+    let shape = key.shape();
+    println!(
+        "key: H {} L {} A {} B_G1 {} B_G2 {} points, {} public inputs",
+        shape.h,
+        shape.l,
+        shape.a,
+        shape.b_g1,
+        shape.b_g2,
+        key.vk().ic.len() - 1
+    );
+
+    let resident = engine.resident_bytes(&key);
+    let phase = engine.vram_bytes(&key, a.log_size);
+    println!(
+        "VRAM plan: resident bases {:.1} GiB + phase {:.1} GiB = {:.1} GiB of {:.1} GiB; G2 on the {}",
+        resident as f64 / GIB,
+        phase as f64 / GIB,
+        (resident + phase) as f64 / GIB,
+        gpu.total_mem as f64 / GIB,
+        if engine.g2_on_gpu(&key) { "GPU" } else { "CPU" }
+    );
+    if resident.saturating_add(phase) > gpu.total_mem {
+        bail!(
+            "{spec} needs {:.1} GiB of VRAM with resident bases, the GPU has {:.1} GiB",
+            (resident + phase) as f64 / GIB,
+            gpu.total_mem as f64 / GIB
+        );
+    }
+    let before = vram_used(&gpu.uuid, index);
+    let resident_lease = ExclusiveDevice::assume_unshared(gpu.uuid.clone(), index, resident);
+    let t = Instant::now();
+    engine.load_resident(&key, &resident_lease)?;
+    let load = t.elapsed().as_secs_f64();
+    let loaded = vram_used(&gpu.uuid, index);
+    println!(
+        "bases resident in {load:.1} s; VRAM used {} before, {} with the bases",
+        gib(before),
+        gib(loaded)
+    );
+
+    if a.sequential_too {
+        let s = synthesis_secs(&spec, SynthesisMode::Sequential)?;
+        println!("synthesis alone, sequential: {s:.2} s");
+    }
+    let lease = ExclusiveDevice::assume_unshared(gpu.uuid.clone(), index, phase.max(1));
+    let mut result = Vec::new();
+    // A warm-up proof (kernels, pools), then the timed one.
+    for rep in 0..2u64 {
+        let t0 = Instant::now();
+        let syn = prove::synthesize(
+            &key,
+            spec.with_witness(rep),
+            SynthesisMode::Parallel.options(),
+        )?;
+        let synthesis = t0.elapsed().as_secs_f64();
+        let out = prove::gpu_phase(&engine, &lease, &key, syn)?;
+        let timings = out.timings;
+        let inputs = out.public_inputs().to_vec();
+        let t1 = Instant::now();
+        let proof = prove::cpu_tail(
+            &key,
+            out,
+            blstrs::Scalar::from(rep + 3),
+            blstrs::Scalar::from(rep + 5),
+        )?;
+        let tail = t1.elapsed().as_secs_f64();
+        let total = t0.elapsed().as_secs_f64();
+        let verified = key.verify(&proof, &inputs)?;
+        println!(
+            "proof {rep}{}: synthesis {synthesis:.2} s (parallel), GPU phase {:.3} s (H {:.3}, MSM H {:.3} L {:.3} A {:.3} B {:.3} B_G2 {:.3}), tail {tail:.3} s, total {total:.2} s, verified {verified}",
+            if rep == 0 { " (warm-up)" } else { "" },
+            timings.total,
+            timings.h,
+            timings.msm_h,
+            timings.msm_l,
+            timings.msm_a,
+            timings.msm_b,
+            timings.msm_b_g2,
+        );
+        result.push(verified);
+    }
+    let after = vram_used(&gpu.uuid, index);
+    println!(
+        "VRAM used after the proofs {} (planned peak {:.1} GiB); peak host RSS {}",
+        gib(after),
+        (resident + phase) as f64 / GIB,
+        rss_text()
+    );
+    engine.unload_resident(&key, Some(&resident_lease))?;
+    if !result.iter().all(|&v| v) {
+        bail!("a {spec} proof did not verify");
+    }
+    println!("{spec}: proofs verify");
+    Ok(())
+}
