@@ -28,7 +28,7 @@ enum Command {
     /// Compare our CPU prover with bellperson's on the same circuit, sizes 2^FROM..2^TO.
     VsBellperson(BenchArgs),
     /// Full proofs on the CPU and CUDA engines, split by stage, with parameters from the fast
-    /// generator (GPU); 2^20 and 2^22 by default.
+    /// generator (GPU), and bellperson's prover as the baseline; 2^20 and 2^22 by default.
     Engines(BenchEnginesArgs),
     /// Several provers sharing a GPU through gpud, against the in-process ideal, no lock and
     /// flock: throughput, GPU busy, out-of-memory, waits, priority, several GPUs.
@@ -107,6 +107,33 @@ struct BenchEnginesArgs {
     /// tail) or auto (gpu when the phase with it fits the GPU).
     #[arg(long, value_enum, default_value = "auto")]
     g2: gpud_prover::engine::G2Placement,
+    /// Also prove every size with bellperson's own `create_proof` (same circuit, key and
+    /// first r, s; timed like the engines, verified, compared bit for bit) and print
+    /// bellperson / ours: bellperson's CUDA prover in a build with the `bellperson-gpu`
+    /// feature (where it is the default), its CPU prover otherwise.
+    #[arg(long, value_enum, default_value_t = BaselineArg::for_build())]
+    baseline: BaselineArg,
+}
+
+/// `gpud-bench engines --baseline`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+enum BaselineArg {
+    /// bellperson's `create_proof`.
+    Bellperson,
+    /// No baseline.
+    None,
+}
+
+impl BaselineArg {
+    /// bellperson where this build has its GPU prover; none otherwise (its CPU prover takes
+    /// minutes at 2^22).
+    fn for_build() -> Self {
+        if gpud_bench::bellperson_prover::GPU_BUILD {
+            Self::Bellperson
+        } else {
+            Self::None
+        }
+    }
 }
 
 fn main() -> std::process::ExitCode {
