@@ -23,14 +23,6 @@ BENCH_BINS=(gpud-bench)
 DAEMON_BINS=(gpud gpudctl)
 PROVER_TESTS=(prover_gpu)
 
-# GPU_BUILD_OUT builds elsewhere (e.g. to check the build without replacing a prepared .gpu).
-out=${GPU_BUILD_OUT:-.gpu}
-rm -rf "$out"
-mkdir -p "$out/bin" "$out/tests"
-
-# The kernel benchmarks and their variants are not part of the product API: they exist only
-# with gpud-cuda's bench-variants feature (its test targets get it through a dev-dependency).
-cargo build --release -p gpud-cuda --features bench-variants --bins
 # gpud-bench with bellperson's CUDA prover as the engines benchmark's baseline (its
 # bellperson-gpu feature: nvcc compiles ec-gpu-gen's kernels for sm_90 in bellperson's build
 # script, and the link needs libcuda.so) when gpu/cuda-toolchain.sh can set that up here (nvcc
@@ -54,6 +46,14 @@ if [ "$bellperson_mode" != cpu ]; then
         echo "build.sh: no CUDA toolchain (gpu/cuda-toolchain.sh failed): bellperson's CPU prover is the baseline" >&2
     fi
 fi
+# GPU_BUILD_OUT builds elsewhere (e.g. to check the build without replacing a prepared .gpu).
+out=${GPU_BUILD_OUT:-.gpu}
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/tests"
+
+# The kernel benchmarks and their variants are not part of the product API: they exist only
+# with gpud-cuda's bench-variants feature (its test targets get it through a dev-dependency).
+cargo build --release -p gpud-cuda --features bench-variants --bins
 if [ "$bellperson" = gpu ]; then
     (eval "$toolchain" && cargo build --release -p gpud-bench --bin gpud-bench --features bellperson-gpu)
 else
