@@ -23,6 +23,29 @@ BENCH_BINS=(gpud-bench)
 DAEMON_BINS=(gpud gpudctl)
 PROVER_TESTS=(prover_gpu)
 
+# gpud-bench with bellperson's CUDA prover as the engines benchmark's baseline (its
+# bellperson-gpu feature: nvcc compiles ec-gpu-gen's kernels for sm_90 in bellperson's build
+# script, and the link needs libcuda.so) when gpu/cuda-toolchain.sh can set that up here (nvcc
+# wheels from PyPI, a link stub); otherwise bellperson's CPU prover is the baseline, and
+# `gpud-bench engines` runs without it unless asked. GPU_BUILD_BELLPERSON=gpu makes a failed
+# setup an error, =cpu skips it.
+bellperson_mode=${GPU_BUILD_BELLPERSON:-auto}
+case "$bellperson_mode" in auto | gpu | cpu) ;; *)
+    echo "build.sh: GPU_BUILD_BELLPERSON=$bellperson_mode: expected auto, gpu or cpu" >&2
+    exit 2
+    ;;
+esac
+bellperson=cpu
+if [ "$bellperson_mode" != cpu ]; then
+    if toolchain=$(bash gpu/cuda-toolchain.sh); then
+        bellperson=gpu
+    elif [ "$bellperson_mode" = gpu ]; then
+        echo "build.sh: GPU_BUILD_BELLPERSON=gpu but gpu/cuda-toolchain.sh failed" >&2
+        exit 1
+    else
+        echo "build.sh: no CUDA toolchain (gpu/cuda-toolchain.sh failed): bellperson's CPU prover is the baseline" >&2
+    fi
+fi
 # GPU_BUILD_OUT builds elsewhere (e.g. to check the build without replacing a prepared .gpu).
 out=${GPU_BUILD_OUT:-.gpu}
 rm -rf "$out"
@@ -31,11 +54,20 @@ mkdir -p "$out/bin" "$out/tests"
 # The kernel benchmarks and their variants are not part of the product API: they exist only
 # with gpud-cuda's bench-variants feature (its test targets get it through a dev-dependency).
 cargo build --release -p gpud-cuda --features bench-variants --bins
-cargo build --release -p gpud-bench --bin gpud-bench
+if [ "$bellperson" = gpu ]; then
+    (eval "$toolchain" && cargo build --release -p gpud-bench --bin gpud-bench --features bellperson-gpu)
+else
+    cargo build --release -p gpud-bench --bin gpud-bench
+fi
 cargo build --release -p gpud --bin gpud -p gpud-client --bin gpudctl
 for b in "${BINS[@]}" "${BENCH_BINS[@]}" "${DAEMON_BINS[@]}"; do
     cp "$CARGO_TARGET_DIR/release/$b" "$out/bin/"
 done
+# The GPU baseline links the driver by its SONAME (the stub only stood in for it here).
+if [ "$bellperson" = gpu ] && ! readelf -d "$out/bin/gpud-bench" | grep -q 'NEEDED.*\[libcuda\.so\.1\]'; then
+    echo "build.sh: gpud-bench was built with bellperson-gpu but does not link libcuda.so.1" >&2
+    exit 1
+fi
 # The LD_PRELOAD interposer, for the preload section (gpu/preload/run.sh, which runs gpud from
 # gpud-bench and compiles its CUDA check program with the host's nvcc).
 cargo build --release -p gpud-preload
@@ -84,9 +116,15 @@ done
 {
     echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty tree)')"
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
+    echo "bellperson baseline: $bellperson"
 } >"$out/BUILD"
 size=$(du -sm "$out" | cut -f1)
 echo "built into $out: ${size} MiB"
+if [ "$bellperson" = gpu ]; then
+    echo "baseline: bellperson's GPU prover (CUDA, sm_90) in gpud-bench engines"
+else
+    echo "baseline: bellperson's CPU prover only (no CUDA toolchain here): gpud-bench engines has no GPU baseline"
+fi
 max=${GPU_BUILD_MAX_MIB:-60}
 if [ "$size" -gt "$max" ]; then
     echo "build.sh: $out is ${size} MiB, over GPU_BUILD_MAX_MIB=$max (a binary grew: check the list above)" >&2

@@ -110,18 +110,31 @@ section msm-g2-memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 1
     "$G/bin/gpud-msm-bench" --g2 --check --quick --max-log 10
 
 # --- gpud-prover and gpud-bench: the CUDA engine end to end ----------------------------------
-# About 5 minutes together; on their own, or split in two:
+# About 6 to 7 minutes together; on their own, or split in two:
 #   bash gpu/run-suite.sh prover-tests prover-bench
 # prover-tests: GPU proofs equal bellperson's create_proof bit for bit (synthetic 2^9..2^14,
 # poseidon 2^12, sha256 2^15; resident bases and per-phase uploads), the pipeline on the CUDA
 # engine, G2 on the GPU and on the CPU (both bit for bit), a proof under a quarter of the
-# unchunked lease (chunked MSMs, measured peak <= the lease, bit for bit), typed errors for a lease below the formula, GPU-generated parameters equal the CPU
-# path, evicted resident bases freeing their memory and proving again once reloaded. prover-bench: full proofs of 2^20 and 2^22 on the CPU and CUDA engines, by stage, with
-# parameters from the fast generator (G1 on the GPU), JSON in $OUT/prover-bench.json.
+# unchunked lease (chunked MSMs, measured peak <= the lease, bit for bit), typed errors for a
+# lease below the plan's smallest, GPU-generated parameters equal the CPU path, evicted resident
+# bases freeing their memory and proving again once reloaded. prover-bench: full proofs of
+# 2^18, 2^20 and 2^22 on the CPU and CUDA engines, by stage, with
+# parameters from the fast generator (G1 on the GPU), and bellperson's own GPU prover on the
+# same key as the baseline (one warm-up and 3 timed proofs per size, the first equal to ours
+# bit for bit, all verified; about 1.5 s a proof at 2^20 and ~5 s at 2^22, so ~30 s of the
+# section), with the ratio bellperson / ours; JSON in $OUT/prover-bench.json. The section
+# fails if bellperson did not run on the GPU. A .gpu built without the CUDA toolchain
+# (BUILD says "bellperson baseline: cpu") runs without the baseline.
 export GPUD_PROVER_TEST_PARAMS=${GPUD_PROVER_TEST_PARAMS:-/tmp/gpud-prover-test-params}
+# bellperson's rust-gpu-tools does not know the H200 by name.
+export RUST_GPU_TOOLS_CUSTOM_GPU=${RUST_GPU_TOOLS_CUSTOM_GPU:-"NVIDIA H200:16896"}
 section prover-tests 300 "$G/tests/prover_gpu" --ignored --test-threads=1
-section prover-bench 420 "$G/bin/gpud-bench" engines --sizes 20,22 --json "$OUT/prover-bench.json"
+baseline=none
+grep -qx "bellperson baseline: gpu" "$G/BUILD" && baseline=bellperson
+section prover-bench 540 "$G/bin/gpud-bench" engines --sizes 18,20,22 --baseline "$baseline" \
+    --json "$OUT/prover-bench.json"
 [ -f "$OUT/prover-bench.log" ] && grep -A 12 "== engines summary" "$OUT/prover-bench.log" | head -n 20
+[ -f "$OUT/prover-bench.log" ] && grep -E -A 8 "^(baseline:|== baseline)" "$OUT/prover-bench.log"
 
 # gpu-phase-27 (expected about 3 minutes, bounded at 420 s; needs ~50 GiB host memory and ~96 GiB of the GPU): the GPU
 # phase of a 2^27 PoRep-shaped partition on RANDOM bases (2^20 points repeated; no proof, the
@@ -143,7 +156,7 @@ section gpu-phase-27 420 "$G/bin/gpud-bench" gpu-phase --log 27 --budget 16GiB -
 # host RSS and VRAM (planned, and used as the driver sees it). porep-bench: the engines bench
 # on porep 2^20 and 2^22 (CPU and CUDA engines, parameters checked GPU = CPU at 2^20), with
 # sequential and parallel synthesis timed per size.
-section porep-26 540 "$G/bin/gpud-bench" partition --circuit porep --log-size 26
+section porep-26 540 "$G/bin/gpud-bench" partition --circuit porep --log-size 26 --budget 16GiB
 section porep-bench 420 "$G/bin/gpud-bench" engines --circuit porep --sizes 20,22 \
     --json "$OUT/porep-bench.json"
 

@@ -158,6 +158,9 @@ pub struct EnginesRow {
     /// The first proof of every engine, made with the same witness and `r`, `s`, is the same
     /// proof, bit for bit.
     pub proofs_identical: bool,
+    /// The first engine's first proof (witness 0, `r`, `s` from [`first_randomness`]).
+    #[serde(skip)]
+    pub first_proof: Option<groth16::Proof<blstrs::Bls12>>,
 }
 
 /// One timed proof: synthesis, GPU phase by stage, CPU tail, total.
@@ -205,8 +208,7 @@ pub fn engines_with(
     cases: &[EngineCase<'_>],
     synthesis: SynthesisOptions,
 ) -> Result<EnginesRow> {
-    let mut rng = ChaCha20Rng::seed_from_u64(u64::from(spec.log_size()) ^ 0x5eed);
-    let (r0, s0) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
+    let (mut rng, (r0, s0)) = first_randomness(spec);
     let mut first_proofs = Vec::new();
     let mut runs = Vec::new();
     let mut constraints = 0;
@@ -292,5 +294,15 @@ pub fn engines_with(
         constraints,
         runs,
         proofs_identical,
+        first_proof: first_proofs.into_iter().next(),
     })
+}
+
+/// The `r`, `s` of the first proof of every engine in [`engines`] (witness 0) and of its
+/// baseline ([`crate::bellperson_prover`]), so that those proofs can be compared bit for bit,
+/// with the generator the later proofs' `r`, `s` come from.
+pub fn first_randomness(spec: &CircuitSpec) -> (ChaCha20Rng, (Scalar, Scalar)) {
+    let mut rng = ChaCha20Rng::seed_from_u64(u64::from(spec.log_size()) ^ 0x5eed);
+    let rs = (Scalar::random(&mut rng), Scalar::random(&mut rng));
+    (rng, rs)
 }

@@ -1,9 +1,11 @@
 //! `gpud-bench engines`: full proofs on the CPU and CUDA engines, same key, same
-//! machine, one run, split by stage; parameters from the fast generator (G1 on the GPU).
+//! machine, one run, split by stage; parameters from the fast generator (G1 on the GPU);
+//! bellperson's own prover as the baseline (`--baseline`).
 
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use gpud_bench::bellperson_prover::{self, BaselineRun, GPU_BUILD, Ran};
 use gpud_bench::proofs::{self, EngineCase, EnginesRow};
 use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_cuda::fixed_base::G1FixedBase;
@@ -14,7 +16,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 
-use crate::{BenchEnginesArgs, SynthesisMode};
+use crate::{BaselineArg, BenchEnginesArgs, SynthesisMode};
 
 /// Seconds of one synthesis of `spec` (witness seed 0) in `mode`.
 pub(crate) fn synthesis_secs(spec: &CircuitSpec, mode: SynthesisMode) -> Result<f64> {
@@ -33,6 +35,11 @@ struct Row {
     params: GenTimings,
     /// Parameters also generated on the CPU and found identical (None: not checked).
     params_equal_cpu: Option<bool>,
+    /// bellperson's `create_proof` on the same key (None: `--baseline none`).
+    baseline: Option<BaselineRun>,
+    /// bellperson's median total over each engine's (the speed-up; the target is >= 5 for
+    /// `cuda` at 2^20 and 2^22).
+    bellperson_over_ours: std::collections::BTreeMap<String, f64>,
 }
 
 /// Parameters for `spec` from the fast generator with the G1 points on the GPU.
@@ -88,6 +95,7 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
         t.elapsed().as_secs_f64()
     );
     let device = (gpu.uuid.clone(), gpu.ordinal as u32);
+    let baseline_on = baseline_banner(a.baseline)?;
     let mut rows = Vec::new();
     let mut ok = true;
     for &k in &a.sizes {
@@ -178,10 +186,36 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
         );
         print_row(&row);
         ok &= row.proofs_identical && row.runs.iter().all(|r| r.verified);
+        let baseline = if a.baseline == BaselineArg::Bellperson {
+            let (_, first_rs) = proofs::first_randomness(&spec);
+            let b = bellperson_prover::bellperson(
+                &spec,
+                &key,
+                first_rs,
+                row.first_proof.as_ref(),
+                1,
+                a.reps,
+            )
+            .with_context(|| format!("bellperson's prover at {spec}"))?;
+            ok &= baseline_ok(&spec, &b);
+            Some(b)
+        } else {
+            None
+        };
+        let bellperson_over_ours = baseline
+            .iter()
+            .flat_map(|b| {
+                row.runs
+                    .iter()
+                    .map(|e| (e.engine.clone(), b.total / e.total.max(1e-9)))
+            })
+            .collect();
         rows.push(Row {
             row,
             params: gen_t,
             params_equal_cpu,
+            baseline,
+            bellperson_over_ours,
         });
     }
     println!("\n== engines summary (seconds; medians)");
@@ -251,18 +285,147 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
             }
         }
     }
+    print_baseline_summary(&rows, baseline_on.as_deref());
     if let Some(path) = &a.json {
         let doc = serde_json::json!({
             "device": gpu.name, "uuid": gpu.uuid, "multiprocessors": gpu.multiprocessors,
             "threads": rayon::current_num_threads(), "rows": rows,
+            "baseline": match a.baseline {
+                BaselineArg::Bellperson => if GPU_BUILD { "bellperson-gpu" } else { "bellperson-cpu" },
+                BaselineArg::None => "none",
+            },
+            "baseline_devices": baseline_on,
         });
         std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if !ok {
-        bail!("a proof did not verify, engines disagreed, or the GPU parameters differ");
+        bail!(
+            "a proof did not verify, engines disagreed, the GPU parameters differ, or the \
+             baseline differed from our proofs or did not run on the GPU"
+        );
     }
     Ok(())
+}
+
+/// Says which bellperson prover the baseline is, before anything runs; in a GPU build, the
+/// GPUs rust-gpu-tools sees (an error when there are none: bellperson would fall back to
+/// the CPU without a word). Returns that device list (None: no GPU baseline).
+fn baseline_banner(choice: BaselineArg) -> Result<Option<String>> {
+    match choice {
+        BaselineArg::None => {
+            println!("baseline: none (--baseline none)");
+            Ok(None)
+        }
+        BaselineArg::Bellperson if GPU_BUILD => {
+            let devices = bellperson_prover::gpu_devices();
+            if devices.is_empty() {
+                bail!(
+                    "this gpud-bench has bellperson's CUDA prover (feature bellperson-gpu), but \
+                     rust-gpu-tools finds no CUDA GPU: bellperson would prove on the CPU \
+                     (run with --baseline none to skip the baseline)"
+                );
+            }
+            let devices = devices.join(", ");
+            println!("baseline: bellperson's CUDA prover (ec-gpu-gen kernels) on {devices}");
+            Ok(Some(devices))
+        }
+        BaselineArg::Bellperson => {
+            println!(
+                "baseline: bellperson's CPU prover (this gpud-bench was built without the \
+                 bellperson-gpu feature)"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Prints one size's baseline; false when a proof did not verify, the first proof differs
+/// from ours, or a GPU build's baseline did not run wholly on the GPU.
+fn baseline_ok(spec: &CircuitSpec, b: &BaselineRun) -> bool {
+    println!(
+        "  {:<13} total {:.3} (create_proof, synthesis included, median of {})  ran on: {}  GPU kernels started: {}  fallbacks: {}  verified {}  same proof as ours: {}",
+        b.engine,
+        b.total,
+        b.reps,
+        b.ran.name(),
+        b.gpu_kernels,
+        b.fallbacks,
+        b.verified,
+        match b.same_proof {
+            Some(true) => "yes (bit for bit)",
+            Some(false) => "NO",
+            None => "not compared",
+        }
+    );
+    let mut ok = b.verified && b.same_proof != Some(false);
+    if GPU_BUILD && b.ran != Ran::Gpu {
+        println!(
+            "{spec}: BASELINE NOT ON THE GPU: this build has bellperson's CUDA prover, but it ran: {}",
+            b.ran.name()
+        );
+        ok = false;
+    }
+    ok
+}
+
+fn print_baseline_summary(rows: &[Row], devices: Option<&str>) {
+    if rows.iter().all(|r| r.baseline.is_none()) {
+        return;
+    }
+    println!(
+        "\n== baseline: bellperson's create_proof against ours (same circuit, key, machine, run; seconds, medians)"
+    );
+    if let Some(d) = devices {
+        println!("bellperson on: {d}");
+    }
+    println!(
+        "| k | bellperson ran on | bellperson | ours (cuda) | bellperson / ours (cuda) | bellperson / ours (cpu) | same proof | verified |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        let Some(b) = &r.baseline else { continue };
+        let ours = |name: &str| r.row.runs.iter().find(|e| e.engine == name);
+        let ratio = |name: &str| {
+            r.bellperson_over_ours
+                .get(name)
+                .map_or("-".to_owned(), |x| format!("{x:.2}x"))
+        };
+        println!(
+            "| {} | {} | {:.3} | {} | {} | {} | {} | {} |",
+            r.row.log_size,
+            b.ran.name(),
+            b.total,
+            ours("cuda").map_or("-".to_owned(), |e| format!("{:.3}", e.total)),
+            ratio("cuda"),
+            ratio("cpu"),
+            match b.same_proof {
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "-",
+            },
+            b.verified && ours("cuda").is_none_or(|e| e.verified)
+        );
+    }
+    for r in rows {
+        let (Some(b), Some(x)) = (&r.baseline, r.bellperson_over_ours.get("cuda")) else {
+            continue;
+        };
+        if matches!(r.row.log_size, 20 | 22) {
+            println!(
+                "target: whole proofs at 2^{} ours >= 5x faster than bellperson ({}): {} ({x:.2}x)",
+                r.row.log_size,
+                b.ran.name(),
+                if *x >= 5.0 && b.ran == Ran::Gpu {
+                    "met"
+                } else if b.ran != Ran::Gpu {
+                    "not measured (bellperson not on the GPU)"
+                } else {
+                    "missed"
+                }
+            );
+        }
+    }
 }
 
 fn print_row(r: &EnginesRow) {

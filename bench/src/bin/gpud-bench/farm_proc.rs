@@ -427,6 +427,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
                 G2Mode::Gpu => G2Placement::Gpu,
                 G2Mode::Cpu | G2Mode::Precomputed => G2Placement::Cpu,
             },
+            vram_budget: None,
         })
         .context("starting the CUDA engine")?;
         // Every device's context and kernels now, not inside the first GPU phase; and the

@@ -30,7 +30,7 @@ enum Command {
     /// Compare our CPU prover with bellperson's on the same circuit, sizes 2^FROM..2^TO.
     VsBellperson(BenchArgs),
     /// Full proofs on the CPU and CUDA engines, split by stage, with parameters from the fast
-    /// generator (GPU); 2^20 and 2^22 by default.
+    /// generator (GPU), and bellperson's prover as the baseline; 2^20 and 2^22 by default.
     Engines(BenchEnginesArgs),
     /// One large partition (a PoRep-shaped 2^26 by default) proved once on the CUDA engine
     /// with fresh parameters from the fast generator, verified: generation, synthesis, GPU
@@ -121,6 +121,12 @@ struct BenchEnginesArgs {
     /// or sequential. Both are also timed once per size, synthesis alone.
     #[arg(long, value_enum, default_value = "parallel")]
     synthesis: SynthesisMode,
+    /// Also prove every size with bellperson's own `create_proof` (same circuit, key and
+    /// first r, s; timed like the engines, verified, compared bit for bit) and print
+    /// bellperson / ours: bellperson's CUDA prover in a build with the `bellperson-gpu`
+    /// feature (where it is the default), its CPU prover otherwise.
+    #[arg(long, value_enum, default_value_t = BaselineArg::for_build())]
+    baseline: BaselineArg,
 }
 
 /// `--synthesis`.
@@ -135,6 +141,27 @@ impl SynthesisMode {
         gpud_prover::synthesis::SynthesisOptions {
             parallel: self == Self::Parallel,
             ..Default::default()
+        }
+    }
+}
+
+/// `gpud-bench engines --baseline`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+enum BaselineArg {
+    /// bellperson's `create_proof`.
+    Bellperson,
+    /// No baseline.
+    None,
+}
+
+impl BaselineArg {
+    /// bellperson where this build has its GPU prover; none otherwise (its CPU prover takes
+    /// minutes at 2^22).
+    fn for_build() -> Self {
+        if gpud_bench::bellperson_prover::GPU_BUILD {
+            Self::Bellperson
+        } else {
+            Self::None
         }
     }
 }
