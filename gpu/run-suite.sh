@@ -118,7 +118,8 @@ section msm-g2-memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 1
 # unchunked lease (chunked MSMs, measured peak <= the lease, bit for bit), typed errors for a
 # lease below the plan's smallest, GPU-generated parameters equal the CPU path, evicted resident
 # bases freeing their memory and proving again once reloaded. prover-bench: full proofs of
-# 2^18, 2^20 and 2^22 on the CPU and CUDA engines, by stage, with
+# 2^18, 2^20 and 2^22 of the PoRep-shaped circuit (parallel synthesis) on the CPU and CUDA
+# engines, by stage, with
 # parameters from the fast generator (G1 on the GPU), and bellperson's own GPU prover on the
 # same key as the baseline (one warm-up and 3 timed proofs per size, the first equal to ours
 # bit for bit, all verified; about 1.5 s a proof at 2^20 and ~5 s at 2^22, so ~30 s of the
@@ -131,7 +132,7 @@ export RUST_GPU_TOOLS_CUSTOM_GPU=${RUST_GPU_TOOLS_CUSTOM_GPU:-"NVIDIA H200:16896
 section prover-tests 300 "$G/tests/prover_gpu" --ignored --test-threads=1
 baseline=none
 grep -qx "bellperson baseline: gpu" "$G/BUILD" && baseline=bellperson
-section prover-bench 540 "$G/bin/gpud-bench" engines --sizes 18,20,22 --baseline "$baseline" \
+section prover-bench 540 "$G/bin/gpud-bench" engines --circuit porep --sizes 18,20,22 --baseline "$baseline" \
     --json "$OUT/prover-bench.json"
 [ -f "$OUT/prover-bench.log" ] && grep -A 12 "== engines summary" "$OUT/prover-bench.log" | head -n 20
 [ -f "$OUT/prover-bench.log" ] && grep -E -A 8 "^(baseline:|== baseline)" "$OUT/prover-bench.log"
@@ -148,17 +149,18 @@ section gpu-phase-27 420 "$G/bin/gpud-bench" gpu-phase --log 27 --budget 16GiB -
 
 # --- PoRep-shaped partitions -----------------------------------------------------------------
 #   bash gpu/run-suite.sh porep-26            (about 3 minutes; bounded at 9)
-#   bash gpu/run-suite.sh porep-bench         (about 4 minutes; bounded at 7)
+#   bash gpu/run-suite.sh prover-bench-synthetic   (about 4 minutes; bounded at 9)
 # porep-26: one 2^26 PoRep-shaped partition (4591 challenge segments, 4592 public inputs):
 # parameters from the fast generator in memory (about 31 GB; G1 on the GPU, G2 on the CPU),
 # the bases resident (about 29 GiB of VRAM), a warm-up and a timed proof on the CUDA engine
-# with parallel synthesis, both verified; prints generation, synthesis, GPU phase, tail, peak
-# host RSS and VRAM (planned, and used as the driver sees it). porep-bench: the engines bench
-# on porep 2^20 and 2^22 (CPU and CUDA engines, parameters checked GPU = CPU at 2^20), with
-# sequential and parallel synthesis timed per size.
+# with parallel synthesis, both verified; then one more proof with the bases streamed from
+# page-locked memory within a 16 GiB phase lease (planned and measured peak). Prints
+# generation, synthesis, GPU phase, tail, peak host RSS and VRAM. prover-bench-synthetic: the
+# prover-bench above on the synthetic circuit (its chain is not segmented: synthesis stays on
+# one core), with the same baseline.
 section porep-26 540 "$G/bin/gpud-bench" partition --circuit porep --log-size 26 --budget 16GiB
-section porep-bench 420 "$G/bin/gpud-bench" engines --circuit porep --sizes 20,22 \
-    --json "$OUT/porep-bench.json"
+section prover-bench-synthetic 540 "$G/bin/gpud-bench" engines --circuit synthetic --sizes 18,20,22 \
+    --baseline "$baseline" --json "$OUT/prover-bench-synthetic.json"
 
 # --- MPS: hard memory limits for unmodified programs ------------------------------------------
 # About 1 minute: gpud on NVML with [enforce] mps = true starts the driver's MPS control daemon;
