@@ -269,7 +269,8 @@ pub fn engines_with(
             msm_a: pick(&|s| s.1.msm_a),
             msm_b: pick(&|s| s.1.msm_b),
             msm_b_g2: pick(&|s| s.1.msm_b_g2),
-            bases_upload: pick(&|s| s.1.bases_upload),
+            // The same bytes every proof: the key's queries, or none when resident.
+            bases_streamed: samples.first().map_or(0, |s| s.1.bases_streamed),
             finish: pick(&|s| s.1.finish),
             total: pick(&|s| s.1.total),
             planned_peak: samples.iter().map(|s| s.1.planned_peak).max().unwrap_or(0),

@@ -480,7 +480,6 @@ fn median_parts(parts: &[PhaseSecs]) -> Option<PhaseSecs> {
         h: median(|p| p.h),
         msms: median(|p| p.msms),
         msm_b_g2: median(|p| p.msm_b_g2),
-        bases_upload: median(|p| p.bases_upload),
         finish: median(|p| p.finish),
         engine: median(|p| p.engine),
     })
@@ -952,16 +951,15 @@ impl FarmResults {
             s += "Where a GPU phase's time goes (normal provers, medians of the phases that \
                   succeeded, ms; `other` is the phase held minus the engine and the pad: \
                   allocation, synchronize and trim, the release):\n\n";
-            s += "| mode | N | phase held | engine | bases upload | H | MSMs | pad | other |\n";
-            s += "|---|---|---|---|---|---|---|---|---|\n";
+            s += "| mode | N | phase held | engine | H | MSMs | pad | other |\n";
+            s += "|---|---|---|---|---|---|---|---|\n";
             for (cell, p) in split {
                 s += &format!(
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
                     cell.mode,
                     cell.n,
                     ms(cell.normal.phase.p50),
                     ms(p.engine),
-                    ms(p.bases_upload),
                     ms(p.h),
                     ms(p.msms),
                     ms(p.pad),
@@ -1282,7 +1280,6 @@ mod tests {
             h: 2.0 * x,
             msms: 3.0 * x,
             msm_b_g2: 0.5 * x,
-            bases_upload: 4.0 * x,
             finish: 5.0 * x,
             engine: 10.0 * x,
         };

@@ -280,8 +280,6 @@ pub struct PhaseSecs {
     /// The B_G2 MSM, when it ran in the phase.
     #[serde(default)]
     pub msm_b_g2: f64,
-    /// Bases uploaded during the phase.
-    pub bases_upload: f64,
     /// Synchronize, trim and check at the end.
     pub finish: f64,
     /// The engine's whole phase.
@@ -1087,7 +1085,6 @@ fn phase_secs(out: &PhaseOutput, pad: f64) -> PhaseSecs {
         h: t.h,
         msms: t.msms(),
         msm_b_g2: t.msm_b_g2,
-        bases_upload: t.bases_upload,
         finish: t.finish,
         engine: t.total,
     }

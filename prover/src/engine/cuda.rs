@@ -393,11 +393,18 @@ impl CudaEngine {
             )
         })?;
         t.msm_b = secs;
+        if resident.is_none() {
+            let points = (m - 1) + s.aux.len() + a_scalars.len() + b_scalars.len();
+            t.bases_streamed = (points * std::mem::size_of::<G1Affine>()) as u64;
+        }
         let b_g2 = if g2 {
             let t0 = Instant::now();
             let bases = match resident.and_then(|r| r.b_g2.as_ref()) {
                 Some(b) => ChunkBases::Device(b),
-                None => ChunkBases::Host(&p.b_g2[..]),
+                None => {
+                    t.bases_streamed += (b_scalars.len() * std::mem::size_of::<G2Affine>()) as u64;
+                    ChunkBases::Host(&p.b_g2[..])
+                }
             };
             let sum = if b_scalars.is_empty() {
                 G2Projective::identity()

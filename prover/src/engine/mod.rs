@@ -150,8 +150,10 @@ pub struct PhaseTimings {
     /// The B MSM over G2 when the engine ran it in the phase; 0 when it is left to the CPU
     /// tail.
     pub msm_b_g2: f64,
-    /// Bases uploaded during the phase (an engine without resident bases); 0 otherwise.
-    pub bases_upload: f64,
+    /// Bytes of bases copied from host memory during the phase (an engine without resident
+    /// bases streams them chunk by chunk inside each MSM, overlapped with its compute, so their
+    /// time is inside the MSMs' times); 0 when the bases are resident.
+    pub bases_streamed: u64,
     /// Synchronize, trim and check that the lease's memory went back.
     pub finish: f64,
     /// The whole phase.
