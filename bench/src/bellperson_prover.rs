@@ -214,13 +214,7 @@ impl ConstraintSystem<Scalar> for InputsOnly {
     {
     }
 
-    fn push_namespace<NR: Into<String>, N: FnOnce() -> NR>(&mut self, _: N) {}
-
-    fn pop_namespace(&mut self) {}
-
-    fn get_root(&mut self) -> &mut Self {
-        self
-    }
+    gpud_prover::no_namespaces!();
 }
 
 /// What bellperson's log said, counted since the watch was installed.

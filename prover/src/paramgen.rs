@@ -169,18 +169,7 @@ impl ConstraintSystem<Scalar> for Assembly {
         self.num_constraints += 1;
     }
 
-    fn push_namespace<NR, N>(&mut self, _: N)
-    where
-        NR: Into<String>,
-        N: FnOnce() -> NR,
-    {
-    }
-
-    fn pop_namespace(&mut self) {}
-
-    fn get_root(&mut self) -> &mut Self::Root {
-        self
-    }
+    crate::no_namespaces!();
 }
 
 /// A window table of `base` on the host: entry `w · (2^bits − 1) + d − 1` is
@@ -593,18 +582,7 @@ impl ConstraintSystem<Scalar> for EvalCs<'_> {
         self.constraint += 1;
     }
 
-    fn push_namespace<NR, N>(&mut self, _: N)
-    where
-        NR: Into<String>,
-        N: FnOnce() -> NR,
-    {
-    }
-
-    fn pop_namespace(&mut self) {}
-
-    fn get_root(&mut self) -> &mut Self::Root {
-        self
-    }
+    crate::no_namespaces!();
 }
 
 /// Generates parameters for `circuit` (its shape: witness closures are never called) from the

@@ -390,18 +390,7 @@ impl ConstraintSystem<Scalar> for SegmentCs<'_> {
         self.con_len += 1;
     }
 
-    fn push_namespace<NR, N>(&mut self, _: N)
-    where
-        NR: Into<String>,
-        N: FnOnce() -> NR,
-    {
-    }
-
-    fn pop_namespace(&mut self) {}
-
-    fn get_root(&mut self) -> &mut Self::Root {
-        self
-    }
+    crate::no_namespaces!();
 }
 
 #[cfg(test)]

@@ -370,18 +370,7 @@ impl ConstraintSystem<Scalar> for ProvingAssignment {
         }
     }
 
-    fn push_namespace<NR, N>(&mut self, _: N)
-    where
-        NR: Into<String>,
-        N: FnOnce() -> NR,
-    {
-    }
-
-    fn pop_namespace(&mut self) {}
-
-    fn get_root(&mut self) -> &mut Self::Root {
-        self
-    }
+    crate::no_namespaces!();
 }
 
 /// Runs `circuit` with its witness and records the proving assignment.

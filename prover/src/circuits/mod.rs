@@ -242,16 +242,7 @@ pub(crate) mod counting {
         {
             self.constraints += 1;
         }
-        fn push_namespace<NR, N>(&mut self, _: N)
-        where
-            NR: Into<String>,
-            N: FnOnce() -> NR,
-        {
-        }
-        fn pop_namespace(&mut self) {}
-        fn get_root(&mut self) -> &mut Self::Root {
-            self
-        }
+        crate::no_namespaces!();
     }
 }
 
