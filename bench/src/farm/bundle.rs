@@ -521,45 +521,44 @@ impl<'a> Reader<'a> {
     }
 
     fn scalars(&mut self) -> FarmResult<Vec<Scalar>> {
-        let n = self.len()?;
-        let bytes = self.take(n.checked_mul(32).ok_or_else(|| self.bad("too long"))?)?;
-        let v: Option<Vec<Scalar>> = bytes
-            .par_chunks_exact(32)
-            .map(|c| {
-                let mut b = [0u8; 32];
-                b.copy_from_slice(c);
-                Option::from(Scalar::from_bytes_le(&b))
-            })
-            .collect();
-        v.ok_or_else(|| self.bad("a scalar is not canonical"))
+        self.decoded("a scalar is not canonical", |b| {
+            Scalar::from_bytes_le(b).into()
+        })
     }
 
     fn g1s(&mut self) -> FarmResult<Vec<G1Affine>> {
-        let n = self.len()?;
-        let bytes = self.take(n.checked_mul(96).ok_or_else(|| self.bad("too long"))?)?;
-        let v: Option<Vec<G1Affine>> = bytes
-            .par_chunks_exact(96)
-            .map(|c| {
-                let mut b = [0u8; 96];
-                b.copy_from_slice(c);
-                Option::from(G1Affine::from_uncompressed_unchecked(&b))
-            })
-            .collect();
-        v.ok_or_else(|| self.bad("a G1 point is not on the curve"))
+        self.decoded("a G1 point is not on the curve", |b| {
+            G1Affine::from_uncompressed_unchecked(b).into()
+        })
     }
 
     fn g2s(&mut self) -> FarmResult<Vec<G2Affine>> {
+        self.decoded("a G2 point is not on the curve", |b| {
+            G2Affine::from_uncompressed_unchecked(b).into()
+        })
+    }
+
+    /// A length-prefixed run of `N`-byte items, each decoded by `decode` (in parallel); `bad`
+    /// names the error when one does not decode.
+    fn decoded<T, const N: usize>(
+        &mut self,
+        bad: &str,
+        decode: impl Fn(&[u8; N]) -> Option<T> + Sync,
+    ) -> FarmResult<Vec<T>>
+    where
+        T: Send,
+    {
         let n = self.len()?;
-        let bytes = self.take(n.checked_mul(192).ok_or_else(|| self.bad("too long"))?)?;
-        let v: Option<Vec<G2Affine>> = bytes
-            .par_chunks_exact(192)
+        let bytes = self.take(n.checked_mul(N).ok_or_else(|| self.bad("too long"))?)?;
+        let v: Option<Vec<T>> = bytes
+            .par_chunks_exact(N)
             .map(|c| {
-                let mut b = [0u8; 192];
+                let mut b = [0u8; N];
                 b.copy_from_slice(c);
-                Option::from(G2Affine::from_uncompressed_unchecked(&b))
+                decode(&b)
             })
             .collect();
-        v.ok_or_else(|| self.bad("a G2 point is not on the curve"))
+        v.ok_or_else(|| self.bad(bad))
     }
 
     fn density(&mut self) -> FarmResult<Density> {
