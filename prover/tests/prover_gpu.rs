@@ -31,6 +31,28 @@ fn claim(vram: u64) -> ExclusiveDevice {
     ExclusiveDevice::assume_unshared(info.uuid, info.ordinal as u32, vram)
 }
 
+/// Proves `spec` with witness `seed` on `cuda` under `lease` and checks that the proof
+/// verifies; `what` names the case in the failure.
+fn assert_proves(
+    cuda: &CudaEngine,
+    lease: &ExclusiveDevice,
+    key: &gpud_prover::ProvingKey,
+    spec: &gpud_prover::CircuitSpec,
+    seed: u64,
+    what: &str,
+) {
+    let (proof, inputs) = prove::prove(
+        cuda,
+        lease,
+        key,
+        spec.with_witness(seed),
+        Scalar::ONE,
+        Scalar::ONE,
+    )
+    .unwrap();
+    assert!(key.verify(&proof, &inputs).unwrap(), "{spec} {what}");
+}
+
 fn engine(resident: bool, pin_bases: bool) -> CudaEngine {
     engine_g2(resident, pin_bases, G2Placement::Auto)
 }
@@ -210,28 +232,10 @@ fn a_phase_lease_smaller_than_the_formula_fails_typed_and_leaks_nothing() {
         "{err}"
     );
     // The smallest plan's lease proves.
-    let (proof, inputs) = prove::prove(
-        &cuda,
-        &claim(smallest),
-        &key,
-        spec.with_witness(1),
-        Scalar::ONE,
-        Scalar::ONE,
-    )
-    .unwrap();
-    assert!(key.verify(&proof, &inputs).unwrap());
+    assert_proves(&cuda, &claim(smallest), &key, &spec, 1, "");
     // The failed phase closed its arena; the exact lease then works.
     let lease = claim(need);
-    let (proof, inputs) = prove::prove(
-        &cuda,
-        &lease,
-        &key,
-        spec.with_witness(1),
-        Scalar::ONE,
-        Scalar::ONE,
-    )
-    .unwrap();
-    assert!(key.verify(&proof, &inputs).unwrap());
+    assert_proves(&cuda, &lease, &key, &spec, 1, "");
     // A lease without the compute slot cannot run a phase.
     let info = first_gpu();
     let vram_only = LocalLeaser::on_device(info.uuid, info.ordinal as u32);
@@ -326,16 +330,7 @@ fn parameters_with_g1_on_the_gpu_equal_the_cpu_path_and_prove() {
         let key = gpud_prover::ProvingKey::new("fast", gpu);
         let cuda = engine(true, false);
         let lease = claim(cuda.vram_bytes(&key, k));
-        let (proof, inputs) = prove::prove(
-            &cuda,
-            &lease,
-            &key,
-            spec.with_witness(1),
-            Scalar::ONE,
-            Scalar::ONE,
-        )
-        .unwrap();
-        assert!(key.verify(&proof, &inputs).unwrap());
+        assert_proves(&cuda, &lease, &key, &spec, 1, "");
     }
 }
 
@@ -364,16 +359,14 @@ fn evicted_resident_bases_free_their_memory_and_prove_again_once_reloaded() {
             free_before.saturating_sub(free_loaded)
         );
         let lease = claim(cuda.vram_bytes(&key, 14));
-        let (proof, inputs) = prove::prove(
+        assert_proves(
             &cuda,
             &lease,
             &key,
-            spec.with_witness(round + 1),
-            Scalar::ONE,
-            Scalar::ONE,
-        )
-        .unwrap();
-        assert!(key.verify(&proof, &inputs).unwrap(), "round {round}");
+            &spec,
+            round + 1,
+            &format!("round {round}"),
+        );
         // The reclaimer's path: no compute lease.
         cuda.unload_resident(&key, None).unwrap();
         assert!(!cuda.is_resident(&key));
