@@ -8,7 +8,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use gpud_client::{ExclusiveDevice, Reservation};
-use gpud_prover::engine::{CudaEngine, CudaOptions, Engine, G2Placement, process_device};
+use gpud_prover::engine::{
+    CudaEngine, CudaOptions, Engine, G2Placement, PhaseTimings, process_device,
+};
 use gpud_prover::paramgen::Toxic;
 use gpud_prover::{CircuitKind, CircuitSpec, ProvingKey, prove};
 use rand::SeedableRng;
@@ -80,6 +82,14 @@ fn vram_used(uuid: &str, index: u32) -> Option<u64> {
     let token = probe.compute_token()?;
     let (free, total) = process_device(uuid).ok()?.mem_info(&token).ok()?;
     Some(total - free)
+}
+
+/// A GPU phase's times, as both partition lines print them.
+fn phase_text(t: &PhaseTimings) -> String {
+    format!(
+        "GPU phase {:.3} s (H {:.3}, MSM H {:.3} L {:.3} A {:.3} B {:.3} B_G2 {:.3})",
+        t.total, t.h, t.msm_h, t.msm_l, t.msm_a, t.msm_b, t.msm_b_g2
+    )
 }
 
 fn gib(b: Option<u64>) -> String {
@@ -194,15 +204,9 @@ pub fn run(a: PartitionArgs) -> Result<()> {
         let total = t0.elapsed().as_secs_f64();
         let verified = key.verify(&proof, &inputs)?;
         println!(
-            "proof {rep}{}: synthesis {synthesis:.2} s (parallel), GPU phase {:.3} s (H {:.3}, MSM H {:.3} L {:.3} A {:.3} B {:.3} B_G2 {:.3}), tail {tail:.3} s, total {total:.2} s, verified {verified}",
+            "proof {rep}{}: synthesis {synthesis:.2} s (parallel), {}, tail {tail:.3} s, total {total:.2} s, verified {verified}",
             if rep == 0 { " (warm-up)" } else { "" },
-            timings.total,
-            timings.h,
-            timings.msm_h,
-            timings.msm_l,
-            timings.msm_a,
-            timings.msm_b,
-            timings.msm_b_g2,
+            phase_text(&timings),
         );
         result.push(verified);
     }
@@ -245,16 +249,10 @@ pub fn run(a: PartitionArgs) -> Result<()> {
         let verified = key.verify(&proof, &inputs)?;
         let within = timings.measured_peak <= budget;
         println!(
-            "streamed within a {:.1} GiB lease (asked {:.2} GiB): synthesis {synthesis:.2} s, GPU phase {:.3} s (H {:.3}, MSM H {:.3} L {:.3} A {:.3} B {:.3} B_G2 {:.3}), planned peak {:.2} GiB, measured peak {:.2} GiB (within the lease: {within}), verified {verified}",
+            "streamed within a {:.1} GiB lease (asked {:.2} GiB): synthesis {synthesis:.2} s, {}, planned peak {:.2} GiB, measured peak {:.2} GiB (within the lease: {within}), verified {verified}",
             budget as f64 / GIB,
             phase as f64 / GIB,
-            timings.total,
-            timings.h,
-            timings.msm_h,
-            timings.msm_l,
-            timings.msm_a,
-            timings.msm_b,
-            timings.msm_b_g2,
+            phase_text(&timings),
             timings.planned_peak as f64 / GIB,
             timings.measured_peak as f64 / GIB,
         );
