@@ -269,52 +269,35 @@ impl SegmentCs<'_> {
         which: usize,
     ) -> std::result::Result<Scalar, ProverError> {
         let constraint = self.con_offset + self.con_len;
-        let mut acc = Scalar::ZERO;
-        for (&index, coeff) in lc.iter_inputs() {
-            if bool::from(coeff.is_zero()) {
-                continue;
-            }
-            let value = *self.input.get(index).ok_or(ProverError::UnknownVariable {
-                constraint,
-                kind: "input",
-                index,
-                allocated: self.input.len(),
-            })?;
-            acc += if *coeff == Scalar::ONE {
-                value
-            } else {
-                value * coeff
-            };
+        let b_input = &mut self.b_input;
+        let inputs = synthesis::eval_inputs(lc, self.input, constraint, |index| {
             if which == 1 {
-                self.b_input.set(index);
+                b_input.set(index);
             }
-        }
-        for (&index, coeff) in lc.iter_aux() {
-            if bool::from(coeff.is_zero()) {
-                continue;
-            }
-            let local = index
-                .checked_sub(self.aux_offset)
-                .filter(|&l| l < self.aux_len)
-                .ok_or(ProverError::UnknownVariable {
-                    constraint,
-                    kind: "aux",
-                    index,
-                    allocated: self.aux_offset + self.aux_len,
-                })?;
-            let value = self.aux[local];
-            acc += if *coeff == Scalar::ONE {
-                value
-            } else {
-                value * coeff
-            };
-            match which {
-                0 => self.a_aux.set(local),
-                1 => self.b_aux.set(local),
+        })?;
+        let (aux, aux_offset, aux_len) = (&self.aux, self.aux_offset, self.aux_len);
+        let (a_aux, b_aux) = (&mut self.a_aux, &mut self.b_aux);
+        let auxes = synthesis::eval_terms(
+            lc.iter_aux(),
+            |index| {
+                let local = index
+                    .checked_sub(aux_offset)
+                    .filter(|&l| l < aux_len)
+                    .ok_or(ProverError::UnknownVariable {
+                        constraint,
+                        kind: "aux",
+                        index,
+                        allocated: aux_offset + aux_len,
+                    })?;
+                Ok((local, aux[local]))
+            },
+            |local| match which {
+                0 => a_aux.set(local),
+                1 => b_aux.set(local),
                 _ => {}
-            }
-        }
-        Ok(acc)
+            },
+        )?;
+        Ok(inputs + auxes)
     }
 }
 

@@ -250,50 +250,32 @@ impl ProvingAssignment {
         query: Query,
     ) -> std::result::Result<Scalar, ProverError> {
         let constraint = self.a.len();
-        let mut acc = Scalar::ZERO;
-        for (&index, coeff) in lc.iter_inputs() {
-            // A zero coefficient leaves the variable out of the query (the generator's point
-            // for it would be the identity, which it filters away).
-            if bool::from(coeff.is_zero()) {
-                continue;
-            }
-            let value = *self.input.get(index).ok_or(ProverError::UnknownVariable {
-                constraint,
-                kind: "input",
-                index,
-                allocated: self.input.len(),
-            })?;
-            acc += if *coeff == Scalar::ONE {
-                value
-            } else {
-                value * coeff
-            };
+        let b_input = &mut self.b_input_density;
+        let inputs = eval_inputs(lc, &self.input, constraint, |index| {
             if query == Query::B {
-                self.b_input_density.set(index);
+                b_input.set(index);
             }
-        }
-        for (&index, coeff) in lc.iter_aux() {
-            if bool::from(coeff.is_zero()) {
-                continue;
-            }
-            let value = *self.aux.get(index).ok_or(ProverError::UnknownVariable {
-                constraint,
-                kind: "aux",
-                index,
-                allocated: self.aux.len(),
-            })?;
-            acc += if *coeff == Scalar::ONE {
-                value
-            } else {
-                value * coeff
-            };
-            match query {
-                Query::A => self.a_aux_density.set(index),
-                Query::B => self.b_aux_density.set(index),
+        })?;
+        let aux = &self.aux;
+        let (a_aux, b_aux) = (&mut self.a_aux_density, &mut self.b_aux_density);
+        let auxes = eval_terms(
+            lc.iter_aux(),
+            |index| {
+                let value = *aux.get(index).ok_or(ProverError::UnknownVariable {
+                    constraint,
+                    kind: "aux",
+                    index,
+                    allocated: aux.len(),
+                })?;
+                Ok((index, value))
+            },
+            |index| match query {
+                Query::A => a_aux.set(index),
+                Query::B => b_aux.set(index),
                 Query::C => {}
-            }
-        }
-        Ok(acc)
+            },
+        )?;
+        Ok(inputs + auxes)
     }
 
     fn record(
@@ -314,6 +296,55 @@ impl ProvingAssignment {
         self.c.push(c);
         Ok(())
     }
+}
+
+/// The sum of `coeff · value` over `terms`, for the proving assignment and the segments:
+/// `value` looks a variable up (its index in the caller's storage and its value, or the error
+/// naming it) and `used` marks that index in the caller's query trackers. A zero coefficient
+/// leaves the variable out of the query (the generator's point for it would be the identity,
+/// which it filters away).
+pub(crate) fn eval_terms<'a>(
+    terms: impl Iterator<Item = (&'a usize, &'a Scalar)>,
+    mut value: impl FnMut(usize) -> Result<(usize, Scalar)>,
+    mut used: impl FnMut(usize),
+) -> Result<Scalar> {
+    let mut acc = Scalar::ZERO;
+    for (&index, coeff) in terms {
+        if bool::from(coeff.is_zero()) {
+            continue;
+        }
+        let (at, value) = value(index)?;
+        acc += if *coeff == Scalar::ONE {
+            value
+        } else {
+            value * coeff
+        };
+        used(at);
+    }
+    Ok(acc)
+}
+
+/// The input terms of `lc` (constraint `constraint`) summed over `input` with
+/// [`eval_terms`], `used` marking each input.
+pub(crate) fn eval_inputs(
+    lc: &LinearCombination<Scalar>,
+    input: &[Scalar],
+    constraint: usize,
+    used: impl FnMut(usize),
+) -> Result<Scalar> {
+    eval_terms(
+        lc.iter_inputs(),
+        |index| {
+            let value = *input.get(index).ok_or(ProverError::UnknownVariable {
+                constraint,
+                kind: "input",
+                index,
+                allocated: input.len(),
+            })?;
+            Ok((index, value))
+        },
+        used,
+    )
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
