@@ -404,36 +404,28 @@ impl<'p> Writer<'p> {
     }
 
     fn scalars(&mut self, v: &[Scalar]) -> FarmResult<()> {
-        self.u64(v.len() as u64)?;
-        for chunk in v.chunks(1 << 16) {
-            let bytes: Vec<u8> = chunk
-                .par_iter()
-                .flat_map_iter(|s| s.to_bytes_le())
-                .collect();
-            self.bytes(&bytes)?;
-        }
-        Ok(())
+        self.encoded(v, 1 << 16, Scalar::to_bytes_le)
     }
 
     fn g1s(&mut self, v: &[G1Affine]) -> FarmResult<()> {
-        self.u64(v.len() as u64)?;
-        for chunk in v.chunks(1 << 16) {
-            let bytes: Vec<u8> = chunk
-                .par_iter()
-                .flat_map_iter(|p| p.to_uncompressed())
-                .collect();
-            self.bytes(&bytes)?;
-        }
-        Ok(())
+        self.encoded(v, 1 << 16, G1Affine::to_uncompressed)
     }
 
     fn g2s(&mut self, v: &[G2Affine]) -> FarmResult<()> {
+        self.encoded(v, 1 << 15, G2Affine::to_uncompressed)
+    }
+
+    /// `v` length-prefixed, each item as its `N` bytes from `encode`, encoded in parallel
+    /// `chunk` items at a time (so the buffer stays a few MiB).
+    fn encoded<T: Sync, const N: usize>(
+        &mut self,
+        v: &[T],
+        chunk: usize,
+        encode: impl Fn(&T) -> [u8; N] + Sync,
+    ) -> FarmResult<()> {
         self.u64(v.len() as u64)?;
-        for chunk in v.chunks(1 << 15) {
-            let bytes: Vec<u8> = chunk
-                .par_iter()
-                .flat_map_iter(|p| p.to_uncompressed())
-                .collect();
+        for chunk in v.chunks(chunk) {
+            let bytes: Vec<u8> = chunk.par_iter().flat_map_iter(&encode).collect();
             self.bytes(&bytes)?;
         }
         Ok(())
