@@ -12,13 +12,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use bellperson::groth16::{self, Proof};
-use bellperson::{Circuit, ConstraintSystem, LinearCombination, SynthesisError, Variable};
+use bellperson::{Circuit, Variable};
 use blstrs::{Bls12, Scalar};
 use ff::Field;
 use rand::SeedableRng;
 use serde::Serialize;
 
 use gpud_prover::circuits::CircuitSpec;
+use gpud_prover::cs::{CsResult, Lc, Record};
 use gpud_prover::error::Result;
 use gpud_prover::params::ProvingKey;
 
@@ -179,42 +180,28 @@ fn public_inputs(spec: &CircuitSpec, seed: u64) -> Result<Vec<Scalar>> {
 /// `alloc`) and records only the public inputs; constraints are dropped unbuilt.
 struct InputsOnly(Vec<Scalar>);
 
-impl ConstraintSystem<Scalar> for InputsOnly {
-    type Root = Self;
+gpud_prover::constraint_system!(InputsOnly);
 
-    fn alloc<F, A, AR>(&mut self, _: A, f: F) -> std::result::Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> std::result::Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
+impl Record for InputsOnly {
+    fn aux(&mut self, f: impl FnOnce() -> CsResult<Scalar>) -> CsResult<Variable> {
         f()?;
         Ok(Variable::new_unchecked(bellperson::Index::Aux(0)))
     }
 
-    fn alloc_input<F, A, AR>(&mut self, _: A, f: F) -> std::result::Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> std::result::Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
+    fn input(&mut self, f: impl FnOnce() -> CsResult<Scalar>) -> CsResult<Variable> {
         self.0.push(f()?);
         Ok(Variable::new_unchecked(bellperson::Index::Input(
             self.0.len(),
         )))
     }
 
-    fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, _: LA, _: LB, _: LC)
-    where
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-        LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-    {
+    fn constraint(
+        &mut self,
+        _: impl FnOnce(Lc) -> Lc,
+        _: impl FnOnce(Lc) -> Lc,
+        _: impl FnOnce(Lc) -> Lc,
+    ) {
     }
-
-    gpud_prover::no_namespaces!();
 }
 
 /// What bellperson's log said, counted since the watch was installed.

@@ -25,31 +25,9 @@
 //! ```
 #![deny(missing_docs)]
 
-/// The namespace methods of a bellperson `ConstraintSystem` impl that keeps no names: gpud's
-/// constraint systems (and the bench's) never report where a constraint came from, so
-/// `push_namespace` and `pop_namespace` do nothing and the system is its own root. Used inside
-/// the impl block, after `type Root = Self;` and the other methods.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! no_namespaces {
-    () => {
-        fn push_namespace<NR, N>(&mut self, _: N)
-        where
-            NR: Into<String>,
-            N: FnOnce() -> NR,
-        {
-        }
-
-        fn pop_namespace(&mut self) {}
-
-        fn get_root(&mut self) -> &mut Self::Root {
-            self
-        }
-    };
-}
-
 pub mod affinity;
 pub mod circuits;
+pub mod cs;
 pub mod engine;
 pub mod error;
 pub mod fft;

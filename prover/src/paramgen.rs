@@ -28,6 +28,7 @@ use rand_core::RngCore;
 use rayon::prelude::*;
 
 use crate::circuits::counting;
+use crate::cs::{CsResult, Lc, Record};
 use crate::error::{ProverError, Result};
 use crate::fft::Domain;
 use crate::segmented::{SegmentShape, Segmented, zeroed};
@@ -132,44 +133,30 @@ impl Assembly {
     }
 }
 
-impl ConstraintSystem<Scalar> for Assembly {
-    type Root = Self;
+crate::constraint_system!(Assembly);
 
-    fn alloc<F, A, AR>(&mut self, _: A, _: F) -> std::result::Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> std::result::Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
+impl Record for Assembly {
+    fn aux(&mut self, _: impl FnOnce() -> CsResult<Scalar>) -> CsResult<Variable> {
         self.num_aux += 1;
         Ok(Variable::new_unchecked(Index::Aux(self.num_aux - 1)))
     }
 
-    fn alloc_input<F, A, AR>(&mut self, _: A, _: F) -> std::result::Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> std::result::Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
+    fn input(&mut self, _: impl FnOnce() -> CsResult<Scalar>) -> CsResult<Variable> {
         self.num_inputs += 1;
         Ok(Variable::new_unchecked(Index::Input(self.num_inputs - 1)))
     }
 
-    fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, a: LA, b: LB, c: LC)
-    where
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-        LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-    {
+    fn constraint(
+        &mut self,
+        a: impl FnOnce(Lc) -> Lc,
+        b: impl FnOnce(Lc) -> Lc,
+        c: impl FnOnce(Lc) -> Lc,
+    ) {
         self.push(0, &a(LinearCombination::zero()));
         self.push(1, &b(LinearCombination::zero()));
         self.push(2, &c(LinearCombination::zero()));
         self.num_constraints += 1;
     }
-
-    crate::no_namespaces!();
 }
 
 /// A window table of `base` on the host: entry `w · (2^bits − 1) + d − 1` is
@@ -511,15 +498,10 @@ struct EvalCs<'a> {
     bad: Option<String>,
 }
 
-impl ConstraintSystem<Scalar> for EvalCs<'_> {
-    type Root = Self;
+crate::constraint_system!(EvalCs<'_>);
 
-    fn alloc<F, A, AR>(&mut self, _: A, _: F) -> std::result::Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> std::result::Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
+impl Record for EvalCs<'_> {
+    fn aux(&mut self, _: impl FnOnce() -> CsResult<Scalar>) -> CsResult<Variable> {
         if self.aux_len == self.out[0].len() {
             self.bad
                 .get_or_insert_with(|| "allocates more aux variables than it declared".into());
@@ -531,25 +513,18 @@ impl ConstraintSystem<Scalar> for EvalCs<'_> {
         )))
     }
 
-    fn alloc_input<F, A, AR>(&mut self, _: A, _: F) -> std::result::Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> std::result::Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
+    fn input(&mut self, _: impl FnOnce() -> CsResult<Scalar>) -> CsResult<Variable> {
         self.bad
             .get_or_insert_with(|| "allocates a public input".into());
         Err(SynthesisError::Unsatisfiable)
     }
 
-    fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, a: LA, b: LB, c: LC)
-    where
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-        LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-    {
+    fn constraint(
+        &mut self,
+        a: impl FnOnce(Lc) -> Lc,
+        b: impl FnOnce(Lc) -> Lc,
+        c: impl FnOnce(Lc) -> Lc,
+    ) {
         let Some(&l) = self.lagrange.get(self.constraint) else {
             self.bad.get_or_insert_with(|| "overruns the domain".into());
             return;
@@ -581,8 +556,6 @@ impl ConstraintSystem<Scalar> for EvalCs<'_> {
         }
         self.constraint += 1;
     }
-
-    crate::no_namespaces!();
 }
 
 /// Generates parameters for `circuit` (its shape: witness closures are never called) from the

@@ -19,6 +19,7 @@ use ff::Field;
 use rayon::prelude::*;
 
 use crate::circuits::AnyCircuit;
+use crate::cs::{CsResult, Lc, Record};
 use crate::error::{ProverError, Result};
 use crate::synthesis::{self, Density, ProvingAssignment, SynthesisOptions};
 
@@ -301,15 +302,10 @@ impl SegmentCs<'_> {
     }
 }
 
-impl ConstraintSystem<Scalar> for SegmentCs<'_> {
-    type Root = Self;
+crate::constraint_system!(SegmentCs<'_>);
 
-    fn alloc<F, A, AR>(&mut self, _: A, f: F) -> std::result::Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> std::result::Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
+impl Record for SegmentCs<'_> {
+    fn aux(&mut self, f: impl FnOnce() -> CsResult<Scalar>) -> CsResult<Variable> {
         let v = f()?;
         if self.aux_len == self.aux.len() {
             return Err(self.overran("allocates more aux variables than it declared"));
@@ -321,25 +317,18 @@ impl ConstraintSystem<Scalar> for SegmentCs<'_> {
         )))
     }
 
-    fn alloc_input<F, A, AR>(&mut self, _: A, _: F) -> std::result::Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> std::result::Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
+    fn input(&mut self, _: impl FnOnce() -> CsResult<Scalar>) -> CsResult<Variable> {
         Err(self.overran(
             "allocates a public input (inputs belong to the prelude, before the segments)",
         ))
     }
 
-    fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, a: LA, b: LB, c: LC)
-    where
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-        LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-    {
+    fn constraint(
+        &mut self,
+        a: impl FnOnce(Lc) -> Lc,
+        b: impl FnOnce(Lc) -> Lc,
+        c: impl FnOnce(Lc) -> Lc,
+    ) {
         if self.error.is_some() {
             return;
         }
@@ -372,8 +361,6 @@ impl ConstraintSystem<Scalar> for SegmentCs<'_> {
         }
         self.con_len += 1;
     }
-
-    crate::no_namespaces!();
 }
 
 #[cfg(test)]

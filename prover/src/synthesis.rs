@@ -5,10 +5,11 @@
 //! that say which variables appear in the A and B queries. This mirrors what bellperson's own
 //! (private) prover records, so the proving key bellperson generates fits our assignment.
 
-use bellperson::{Circuit, ConstraintSystem, Index, LinearCombination, SynthesisError, Variable};
+use bellperson::{Circuit, ConstraintSystem, Index, LinearCombination, Variable};
 use blstrs::Scalar;
 use ff::Field;
 
+use crate::cs::{CsResult, Lc, Record};
 use crate::error::{ProverError, Result};
 
 /// Which variables of one kind appear (with a non-zero coefficient) in one query.
@@ -354,40 +355,28 @@ enum Query {
     C,
 }
 
-impl ConstraintSystem<Scalar> for ProvingAssignment {
-    type Root = Self;
+crate::constraint_system!(ProvingAssignment);
 
-    fn alloc<F, A, AR>(&mut self, _: A, f: F) -> std::result::Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> std::result::Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
+impl Record for ProvingAssignment {
+    fn aux(&mut self, f: impl FnOnce() -> CsResult<Scalar>) -> CsResult<Variable> {
         self.aux.push(f()?);
         self.a_aux_density.push(false);
         self.b_aux_density.push(false);
         Ok(Variable::new_unchecked(Index::Aux(self.aux.len() - 1)))
     }
 
-    fn alloc_input<F, A, AR>(&mut self, _: A, f: F) -> std::result::Result<Variable, SynthesisError>
-    where
-        F: FnOnce() -> std::result::Result<Scalar, SynthesisError>,
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-    {
+    fn input(&mut self, f: impl FnOnce() -> CsResult<Scalar>) -> CsResult<Variable> {
         self.input.push(f()?);
         self.b_input_density.push(false);
         Ok(Variable::new_unchecked(Index::Input(self.input.len() - 1)))
     }
 
-    fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, a: LA, b: LB, c: LC)
-    where
-        A: FnOnce() -> AR,
-        AR: Into<String>,
-        LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-    {
+    fn constraint(
+        &mut self,
+        a: impl FnOnce(Lc) -> Lc,
+        b: impl FnOnce(Lc) -> Lc,
+        c: impl FnOnce(Lc) -> Lc,
+    ) {
         // `enforce` cannot fail in the trait, so the first error is kept and reported when
         // synthesis ends; later constraints are not recorded.
         if self.error.is_some() {
@@ -400,8 +389,6 @@ impl ConstraintSystem<Scalar> for ProvingAssignment {
             self.error = Some(e);
         }
     }
-
-    crate::no_namespaces!();
 }
 
 /// Runs `circuit` with its witness and records the proving assignment.
@@ -436,6 +423,7 @@ pub fn synthesize<C: Circuit<Scalar>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bellperson::SynthesisError;
 
     struct Square {
         x: Option<u64>,

@@ -202,7 +202,8 @@ pub(crate) fn value<T>(v: Option<T>) -> std::result::Result<T, SynthesisError> {
 
 pub(crate) mod counting {
     //! A constraint system that only counts, for sizing circuits.
-    use bellperson::{ConstraintSystem, Index, LinearCombination, SynthesisError, Variable};
+    use crate::cs::{CsResult, Lc, Record};
+    use bellperson::{Index, Variable};
     use blstrs::Scalar;
 
     #[derive(Default)]
@@ -212,37 +213,25 @@ pub(crate) mod counting {
         pub constraints: usize,
     }
 
-    impl ConstraintSystem<Scalar> for Counter {
-        type Root = Self;
-        fn alloc<F, A, AR>(&mut self, _: A, _: F) -> Result<Variable, SynthesisError>
-        where
-            F: FnOnce() -> Result<Scalar, SynthesisError>,
-            A: FnOnce() -> AR,
-            AR: Into<String>,
-        {
+    crate::constraint_system!(Counter);
+
+    impl Record for Counter {
+        fn aux(&mut self, _: impl FnOnce() -> CsResult<Scalar>) -> CsResult<Variable> {
             self.aux += 1;
             Ok(Variable::new_unchecked(Index::Aux(self.aux - 1)))
         }
-        fn alloc_input<F, A, AR>(&mut self, _: A, _: F) -> Result<Variable, SynthesisError>
-        where
-            F: FnOnce() -> Result<Scalar, SynthesisError>,
-            A: FnOnce() -> AR,
-            AR: Into<String>,
-        {
+        fn input(&mut self, _: impl FnOnce() -> CsResult<Scalar>) -> CsResult<Variable> {
             self.inputs += 1;
             Ok(Variable::new_unchecked(Index::Input(self.inputs)))
         }
-        fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, _: LA, _: LB, _: LC)
-        where
-            A: FnOnce() -> AR,
-            AR: Into<String>,
-            LA: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-            LB: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-            LC: FnOnce(LinearCombination<Scalar>) -> LinearCombination<Scalar>,
-        {
+        fn constraint(
+            &mut self,
+            _: impl FnOnce(Lc) -> Lc,
+            _: impl FnOnce(Lc) -> Lc,
+            _: impl FnOnce(Lc) -> Lc,
+        ) {
             self.constraints += 1;
         }
-        crate::no_namespaces!();
     }
 }
 
