@@ -53,6 +53,25 @@ fn assert_proves(
     assert!(key.verify(&proof, &inputs).unwrap(), "{spec} {what}");
 }
 
+/// Checks that `ours`, a proof of `spec` with witness `seed` and randomness `r, s`, is
+/// bellperson's `create_proof` bit for bit and verifies with `inputs`; `what` names the case.
+fn assert_bellpersons_proof(
+    key: &gpud_prover::ProvingKey,
+    spec: &gpud_prover::CircuitSpec,
+    seed: u64,
+    (r, s): (Scalar, Scalar),
+    ours: &groth16::Proof<blstrs::Bls12>,
+    inputs: &[Scalar],
+    what: &str,
+) {
+    let theirs = groth16::create_proof(spec.with_witness(seed), key.params(), r, s).unwrap();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    ours.write(&mut a).unwrap();
+    theirs.write(&mut b).unwrap();
+    assert_eq!(a, b, "{spec} {what}");
+    assert!(key.verify(ours, inputs).unwrap(), "{spec} {what}");
+}
+
 fn engine(resident: bool, pin_bases: bool) -> CudaEngine {
     engine_g2(resident, pin_bases, G2Placement::Auto)
 }
@@ -106,13 +125,8 @@ fn cuda_proofs_equal_bellpersons_create_proof_bit_for_bit_and_verify() {
             ] {
                 let (ours, inputs) =
                     prove::prove(&cuda, &lease, &key, spec.with_witness(seed), r, s).unwrap();
-                let theirs =
-                    groth16::create_proof(spec.with_witness(seed), key.params(), r, s).unwrap();
-                let (mut a, mut b) = (Vec::new(), Vec::new());
-                ours.write(&mut a).unwrap();
-                theirs.write(&mut b).unwrap();
-                assert_eq!(a, b, "{spec} seed {seed} resident {resident} pinned {pin}");
-                assert!(key.verify(&ours, &inputs).unwrap(), "{spec} seed {seed}");
+                let what = format!("seed {seed} resident {resident} pinned {pin}");
+                assert_bellpersons_proof(&key, &spec, seed, (r, s), &ours, &inputs, &what);
             }
             if resident {
                 cuda.unload_resident(&key, Some(&lease)).unwrap();
@@ -160,12 +174,8 @@ fn g2_on_the_gpu_gives_bellpersons_proof_and_g2_on_the_cpu_too() {
             let (r, s) = (Scalar::random(&mut rng), Scalar::random(&mut rng));
             let inputs = out.public_inputs().to_vec();
             let ours = prove::cpu_tail(&key, out, r, s).unwrap();
-            let theirs = groth16::create_proof(spec.with_witness(5), key.params(), r, s).unwrap();
-            let (mut a, mut b) = (Vec::new(), Vec::new());
-            ours.write(&mut a).unwrap();
-            theirs.write(&mut b).unwrap();
-            assert_eq!(a, b, "{spec} {g2:?} resident {resident} pinned {pin}");
-            assert!(key.verify(&ours, &inputs).unwrap(), "{spec} {g2:?}");
+            let what = format!("{g2:?} resident {resident} pinned {pin}");
+            assert_bellpersons_proof(&key, &spec, 5, (r, s), &ours, &inputs, &what);
             if resident {
                 cuda.unload_resident(&key, Some(&lease)).unwrap();
             }
@@ -433,12 +443,8 @@ fn a_quarter_of_the_unchunked_lease_still_gives_bellpersons_proof_within_the_lea
         assert!(t.planned_peak <= budget && t.measured_peak <= t.planned_peak);
         let inputs = out.public_inputs().to_vec();
         let ours = prove::cpu_tail(&key, out, r, s).unwrap();
-        let theirs = groth16::create_proof(spec.with_witness(5), key.params(), r, s).unwrap();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        ours.write(&mut a).unwrap();
-        theirs.write(&mut b).unwrap();
-        assert_eq!(a, b, "resident {resident}");
-        assert!(key.verify(&ours, &inputs).unwrap());
+        let what = format!("resident {resident}");
+        assert_bellpersons_proof(&key, &spec, 5, (r, s), &ours, &inputs, &what);
         if resident {
             cuda.unload_resident(&key, Some(&lease)).unwrap();
         }
