@@ -27,41 +27,24 @@ pub trait Record {
     );
 }
 
+/// The names [`constraint_system!`](crate::constraint_system) expands to, so that a crate using
+/// it needs no bellperson or blstrs of its own.
+#[doc(hidden)]
+pub mod __private {
+    pub use bellperson::{ConstraintSystem, Variable};
+    pub use blstrs::Scalar;
+}
+
 /// Implements bellperson's `ConstraintSystem<Scalar>` for a type that implements [`Record`]:
 /// annotations dropped, namespaces ignored, the system its own root.
 #[macro_export]
 macro_rules! constraint_system {
     ($ty:ty) => {
-        impl ::bellperson::ConstraintSystem<::blstrs::Scalar> for $ty {
+        impl $crate::cs::__private::ConstraintSystem<$crate::cs::__private::Scalar> for $ty {
             type Root = Self;
 
-            fn alloc<F, A, AR>(
-                &mut self,
-                _: A,
-                f: F,
-            ) -> ::std::result::Result<::bellperson::Variable, ::bellperson::SynthesisError>
-            where
-                F: FnOnce()
-                    -> ::std::result::Result<::blstrs::Scalar, ::bellperson::SynthesisError>,
-                A: FnOnce() -> AR,
-                AR: Into<String>,
-            {
-                $crate::cs::Record::aux(self, f)
-            }
-
-            fn alloc_input<F, A, AR>(
-                &mut self,
-                _: A,
-                f: F,
-            ) -> ::std::result::Result<::bellperson::Variable, ::bellperson::SynthesisError>
-            where
-                F: FnOnce()
-                    -> ::std::result::Result<::blstrs::Scalar, ::bellperson::SynthesisError>,
-                A: FnOnce() -> AR,
-                AR: Into<String>,
-            {
-                $crate::cs::Record::input(self, f)
-            }
+            $crate::constraint_system!(@alloc alloc => aux);
+            $crate::constraint_system!(@alloc alloc_input => input);
 
             fn enforce<A, AR, LA, LB, LC>(&mut self, _: A, a: LA, b: LB, c: LC)
             where
@@ -86,6 +69,21 @@ macro_rules! constraint_system {
             fn get_root(&mut self) -> &mut Self::Root {
                 self
             }
+        }
+    };
+    // `alloc` and `alloc_input`: the same signature, forwarded to `Record::$record`.
+    (@alloc $name:ident => $record:ident) => {
+        fn $name<F, A, AR>(
+            &mut self,
+            _: A,
+            f: F,
+        ) -> $crate::cs::CsResult<$crate::cs::__private::Variable>
+        where
+            F: FnOnce() -> $crate::cs::CsResult<$crate::cs::__private::Scalar>,
+            A: FnOnce() -> AR,
+            AR: Into<String>,
+        {
+            $crate::cs::Record::$record(self, f)
         }
     };
 }
