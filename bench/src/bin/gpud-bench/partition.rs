@@ -99,6 +99,46 @@ fn gib(b: Option<u64>) -> String {
     )
 }
 
+/// One timed proof of `spec` (witness `witness`, randomness `r`, `s`) on `engine` under `lease`.
+struct TimedProof {
+    synthesis: f64,
+    timings: PhaseTimings,
+    tail: f64,
+    total: f64,
+    verified: bool,
+}
+
+fn prove_once(
+    engine: &CudaEngine,
+    lease: &ExclusiveDevice,
+    key: &ProvingKey,
+    spec: &CircuitSpec,
+    witness: u64,
+    r: u64,
+    s: u64,
+) -> Result<TimedProof> {
+    let t0 = Instant::now();
+    let syn = prove::synthesize(
+        key,
+        spec.with_witness(witness),
+        SynthesisMode::Parallel.options(),
+    )?;
+    let synthesis = t0.elapsed().as_secs_f64();
+    let out = prove::gpu_phase(engine, lease, key, syn)?;
+    let timings = out.timings;
+    let inputs = out.public_inputs().to_vec();
+    let t1 = Instant::now();
+    let proof = prove::cpu_tail(key, out, blstrs::Scalar::from(r), blstrs::Scalar::from(s))?;
+    let tail = t1.elapsed().as_secs_f64();
+    Ok(TimedProof {
+        synthesis,
+        timings,
+        tail,
+        total: t0.elapsed().as_secs_f64(),
+        verified: key.verify(&proof, &inputs)?,
+    })
+}
+
 pub fn run(a: PartitionArgs) -> Result<()> {
     let spec = CircuitSpec::new(CircuitKind::from_name(&a.circuit)?, a.log_size)?;
     let gpu = gpud_cuda::driver::list_devices()
@@ -183,30 +223,12 @@ pub fn run(a: PartitionArgs) -> Result<()> {
     let mut result = Vec::new();
     // A warm-up proof (kernels, pools), then the timed one.
     for rep in 0..2u64 {
-        let t0 = Instant::now();
-        let syn = prove::synthesize(
-            &key,
-            spec.with_witness(rep),
-            SynthesisMode::Parallel.options(),
-        )?;
-        let synthesis = t0.elapsed().as_secs_f64();
-        let out = prove::gpu_phase(&engine, &lease, &key, syn)?;
-        let timings = out.timings;
-        let inputs = out.public_inputs().to_vec();
-        let t1 = Instant::now();
-        let proof = prove::cpu_tail(
-            &key,
-            out,
-            blstrs::Scalar::from(rep + 3),
-            blstrs::Scalar::from(rep + 5),
-        )?;
-        let tail = t1.elapsed().as_secs_f64();
-        let total = t0.elapsed().as_secs_f64();
-        let verified = key.verify(&proof, &inputs)?;
+        let p = prove_once(&engine, &lease, &key, &spec, rep, rep + 3, rep + 5)?;
+        let (synthesis, tail, total, verified) = (p.synthesis, p.tail, p.total, p.verified);
         println!(
             "proof {rep}{}: synthesis {synthesis:.2} s (parallel), {}, tail {tail:.3} s, total {total:.2} s, verified {verified}",
             if rep == 0 { " (warm-up)" } else { "" },
-            phase_text(&timings),
+            phase_text(&p.timings),
         );
         result.push(verified);
     }
@@ -230,23 +252,8 @@ pub fn run(a: PartitionArgs) -> Result<()> {
         })?;
         let phase = streamed.vram_bytes(&key, a.log_size).min(budget);
         let lease = ExclusiveDevice::assume_unshared(gpu.uuid.clone(), index, phase.max(1));
-        let t0 = Instant::now();
-        let syn = prove::synthesize(
-            &key,
-            spec.with_witness(7),
-            SynthesisMode::Parallel.options(),
-        )?;
-        let synthesis = t0.elapsed().as_secs_f64();
-        let out = prove::gpu_phase(&streamed, &lease, &key, syn)?;
-        let timings = out.timings;
-        let inputs = out.public_inputs().to_vec();
-        let proof = prove::cpu_tail(
-            &key,
-            out,
-            blstrs::Scalar::from(11u64),
-            blstrs::Scalar::from(13u64),
-        )?;
-        let verified = key.verify(&proof, &inputs)?;
+        let p = prove_once(&streamed, &lease, &key, &spec, 7, 11, 13)?;
+        let (synthesis, timings, verified) = (p.synthesis, p.timings, p.verified);
         let within = timings.measured_peak <= budget;
         println!(
             "streamed within a {:.1} GiB lease (asked {:.2} GiB): synthesis {synthesis:.2} s, {}, planned peak {:.2} GiB, measured peak {:.2} GiB (within the lease: {within}), verified {verified}",
@@ -259,7 +266,7 @@ pub fn run(a: PartitionArgs) -> Result<()> {
         result.push(verified && within);
     }
     if !result.iter().all(|&v| v) {
-        bail!("a {spec} proof did not verify");
+        bail!("a {spec} proof did not verify, or a streamed phase went past its lease");
     }
     println!("{spec}: proofs verify");
     Ok(())
