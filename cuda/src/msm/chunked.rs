@@ -48,7 +48,16 @@ impl ChunkScalars<'_, '_> {
     }
 }
 
-impl<C: MsmCurve> ChunkBases<'_, '_, C> {
+impl<'a, 'd, C: MsmCurve> ChunkBases<'a, 'd, C> {
+    /// The bases already on the device when there are some (e.g. resident), else the host
+    /// copy, which is then streamed.
+    pub fn device_or_host(device: Option<&'a Bases<'d, C>>, host: &'a [C::Affine]) -> Self {
+        match device {
+            Some(b) => Self::Device(b),
+            None => Self::Host(host),
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
             Self::Device(b) => b.len(),

@@ -27,7 +27,7 @@ use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective};
 use gpud_client::Reservation;
 use gpud_cuda::driver::{self, normalize_uuid};
 use gpud_cuda::hpoly::HPoly;
-use gpud_cuda::msm::{ChunkBases, ChunkScalars, G1, G1Bases, G2, G2Bases, MsmEngine, MsmError};
+use gpud_cuda::msm::{ChunkBases, ChunkScalars, G1Bases, G2, G2Bases, MsmEngine, MsmError};
 use gpud_cuda::{Arena, Device, RegisteredVec, kernels, nvrtc};
 use group::Group;
 
@@ -161,14 +161,6 @@ impl std::fmt::Debug for CudaEngine {
             .field("multiprocessors", &self.multiprocessors)
             .field("resident_keys", &self.lock_resident().len())
             .finish()
-    }
-}
-
-/// A query's bases for a chunked MSM: resident ones, or the key's host vector (streamed).
-fn g1<'a, 'd>(resident: Option<&'a G1Bases<'d>>, host: &'a [G1Affine]) -> ChunkBases<'a, 'd, G1> {
-    match resident {
-        Some(b) => ChunkBases::Device(b),
-        None => ChunkBases::Host(host),
     }
 }
 
@@ -359,7 +351,7 @@ impl CudaEngine {
         };
         let (h_sum, secs) = timed(&|| {
             engine.msm_chunked(
-                g1(resident.map(|r| &r.h), &p.h),
+                ChunkBases::device_or_host(resident.map(|r| &r.h), &p.h),
                 ChunkScalars::Device(h.buffer(), m - 1),
                 chunk(Query::H),
             )
@@ -368,7 +360,7 @@ impl CudaEngine {
         drop(h);
         let (l, secs) = timed(&|| {
             engine.msm_chunked(
-                g1(resident.map(|r| &r.l), &p.l),
+                ChunkBases::device_or_host(resident.map(|r| &r.l), &p.l),
                 ChunkScalars::Host(s.aux),
                 chunk(Query::L),
             )
@@ -379,7 +371,7 @@ impl CudaEngine {
             .map_err(|_| engine_error("selecting the A and B scalars panicked"))?;
         let (a, secs) = timed(&|| {
             engine.msm_chunked(
-                g1(resident.map(|r| &r.a), &p.a),
+                ChunkBases::device_or_host(resident.map(|r| &r.a), &p.a),
                 ChunkScalars::Host(&a_scalars),
                 chunk(Query::A),
             )
@@ -387,7 +379,7 @@ impl CudaEngine {
         t.msm_a = secs;
         let (b_g1, secs) = timed(&|| {
             engine.msm_chunked(
-                g1(resident.map(|r| &r.b_g1), &p.b_g1),
+                ChunkBases::device_or_host(resident.map(|r| &r.b_g1), &p.b_g1),
                 ChunkScalars::Host(&b_scalars),
                 chunk(Query::BG1),
             )
@@ -399,13 +391,11 @@ impl CudaEngine {
         }
         let b_g2 = if g2 {
             let t0 = Instant::now();
-            let bases = match resident.and_then(|r| r.b_g2.as_ref()) {
-                Some(b) => ChunkBases::Device(b),
-                None => {
-                    t.bases_streamed += (b_scalars.len() * std::mem::size_of::<G2Affine>()) as u64;
-                    ChunkBases::Host(&p.b_g2[..])
-                }
-            };
+            let resident_g2 = resident.and_then(|r| r.b_g2.as_ref());
+            if resident_g2.is_none() {
+                t.bases_streamed += (b_scalars.len() * std::mem::size_of::<G2Affine>()) as u64;
+            }
+            let bases = ChunkBases::device_or_host(resident_g2, &p.b_g2[..]);
             let sum = if b_scalars.is_empty() {
                 G2Projective::identity()
             } else {

@@ -18,7 +18,7 @@ use clap::Args;
 use ff::Field;
 use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_cuda::hpoly::HPoly;
-use gpud_cuda::msm::{ChunkBases, ChunkScalars, G1, G1Bases, G2, G2Bases, MsmEngine};
+use gpud_cuda::msm::{ChunkBases, ChunkScalars, G1Bases, G2, G2Bases, MsmEngine};
 use gpud_cuda::{Device, RegisteredVec, driver};
 use gpud_prover::plan::{self, BasesAt, PlanInput, Query};
 use gpud_prover::vram::{self, KeyShape};
@@ -267,14 +267,6 @@ fn print_row(r: &PhaseRow) {
     );
 }
 
-/// A query's bases: resident, or streamed from the host vector.
-fn g1<'a, 'd>(resident: Option<&'a G1Bases<'d>>, host: &'a [G1Affine]) -> ChunkBases<'a, 'd, G1> {
-    match resident {
-        Some(b) => ChunkBases::Device(b),
-        None => ChunkBases::Host(host),
-    }
-}
-
 /// Resident bases of the random key, uploaded under their own lease.
 struct Resident<'a> {
     h: G1Bases<'a>,
@@ -333,7 +325,7 @@ fn phase(
     };
     let msm_h = timed(&|| {
         Ok(engine.msm_chunked(
-            g1(resident.as_ref().map(|r| &r.h), &x.g1[..s.h]),
+            ChunkBases::device_or_host(resident.as_ref().map(|r| &r.h), &x.g1[..s.h]),
             ChunkScalars::Device(h.buffer(), m - 1),
             chunk(Query::H),
         )?)
@@ -341,30 +333,27 @@ fn phase(
     drop(h);
     let msm_l = timed(&|| {
         Ok(engine.msm_chunked(
-            g1(resident.as_ref().map(|r| &r.l), &x.g1[..s.l]),
+            ChunkBases::device_or_host(resident.as_ref().map(|r| &r.l), &x.g1[..s.l]),
             ChunkScalars::Host(&x.aux),
             chunk(Query::L),
         )?)
     })?;
     let msm_a = timed(&|| {
         Ok(engine.msm_chunked(
-            g1(resident.as_ref().map(|r| &r.a), &x.g1[..s.a]),
+            ChunkBases::device_or_host(resident.as_ref().map(|r| &r.a), &x.g1[..s.a]),
             ChunkScalars::Host(&x.a_query),
             chunk(Query::A),
         )?)
     })?;
     let msm_b_g1 = timed(&|| {
         Ok(engine.msm_chunked(
-            g1(resident.as_ref().map(|r| &r.b), &x.g1[..s.b_g1]),
+            ChunkBases::device_or_host(resident.as_ref().map(|r| &r.b), &x.g1[..s.b_g1]),
             ChunkScalars::Host(&x.b_query),
             chunk(Query::BG1),
         )?)
     })?;
     let t0 = Instant::now();
-    let g2_bases = match &resident {
-        Some(r) => ChunkBases::<G2>::Device(&r.g2),
-        None => ChunkBases::Host(&x.g2[..s.b_g2]),
-    };
+    let g2_bases = ChunkBases::device_or_host(resident.as_ref().map(|r| &r.g2), &x.g2[..s.b_g2]);
     std::hint::black_box(MsmEngine::<G2>::for_group(&arena)?.msm_chunked(
         g2_bases,
         ChunkScalars::Host(&x.b_query),
