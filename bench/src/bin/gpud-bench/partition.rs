@@ -36,27 +36,8 @@ pub struct PartitionArgs {
     /// After the resident proofs, prove once more with the bases streamed from page-locked
     /// host memory within a phase lease of this size (e.g. 16GiB; repeatable): the plan, its
     /// peak and the measured peak, which must stay within the lease.
-    #[arg(long = "budget", value_parser = parse_bytes)]
+    #[arg(long = "budget", value_parser = crate::size)]
     budgets: Vec<u64>,
-}
-
-/// Parses `16GiB`, `512MiB` or plain bytes.
-fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let (num, mul) = if let Some(n) = t.strip_suffix("GiB") {
-        (n, 1u64 << 30)
-    } else if let Some(n) = t.strip_suffix("MiB") {
-        (n, 1u64 << 20)
-    } else {
-        (t, 1)
-    };
-    let v: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (bytes, or a number with MiB or GiB)"))?;
-    v.checked_mul(mul)
-        .filter(|&b| b > 0)
-        .ok_or_else(|| format!("`{s}` is not a size above zero that fits 64 bits"))
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
