@@ -3,7 +3,9 @@
  * Prints "granted ID", "yield", "granted ID", "lost". Usage: notices SOCKET */
 #include "check.h"
 
-static gpud_lease *hold(gpud_client *c, int *fd) {
+/* Acquires a compute lease; `check` runs on it before "granted" is printed, since the test
+ * may make the critical request or the revocation as soon as it reads that line. */
+static gpud_lease *hold(gpud_client *c, int *fd, void (*check)(gpud_lease *)) {
     gpud_request *r = request(GIB, 1, "0");
     gpud_lease *l = NULL;
     CHECK_OK(gpud_acquire(c, r, &l));
@@ -12,9 +14,21 @@ static gpud_lease *hold(gpud_client *c, int *fd) {
     CHECK_OK(gpud_lease_id(l, &id));
     if (fd)
         CHECK_OK(gpud_lease_notice_fd(l, fd));
+    if (check)
+        check(l);
     printf("granted %llu\n", (unsigned long long)id);
     fflush(stdout);
     return l;
+}
+
+/* A fresh lease: no notice yet, and its descriptor (when asked for) not readable. */
+static int first_fd = -1;
+static void fresh(gpud_lease *l) {
+    bool yield = true, lost = true;
+    CHECK_OK(gpud_lease_yield_requested(l, &yield));
+    CHECK_OK(gpud_lease_is_lost(l, &lost));
+    CHECK(!yield && !lost);
+    CHECK(!readable_within(first_fd, 0));
 }
 
 int main(int argc, char **argv) {
@@ -22,11 +36,9 @@ int main(int argc, char **argv) {
     gpud_client *c = NULL;
     CHECK_OK(gpud_connect(argv[1], &c));
 
-    int fd = -1;
-    gpud_lease *l = hold(c, &fd);
+    gpud_lease *l = hold(c, &first_fd, fresh);
+    int fd = first_fd;
     bool yield = false, lost = false;
-    CHECK_OK(gpud_lease_yield_requested(l, &yield));
-    CHECK(!yield);
     /* "Kernels" until the daemon asks for the slot: the descriptor wakes us. */
     CHECK(readable_within(fd, 10000));
     CHECK_OK(gpud_lease_yield_requested(l, &yield));
@@ -44,7 +56,7 @@ int main(int argc, char **argv) {
 
     /* The descriptor is made when first asked for: asked only after the revocation came, it
      * is readable at once. */
-    l = hold(c, NULL);
+    l = hold(c, NULL, NULL);
     for (int i = 0; i < 1000 && !lost; i++) {
         CHECK_OK(gpud_lease_is_lost(l, &lost));
         if (!lost)
