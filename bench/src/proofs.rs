@@ -263,7 +263,10 @@ pub fn engines_with(
         result?;
         let pick = |f: &dyn Fn(&Sample) -> f64| median(samples.iter().map(f).collect());
         let phase = gpud_prover::engine::PhaseTimings {
+            setup: pick(&|s| s.1.setup),
             h: pick(&|s| s.1.h),
+            h_upload: pick(&|s| s.1.h_upload),
+            scalar_wait: pick(&|s| s.1.scalar_wait),
             msm_h: pick(&|s| s.1.msm_h),
             msm_l: pick(&|s| s.1.msm_l),
             msm_a: pick(&|s| s.1.msm_a),

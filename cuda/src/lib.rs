@@ -29,7 +29,8 @@
 //!    (a lease's CUDA memory pool), [`kernels`] (sources), [`nvrtc`] (compilation and cache);
 //! 2. [`device`]: the context, main stream and loaded modules of one GPU;
 //! 3. [`buffer`]: device memory (on a device, charged to a ledger); [`fr`] and [`pinned`]
-//!    (host memory) build on its `DeviceCopy`;
+//!    (host memory) build on its `DeviceCopy`; `staged` (uploads from ordinary memory through
+//!    page-locked buffers) on `pinned`;
 //! 4. [`arena`]: one lease's budget, which makes buffers ([`Device::reserve`] is defined
 //!    there);
 //! 5. the engines: [`ntt`] (its `plan` and `tables` need only [`error`]), then [`hpoly`] on
@@ -72,6 +73,7 @@ pub mod ntt;
 pub mod nvrtc;
 pub mod pinned;
 pub mod pool;
+mod staged;
 
 pub use arena::Arena;
 pub use buffer::{DeviceBuffer, DeviceCopy};

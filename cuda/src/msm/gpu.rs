@@ -10,7 +10,6 @@ use blstrs::Scalar;
 use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use group::Group;
-use rayon::prelude::*;
 
 use super::MsmError;
 use super::combine::combine_window_sums;
@@ -22,7 +21,7 @@ use crate::device::Device;
 use crate::kernels::KernelModule;
 #[cfg(feature = "bench-variants")]
 use crate::kernels::MSM;
-use crate::pinned::{PinnedBuffer, is_pinned};
+use crate::staged::Staging;
 
 /// Threads per block of the point-arithmetic kernels (their `__launch_bounds__`).
 const HEAVY_THREADS: u32 = 128;
@@ -161,7 +160,7 @@ pub struct MsmEngine<'d, C: MsmCurve = G1> {
     copy: Arc<CudaStream>,
     /// Page-locked staging buffers of the pipelined upload (allocated on first use; host
     /// memory, not charged to the lease).
-    staging: Mutex<Vec<PinnedBuffer<Scalar>>>,
+    staging: Mutex<Staging<Scalar>>,
     group: PhantomData<C>,
 }
 
@@ -251,7 +250,7 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
             poison: false,
             pipelined_upload: true,
             copy,
-            staging: Mutex::new(Vec::new()),
+            staging: Mutex::new(Staging::new(STAGING_BUFFERS, UPLOAD_CHUNK)),
             group: PhantomData,
         })
     }
@@ -448,60 +447,26 @@ impl<'d, C: MsmCurve> MsmEngine<'d, C> {
         let result = (|| -> Result<(), MsmError> {
             // The copy stream may write `scalars` only after the main stream allocated it.
             self.copy.join(self.dev.stream())?;
-            let direct = is_pinned(host);
             let mut staging = self.staging.lock().map_err(|_| {
                 crate::error::Error::InvalidArgument("staging lock poisoned".into())
             })?;
-            if !direct && staging.len() < STAGING_BUFFERS {
-                while staging.len() < STAGING_BUFFERS {
-                    staging.push(PinnedBuffer::zeroed(self.dev.device(), UPLOAD_CHUNK)?);
-                }
+            // SAFETY: `scalars` holds host.len() scalars (checked by the callers' plans) and
+            // the copy stream waited for its allocation; `host` outlives the copies because the
+            // copy stream is synchronized before this function returns.
+            unsafe {
+                staging.upload_async(
+                    self.dev.device(),
+                    &self.copy,
+                    scalars.device_ptr(),
+                    host,
+                    |landed, start, len| {
+                        self.dev.stream().wait(landed)?;
+                        self.launch_prepare(plan, scalars, 0, prepared, counts, start, len)
+                    },
+                )
             }
-            let events: Vec<CudaEvent> = (0..STAGING_BUFFERS)
-                .map(|_| {
-                    self.dev
-                        .context()
-                        .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                })
-                .collect::<Result<_, _>>()?;
-            let mut used = [false; STAGING_BUFFERS];
-            for (ci, chunk) in host.chunks(UPLOAD_CHUNK).enumerate() {
-                let slot = ci % STAGING_BUFFERS;
-                let start = ci * UPLOAD_CHUNK;
-                let dst = scalars.device_ptr_at(start)?;
-                self.dev.bind()?;
-                if direct {
-                    // SAFETY: `chunk` is page-locked host memory that outlives the copy (the
-                    // copy stream is synchronized before this function returns); `dst` holds
-                    // chunk.len() scalars and the copy stream waited for its allocation.
-                    unsafe {
-                        cudarc::driver::result::memcpy_htod_async(dst, chunk, self.copy.cu_stream())
-                    }?;
-                } else {
-                    if used[slot] {
-                        // The copy that last read this staging buffer must be done.
-                        events[slot].synchronize()?;
-                    }
-                    let buf = &mut staging[slot][..chunk.len()];
-                    buf.par_chunks_mut(1 << 14)
-                        .zip(chunk.par_chunks(1 << 14))
-                        .for_each(|(d, s)| d.copy_from_slice(s));
-                    let src: &[Scalar] = &staging[slot][..chunk.len()];
-                    // SAFETY: the staging buffer is page-locked, owned by the engine and not
-                    // written again before this copy's event completes (checked above); `dst`
-                    // holds chunk.len() scalars and the copy stream waited for its allocation.
-                    unsafe {
-                        cudarc::driver::result::memcpy_htod_async(dst, src, self.copy.cu_stream())
-                    }?;
-                }
-                events[slot].record(&self.copy)?;
-                used[slot] = true;
-                self.dev.stream().wait(&events[slot])?;
-                self.launch_prepare(plan, scalars, 0, prepared, counts, start, chunk.len())?;
-            }
-            Ok(())
         })();
-        // Whatever happened, no copy may still read the caller's slice or a staging buffer.
+        // Whatever happened, no copy may still read the caller's slice.
         let synced = self.copy.synchronize();
         result?;
         synced?;

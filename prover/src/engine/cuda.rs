@@ -31,7 +31,9 @@ use gpud_cuda::msm::{ChunkBases, ChunkScalars, G1Bases, G2, G2Bases, MsmEngine, 
 use gpud_cuda::{Arena, Device, RegisteredVec, kernels, nvrtc};
 use group::Group;
 
-use super::{Engine, G1Sums, G2Placement, PhaseInput, PhaseOutput, PhaseTimings};
+use super::{
+    Engine, G1Sums, G2Placement, PhaseInput, PhaseOutput, PhaseTimings, free_in_background,
+};
 use crate::error::{ProverError, Result};
 use crate::params::ProvingKey;
 use crate::plan::{self, BasesAt, PhasePlan, PlanError, PlanInput, Query};
@@ -273,6 +275,7 @@ impl CudaEngine {
         arena: &Arena<'_>,
         key: &ProvingKey,
         input: PhaseInput<'_>,
+        phase_start: Instant,
         t: &mut PhaseTimings,
     ) -> Result<(G1Sums, Option<G2Projective>)> {
         let PhaseInput {
@@ -286,7 +289,7 @@ impl CudaEngine {
         // The A and B scalars are selected on the CPU while the GPU computes H and the H MSM.
         std::thread::scope(|scope| {
             let queries = scope.spawn(|| (s.a_query(), s.b_query()));
-            self.run_msms(arena, key, m, (a, b, c), s, queries, t)
+            self.run_msms(arena, key, m, (a, b, c), s, queries, phase_start, t)
         })
     }
 
@@ -303,6 +306,7 @@ impl CudaEngine {
         ),
         s: super::G1Scalars<'_>,
         queries: std::thread::ScopedJoinHandle<'_, (Vec<blstrs::Scalar>, Vec<blstrs::Scalar>)>,
+        phase_start: Instant,
         t: &mut PhaseTimings,
     ) -> Result<(G1Sums, Option<G2Projective>)> {
         let p = key.params();
@@ -325,10 +329,12 @@ impl CudaEngine {
         let sms = arena.info().multiprocessors;
         let budget = arena.ledger().limit;
         let mut plan = self.plan_for(key, m, bases_at(was_resident), budget, sms, g2)?;
+        t.setup = phase_start.elapsed().as_secs_f64();
         let start = Instant::now();
         let mut hpoly = HPoly::new(arena)?;
         let h = hpoly.compute(&a, &b, &c)?;
-        drop((a, b, c));
+        t.h_upload = start.elapsed().as_secs_f64();
+        free_in_background((a, b, c));
         drop(hpoly); // frees the NTT tables before the MSMs
         arena.sync_main_stream()?;
         t.h = start.elapsed().as_secs_f64();
@@ -366,9 +372,11 @@ impl CudaEngine {
             )
         })?;
         t.msm_l = secs;
+        let waited = Instant::now();
         let (a_scalars, b_scalars) = queries
             .join()
             .map_err(|_| engine_error("selecting the A and B scalars panicked"))?;
+        t.scalar_wait = waited.elapsed().as_secs_f64();
         let (a, secs) = timed(&|| {
             engine.msm_chunked(
                 ChunkBases::device_or_host(resident.map(|r| &r.a), &p.a),
@@ -410,6 +418,7 @@ impl CudaEngine {
         } else {
             None
         };
+        free_in_background((a_scalars, b_scalars));
         Ok((
             G1Sums {
                 h: h_sum,
@@ -460,7 +469,7 @@ impl Engine for CudaEngine {
         let dev = process_device(lease.device_uuid())?;
         let arena = dev.reserve(lease)?;
         let mut t = PhaseTimings::default();
-        let sums = self.run_phase(&arena, key, input, &mut t);
+        let sums = self.run_phase(&arena, key, input, start, &mut t);
         t.measured_peak = arena.ledger().peak;
         // Success or not, nothing of this phase may outlive its lease: synchronize, trim and
         // check, under the lease's compute token.
@@ -522,11 +531,13 @@ impl Engine for CudaEngine {
             0
         };
         // The scalars come from ordinary memory: each phase's MSM engines (G1, and G2 when it
-        // runs there) stage them through their page-locked buffers.
+        // runs there) stage them through their page-locked buffers, and the H step a, b and c
+        // through its own.
         let engines = if g2 { 2 } else { 1 };
         crate::host::PinnedHost {
             bases,
-            staging: engines * gpud_cuda::msm::STAGING_HOST_BYTES,
+            staging: engines * gpud_cuda::msm::STAGING_HOST_BYTES
+                + gpud_cuda::hpoly::STAGING_HOST_BYTES,
         }
     }
 

@@ -107,17 +107,29 @@ impl G1Scalars<'_> {
     pub fn a_query(&self) -> Vec<Scalar> {
         let mut out = Vec::with_capacity(self.input.len() + self.a_aux_density.count());
         out.extend_from_slice(self.input);
-        out.extend(self.a_aux_density.select(self.aux));
+        self.a_aux_density.select_into(self.aux, &mut out);
         out
     }
 
     /// The scalars of the B query in G1 (and G2), in base order: the inputs present in B, then
     /// the aux variables present in B.
     pub fn b_query(&self) -> Vec<Scalar> {
-        let mut out = self.b_input_density.select(self.input);
-        out.extend(self.b_aux_density.select(self.aux));
+        let mut out = Vec::with_capacity(self.b_input_density.count() + self.b_aux_density.count());
+        self.b_input_density.select_into(self.input, &mut out);
+        self.b_aux_density.select_into(self.aux, &mut out);
         out
     }
+}
+
+/// Drops `value` on a thread of its own. Freeing the gigabytes of a large partition's vectors
+/// (the kernel returns their pages one by one) takes the better part of a second per 4 GiB,
+/// time the GPU phase has no reason to wait for.
+pub(crate) fn free_in_background<T: Send + 'static>(value: T) {
+    let spawned = std::thread::Builder::new()
+        .name("gpud-prover-free".into())
+        .spawn(move || drop(value));
+    // Without a thread (the process is out of them) the value was dropped here instead.
+    drop(spawned);
 }
 
 /// The four G1 sums of a proof.
@@ -137,8 +149,15 @@ pub struct G1Sums {
 /// result, so device work is inside its stage).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct PhaseTimings {
+    /// From the phase's start to the H step's: the lease's arena, the plan, the kernels.
+    pub setup: f64,
     /// H polynomial: uploads of a, b, c and the seven transforms.
     pub h: f64,
+    /// The part of [`PhaseTimings::h`] until a, b and c were on the device (the last
+    /// transforms run after it).
+    pub h_upload: f64,
+    /// Waiting, after the L MSM, for the A and B scalars the CPU selects meanwhile.
+    pub scalar_wait: f64,
     /// The H MSM (`m − 1` points).
     pub msm_h: f64,
     /// The L MSM (aux variables).
@@ -169,6 +188,11 @@ impl PhaseTimings {
     /// The MSMs together (the G2 one when it ran in the phase).
     pub fn msms(&self) -> f64 {
         self.msm_h + self.msm_l + self.msm_a + self.msm_b + self.msm_b_g2
+    }
+
+    /// The part of [`PhaseTimings::total`] in no timed stage (0 when the stages cover it).
+    pub fn untimed(&self) -> f64 {
+        (self.total - self.setup - self.h - self.msms() - self.scalar_wait - self.finish).max(0.0)
     }
 }
 

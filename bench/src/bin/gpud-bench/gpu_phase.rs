@@ -58,6 +58,8 @@ struct PhaseRow {
     /// Bytes of bases copied from host memory during the phase (0 with resident bases).
     bases_streamed: u64,
     h: f64,
+    /// The part of `h` until a, b and c were on the device.
+    h_upload: f64,
     msm_h: f64,
     msm_l: f64,
     msm_a: f64,
@@ -189,6 +191,14 @@ pub fn run(args: GpuPhaseArgs) -> Result<()> {
         t0.elapsed().as_secs_f64(),
         gib((inputs.g1.bytes() + inputs.g2.bytes()) as u64)
     );
+    let link = link_rates(&device, &info, &inputs)?;
+    println!(
+        "host to device, {:.1} GiB per copy: page-locked {:.1} GB/s, ordinary memory (the \
+         driver's path) {:.1} GB/s: the ceiling of every streamed byte",
+        gib(link.bytes),
+        link.pinned_gbps,
+        link.pageable_gbps
+    );
     let resident_bytes: u64 = [shape.h, shape.l, shape.a, shape.b_g1]
         .into_iter()
         .map(vram::bases_charge)
@@ -244,20 +254,66 @@ pub fn run(args: GpuPhaseArgs) -> Result<()> {
     Ok(())
 }
 
+/// The host-to-device copy rates this machine gives, from the best of three copies each.
+struct LinkRates {
+    bytes: u64,
+    pinned_gbps: f64,
+    pageable_gbps: f64,
+}
+
+fn link_rates(device: &Device, info: &driver::DeviceInfo, x: &Inputs) -> Result<LinkRates> {
+    // 4 GiB of G1 bases (page-locked) and of the a scalars (ordinary memory), or less.
+    let points = (4usize << 30) / std::mem::size_of::<G1Affine>();
+    let pinned = &x.g1[..points.min(x.g1.len())];
+    let pageable = &x.a[..((4usize << 30) / 32).min(x.a.len())];
+    let bytes = std::mem::size_of_val(pinned).max(std::mem::size_of_val(pageable)) as u64;
+    let lease = ExclusiveDevice::assume_unshared(info.uuid.clone(), info.ordinal as u32, bytes);
+    let arena = device.reserve(&lease)?;
+    let best = |copy: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let t = Instant::now();
+            copy()?;
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        Ok(best)
+    };
+    let pinned_gbps = {
+        let mut dst = arena.alloc::<G1Affine>(pinned.len())?;
+        let secs = best(&mut || Ok(dst.copy_from_host_at(0, pinned)?))?;
+        std::mem::size_of_val(pinned) as f64 / secs / 1e9
+    };
+    let pageable_gbps = {
+        let mut dst = arena.alloc::<Scalar>(pageable.len())?;
+        let secs = best(&mut || Ok(dst.copy_from_host_at(0, pageable)?))?;
+        std::mem::size_of_val(pageable) as f64 / secs / 1e9
+    };
+    let token = lease
+        .compute_token()
+        .context("the copy lease's compute token")?;
+    arena.close(&token)?;
+    Ok(LinkRates {
+        bytes,
+        pinned_gbps,
+        pageable_gbps,
+    })
+}
+
 fn gib(b: u64) -> f64 {
     b as f64 / f64::from(1u32 << 30)
 }
 
 fn print_row(r: &PhaseRow) {
     println!(
-        "budget {:.1} GiB, bases {}: {}\n  planned peak {:.3} GiB, measured peak {:.3} GiB; H {:.3} s, \
-         MSM H {:.3}, L {:.3}, A {:.3}, B_G1 {:.3}, B_G2 {:.3}; GPU phase {:.3} s",
+        "budget {:.1} GiB, bases {}: {}\n  planned peak {:.3} GiB, measured peak {:.3} GiB; H {:.3} s (a, b, c on the device \
+         after {:.3}), MSM H {:.3}, L {:.3}, A {:.3}, B_G1 {:.3}, B_G2 {:.3}; GPU phase {:.3} s",
         gib(r.budget),
         r.bases,
         r.plan,
         gib(r.planned_peak),
         gib(r.measured_peak),
         r.h,
+        r.h_upload,
         r.msm_h,
         r.msm_l,
         r.msm_a,
@@ -314,6 +370,7 @@ fn phase(
     let start = Instant::now();
     let mut hpoly = HPoly::new(&arena)?;
     let h = hpoly.compute(&x.a, &x.b, &x.c)?;
+    let h_upload = start.elapsed().as_secs_f64();
     drop(hpoly);
     arena.sync_main_stream()?;
     let t_h = start.elapsed().as_secs_f64();
@@ -391,6 +448,7 @@ fn phase(
         planned_peak: p.peak,
         measured_peak,
         h: t_h,
+        h_upload,
         msm_h,
         msm_l,
         msm_a,

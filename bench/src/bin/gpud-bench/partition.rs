@@ -68,8 +68,21 @@ fn vram_used(uuid: &str, index: u32) -> Option<u64> {
 /// A GPU phase's times, as both partition lines print them.
 fn phase_text(t: &PhaseTimings) -> String {
     format!(
-        "GPU phase {:.3} s (H {:.3}, MSM H {:.3} L {:.3} A {:.3} B {:.3} B_G2 {:.3})",
-        t.total, t.h, t.msm_h, t.msm_l, t.msm_a, t.msm_b, t.msm_b_g2
+        "GPU phase {:.3} s (setup {:.3}, H {:.3} of which uploads {:.3}, MSM H {:.3} L {:.3} \
+         A {:.3} B {:.3} B_G2 {:.3}, waiting for the A and B scalars {:.3}, finish {:.3}, \
+         untimed {:.3})",
+        t.total,
+        t.setup,
+        t.h,
+        t.h_upload,
+        t.msm_h,
+        t.msm_l,
+        t.msm_a,
+        t.msm_b,
+        t.msm_b_g2,
+        t.scalar_wait,
+        t.finish,
+        t.untimed()
     )
 }
 
