@@ -517,6 +517,13 @@ where
 {
     let jobs = cfg.proofs * cfg.partitions;
     let workers = cfg.synthesis_workers.max(1);
+    // Measured choices first: every later question to the engine (leases, host memory, where
+    // the tail's G2 runs) gets the answer they make.
+    if let Some(vram) = engine.calibration_vram(key) {
+        let label = format!("{} {} calibration", cfg.label, cfg.spec);
+        let lease = leaser.acquire(&LeaseRequest::new(vram, true, &cfg.class, label))?;
+        engine.calibrate(key, &lease)?;
+    }
     let host = cfg.host.enabled.then(|| HostPlan::new(engine, key, cfg));
     // The process's resident footprint, leased for the whole run.
     let resident_host = match &host {

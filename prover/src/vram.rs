@@ -113,6 +113,14 @@ fn g2_msm_temps(n: usize, multiprocessors: u32) -> u64 {
     MsmPlan::new(n, multiprocessors).map_or(u64::MAX, |p| p.temp_bytes_of::<G2>())
 }
 
+/// What a G2 MSM of `n` points from host scalars charges: its bases on the device, the
+/// scalars and the temporaries.
+pub fn g2_msm_charge(n: usize, multiprocessors: u32) -> u64 {
+    g2_bases_charge(n)
+        .saturating_add(charge_for(FR * n.max(1) as u64))
+        .saturating_add(g2_msm_temps(n, multiprocessors))
+}
+
 /// What the bases of a G1 query of `n` points charge (at least one element is allocated).
 pub fn bases_charge(n: usize) -> u64 {
     charge_for(G1_AFFINE * n.max(1) as u64)

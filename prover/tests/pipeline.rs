@@ -242,3 +242,84 @@ fn resident_bases_get_one_vram_only_lease_for_the_whole_run() {
 fn engine_vram(e: &impl gpud_prover::Engine, key: &gpud_prover::ProvingKey, k: u32) -> u64 {
     e.vram_bytes(key, k)
 }
+
+/// An engine with a measured choice: it records every question the pipeline asks, so the test
+/// can check that the calibration comes first, once, under a compute lease of the size asked.
+#[derive(Default)]
+struct CalibratingEngine {
+    events: Mutex<Vec<String>>,
+}
+
+impl CalibratingEngine {
+    fn note(&self, e: String) {
+        self.events.lock().unwrap().push(e);
+    }
+    fn calibrated(&self) -> bool {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.starts_with("calibrate"))
+    }
+}
+
+impl gpud_prover::Engine for CalibratingEngine {
+    fn name(&self) -> &'static str {
+        "calibrating"
+    }
+
+    fn gpu_phase(
+        &self,
+        lease: &dyn gpud_client::Reservation,
+        key: &gpud_prover::ProvingKey,
+        input: gpud_prover::engine::PhaseInput<'_>,
+    ) -> gpud_prover::Result<gpud_prover::engine::PhaseOutput> {
+        self.note("phase".into());
+        CpuEngine.gpu_phase(lease, key, input)
+    }
+
+    fn calibration_vram(&self, _key: &gpud_prover::ProvingKey) -> Option<u64> {
+        // Asked again once calibrated: nothing left to measure.
+        (!self.calibrated()).then_some(3 << 20)
+    }
+
+    fn calibrate(
+        &self,
+        _key: &gpud_prover::ProvingKey,
+        lease: &dyn gpud_client::Reservation,
+    ) -> gpud_prover::Result<()> {
+        self.note(format!(
+            "calibrate {} compute={}",
+            lease.vram_bytes(),
+            lease.compute_token().is_some()
+        ));
+        Ok(())
+    }
+
+    fn vram_bytes(&self, key: &gpud_prover::ProvingKey, log_domain: u32) -> u64 {
+        self.note("vram_bytes".into());
+        self.vram(key, log_domain).phase_lease(false)
+    }
+
+    fn g2_in_tail(&self, _key: &gpud_prover::ProvingKey) -> bool {
+        self.note("g2_in_tail".into());
+        true
+    }
+}
+
+#[test]
+fn a_measured_choice_is_calibrated_once_under_a_compute_lease_before_anything_is_asked() {
+    let (_, key) = common::key("synthetic", 10);
+    let engine = CalibratingEngine::default();
+    let cfg = config("synthetic", 10, 1, 2, "calibrating");
+    let report = pipeline::run(&engine, &LocalLeaser::default(), &key, &cfg, &|_| {}).unwrap();
+    assert!(report.all_verified);
+    let events = engine.events.into_inner().unwrap();
+    assert_eq!(events[0], format!("calibrate {} compute=true", 3 << 20));
+    assert_eq!(
+        events.iter().filter(|e| e.starts_with("calibrate")).count(),
+        1,
+        "{events:?}"
+    );
+    assert_eq!(events.iter().filter(|e| *e == "phase").count(), 2);
+}

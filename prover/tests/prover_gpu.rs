@@ -460,3 +460,31 @@ fn cuda_with_budget(budget: u64) -> CudaEngine {
     })
     .expect("CUDA engine")
 }
+
+#[test]
+#[ignore = "needs a GPU"]
+fn auto_places_g2_by_the_speeds_calibrate_measures_under_exactly_its_lease() {
+    let (_, key) = common::key("synthetic", 12);
+    let e = engine(true, false);
+    let vram = e
+        .calibration_vram(&key)
+        .expect("auto has a G2 choice to measure");
+    let lease = claim(vram);
+    e.calibrate(&key, &lease)
+        .expect("calibrated within its own lease");
+    let speeds = e.g2_speeds().expect("speeds recorded");
+    println!(
+        "G2 MSM of {} points: GPU {:.2} ms, CPU {:.2} ms",
+        speeds.points,
+        speeds.gpu_secs * 1e3,
+        speeds.cpu_secs * 1e3
+    );
+    assert!(speeds.gpu_secs > 0.0 && speeds.cpu_secs > 0.0);
+    assert_eq!(e.g2_on_gpu(&key), speeds.gpu_is_faster());
+    assert_eq!(e.calibration_vram(&key), None, "measured once per process");
+    // A lease one byte short of the calibration's is refused by the arena, typed.
+    let fresh = engine(true, false);
+    let short = claim(vram - 1);
+    assert!(fresh.calibrate(&key, &short).is_err());
+    assert!(fresh.g2_speeds().is_none());
+}

@@ -31,6 +31,7 @@ use gpud_cuda::msm::{ChunkBases, ChunkScalars, G1Bases, G2, G2Bases, MsmEngine, 
 use gpud_cuda::{Arena, Device, RegisteredVec, kernels, nvrtc};
 use group::Group;
 
+use super::calibration::{self, G2Speeds, g2_on_gpu_auto};
 use super::{
     Engine, G1Sums, G2Placement, PhaseInput, PhaseOutput, PhaseTimings, free_in_background,
 };
@@ -140,6 +141,8 @@ pub struct CudaEngine {
     resident: Mutex<HashMap<(u64, String), Resident>>,
     /// Page-locked bases by key id, or why the driver refused them (not asked again).
     pinned: Mutex<HashMap<u64, PinnedBases>>,
+    /// One G2 MSM timed on each side ([`Engine::calibrate`]): what `auto` places B_G2 by.
+    g2_speeds: Mutex<Option<G2Speeds>>,
 }
 
 /// A key's page-locked base vectors: the G1 queries, and B_G2 when G2 runs on the GPU.
@@ -203,6 +206,7 @@ impl CudaEngine {
             smallest_device_mem: devices.iter().map(|d| d.total_mem).min().unwrap_or(0),
             resident: Mutex::new(HashMap::new()),
             pinned: Mutex::new(HashMap::new()),
+            g2_speeds: Mutex::new(None),
         })
     }
 
@@ -244,21 +248,64 @@ impl CudaEngine {
     }
 
     /// Whether the G2 MSM for B of proofs with `key` runs on the GPU, inside the phase:
-    /// `gpu` yes, `cpu` no, `auto` when the key's B query is not empty and the resident bases
-    /// (with B_G2) plus the phase lease with the G2 step fit the smallest visible GPU's memory
-    /// (else G2 stays in the CPU tail, and the phase is what it was without it). One answer per
-    /// key: the lease sizes, the resident set and the phase agree.
+    /// `gpu` yes, `cpu` no, `auto` when the key's B query is not empty, the resident bases
+    /// (with B_G2) plus the phase lease with the G2 step fit the smallest visible GPU's memory,
+    /// and the GPU was no slower at a G2 MSM than the host's cores when
+    /// [`Engine::calibrate`] timed both (else G2 stays in the CPU tail, and the phase is what
+    /// it was without it). One answer per key once calibrated: the lease sizes, the resident
+    /// set and the phase agree.
     pub fn g2_on_gpu(&self, key: &ProvingKey) -> bool {
         match self.opts.g2 {
             G2Placement::Cpu => false,
             G2Placement::Gpu => true,
-            G2Placement::Auto => vram::g2_fits_on_gpu(
-                &key.shape(),
-                self.multiprocessors,
-                self.opts.resident_bases,
-                self.smallest_device_mem,
-            ),
+            G2Placement::Auto => g2_on_gpu_auto(self.g2_fits(key), self.g2_speeds().as_ref()),
         }
+    }
+
+    fn g2_fits(&self, key: &ProvingKey) -> bool {
+        vram::g2_fits_on_gpu(
+            &key.shape(),
+            self.multiprocessors,
+            self.opts.resident_bases,
+            self.smallest_device_mem,
+        )
+    }
+
+    /// What [`Engine::calibrate`] measured, if it ran.
+    pub fn g2_speeds(&self) -> Option<G2Speeds> {
+        *self.g2_speeds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Times the calibration sample's G2 MSM on the GPU under `arena` and on the host's cores,
+    /// one warm-up and the best of two runs each, and checks that both sides agree.
+    fn measure_g2(&self, arena: &Arena<'_>) -> Result<G2Speeds> {
+        let (bases, scalars) = calibration::sample();
+        let best = |f: &dyn Fn() -> Result<G2Projective>| -> Result<(G2Projective, f64)> {
+            let sum = f()?;
+            let mut secs = f64::INFINITY;
+            for _ in 0..2 {
+                let t = Instant::now();
+                std::hint::black_box(f()?);
+                secs = secs.min(t.elapsed().as_secs_f64());
+            }
+            Ok((sum, secs))
+        };
+        let (gpu_sum, gpu_secs) = {
+            let on_device = G2Bases::upload(arena, &bases)?;
+            let engine = MsmEngine::<G2>::for_group(arena)?;
+            best(&|| Ok(engine.msm(&on_device, &scalars)?))?
+        };
+        let (cpu_sum, cpu_secs) = best(&|| Ok(crate::msm::g2(&bases, &scalars)))?;
+        if gpu_sum != cpu_sum {
+            return Err(engine_error(
+                "the G2 MSM of the calibration sample differs between the GPU and blst",
+            ));
+        }
+        Ok(G2Speeds {
+            points: bases.len(),
+            gpu_secs,
+            cpu_secs,
+        })
     }
 
     fn lock_resident(&self) -> MutexGuard<'_, HashMap<(u64, String), Resident>> {
@@ -484,6 +531,34 @@ impl Engine for CudaEngine {
             b_g2,
             timings: t,
         })
+    }
+
+    /// A lease for the calibration sample's bases and G2 MSM, when `auto` has a choice to
+    /// make for `key` (it fits, and nothing was measured yet).
+    fn calibration_vram(&self, key: &ProvingKey) -> Option<u64> {
+        if self.opts.g2 != G2Placement::Auto || self.g2_speeds().is_some() || !self.g2_fits(key) {
+            return None;
+        }
+        Some(vram::g2_msm_charge(
+            calibration::SAMPLE_POINTS,
+            self.multiprocessors,
+        ))
+    }
+
+    fn calibrate(&self, key: &ProvingKey, lease: &dyn Reservation) -> Result<()> {
+        if self.calibration_vram(key).is_none() {
+            return Ok(());
+        }
+        let token = lease
+            .compute_token()
+            .ok_or_else(|| engine_error("calibrating needs a lease holding the compute slot"))?;
+        let arena = process_device(lease.device_uuid())?.reserve(lease)?;
+        let measured = self.measure_g2(&arena);
+        let closed = arena.close(&token);
+        let speeds = measured?;
+        closed?;
+        *self.g2_speeds.lock().unwrap_or_else(|e| e.into_inner()) = Some(speeds);
+        Ok(())
     }
 
     fn vram(&self, key: &ProvingKey, log_domain: u32) -> VramEstimate {

@@ -21,6 +21,7 @@
 //!   have synchronized and trimmed when `gpu_phase` returns: the pipeline releases the lease
 //!   right after.
 
+pub mod calibration;
 mod cpu;
 mod cuda;
 mod simulated;
@@ -64,9 +65,9 @@ pub use cuda::{CudaEngine, CudaOptions, process_device};
 #[serde(rename_all = "lowercase")]
 pub enum G2Placement {
     /// On the GPU, inside the phase and under its lease, when the phase with it fits the
-    /// smallest visible GPU's memory; else in the CPU tail. A fixed rule, not a timing: the
-    /// GPU G2 MSM is expected to beat blst's on a 16-core host by far wherever it fits (the
-    /// `msm-g2` benchmark measures both; see prover/README.md).
+    /// smallest visible GPU's memory and, once [`Engine::calibrate`] has timed one G2 MSM on
+    /// each side ([`calibration`]; the pipeline does before its first proof), the GPU was no
+    /// slower at it than the host's cores; else in the CPU tail.
     #[default]
     Auto,
     /// On the GPU, inside the phase: its bases join the resident set, its temporaries the
@@ -279,6 +280,20 @@ pub trait Engine: Send + Sync {
         input: PhaseInput<'_>,
     ) -> Result<PhaseOutput> {
         self.gpu_phase(lease.reservation(), key, input)
+    }
+
+    /// The VRAM of the {VRAM + compute} lease [`Engine::calibrate`] measures under, when the
+    /// engine has a choice about proofs with `key` to make from measured speeds; `None` (the
+    /// default) when it has none.
+    fn calibration_vram(&self, _key: &ProvingKey) -> Option<u64> {
+        None
+    }
+
+    /// Measures, under `lease`, what the engine's measured choices about `key` need (the CUDA
+    /// engine: where the B_G2 MSM runs, [`G2Placement::Auto`]). Called once, before anything
+    /// else is asked about `key`, so that every answer about it agrees.
+    fn calibrate(&self, _key: &ProvingKey, _lease: &dyn Reservation) -> Result<()> {
+        Ok(())
     }
 
     /// The device memory of a proof over `2^log_domain` with this key: what stays resident

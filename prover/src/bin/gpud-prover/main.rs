@@ -80,7 +80,8 @@ struct EngineArgs {
     /// CUDA engine: where the G2 MSM for B runs. gpu: inside the GPU phase, under its lease
     /// (its bases resident with the G1 ones); cpu: in the CPU tail after the lease (small
     /// cards, CPU-rich hosts); auto: gpu when the phase with it fits the smallest visible
-    /// GPU's memory, else cpu.
+    /// GPU's memory and the GPU was no slower at a G2 MSM than the host's cores when the
+    /// pipeline timed both before its first proof, else cpu.
     #[arg(long, value_enum, default_value = "auto")]
     g2: G2Placement,
 }
