@@ -69,6 +69,13 @@ fi
 # About 5 minutes together; to keep a run under 10 minutes with the MSM sections, split:
 #   bash gpu/run-suite.sh cuda-tests cuda-memcheck cuda-check   and   ... cuda-bench
 section cuda-tests 180 "$G/tests/gpu" --ignored --test-threads=1
+# fixed-base (about 1 minute; also part of cuda-tests and prover-tests): the G1 and G2
+# fixed-base kernels against blstrs over several chunks, and parameters with both on the GPU
+# equal to the CPU path and proving. Alone:   bash gpu/run-suite.sh fixed-base
+if named fixed-base; then
+    section fixed-base 240 bash -c "\"$G/tests/gpu\" --ignored --test-threads=1 fixed_base &&
+        \"$G/tests/prover_gpu\" --ignored --test-threads=1 parameters_with"
+fi
 section cuda-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$G/bin/gpud-cuda-bench" --check --max-log 10
 # Shared-memory races (a missing barrier between the radix kernel's rounds, the tiled bit
@@ -120,7 +127,7 @@ section msm-g2-memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 1
 # bases freeing their memory and proving again once reloaded. prover-bench: full proofs of
 # 2^18, 2^20 and 2^22 of the PoRep-shaped circuit (parallel synthesis) on the CPU and CUDA
 # engines, by stage, with
-# parameters from the fast generator (G1 on the GPU), and bellperson's own GPU prover on the
+# parameters from the fast generator (G1 and G2 on the GPU), and bellperson's own GPU prover on the
 # same key as the baseline (one warm-up and 3 timed proofs per size, the first equal to ours
 # bit for bit, all verified; about 1.5 s a proof at 2^20 and ~5 s at 2^22, so ~30 s of the
 # section), with the ratio bellperson / ours; JSON in $OUT/prover-bench.json. The section
@@ -302,7 +309,7 @@ fi
 # ~10 partitions per cell, 10 / 5 / 2.5 per prover at N = 1 / 2 / 4) and 70 s with G2 on the
 # CPU (a tail ~10 s alone on 16 cores, the host the bottleneck from N = 2 on: ~6, ~7 and ~7
 # partitions per cell, ~6 / 3.5 / 1.7 per prover; the lanes' rate stays sound at 1-2 per lane).
-# Time: bundle ~100 s (fast parameters, G1 on the GPU, G2 on the CPU ~70 s at 2^24 from the
+# Time: bundle (fast parameters, G1 and G2 on the GPU; G2 took ~70 s at 2^24 on the CPU, the
 # 17 s at 2^22; key 5.5 GB, G2 query 1.8 GB, the witness 2.2 GB and its G2 sum ~25 s; reused
 # from /tmp/gpud-farm when there), calibration ~15 s, six cells of 20 or 70 s plus ~14 s of
 # setup each (a prover reads ~9.5 GB and page-locks ~7.3 GB), ~510 s in all; NVRTC adds its

@@ -278,6 +278,7 @@ pub fn engines_with(
             total: pick(&|s| s.1.total),
             planned_peak: samples.iter().map(|s| s.1.planned_peak).max().unwrap_or(0),
             measured_peak: samples.iter().map(|s| s.1.measured_peak).max().unwrap_or(0),
+            overlapped: samples.iter().any(|s| s.1.overlapped),
         };
         runs.push(EngineRun {
             engine: case.name.to_owned(),

@@ -221,6 +221,12 @@ struct g2_ops {
     GPUD_HD static xyzz dbl(const xyzz& p) { return g2_xyzz_dbl(p); }
     GPUD_HD static xyzz mul_small(const xyzz& p, uint32_t k) { return g2_xyzz_mul_small(p, k); }
     GPUD_HD static jacobian to_jacobian(const xyzz& p) { return g2_xyzz_to_jacobian(p); }
+    // The coordinates' field (the fixed-base kernel's batched inversion).
+    typedef fq2_t fe;
+    GPUD_HD static fe fe_mul(const fe& a, const fe& b) { return fq2_mul(a, b); }
+    GPUD_HD static fe fe_one() { return fq2_one(); }
+    GPUD_HD static fe fe_zero() { return fq2_zero(); }
+    GPUD_HD_CALL static fe fe_inv(const fe& a) { return fq2_inv(a); }
 };
 
 }  // namespace gpud

@@ -71,6 +71,46 @@ impl<'d> HOutput<'d> {
     }
 }
 
+/// Where the C evaluations of an H computation come from.
+#[derive(Debug, Clone, Copy)]
+pub enum CSource<'a, T> {
+    /// Uploaded from host memory, like A and B.
+    Host(&'a [T]),
+    /// `c_i = a_i · b_i`, computed on the device: every constraint of a satisfied constraint
+    /// system asserts exactly that (and the padding is zero on all three), so the prover's C
+    /// need not cross the host link. For an unsatisfied system the result differs from
+    /// uploading C, but neither gives a valid proof.
+    ProductOfAB,
+}
+
+/// The device buffers of one H computation between [`HPoly::upload`] and
+/// [`HPoly::transform`].
+#[derive(Debug)]
+pub struct HInputs<'d> {
+    bufs: [DeviceBuffer<'d, Scalar>; 3],
+    len: usize,
+    log_n: u32,
+    derive_c: bool,
+    steps: [Vec<Step>; 3],
+    tail: Vec<Step>,
+}
+
+impl HInputs<'_> {
+    fn regions(&self) -> [u64; 3] {
+        self.bufs.each_ref().map(|b| b.device_ptr())
+    }
+
+    /// Evaluations each input holds (before padding).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the inputs hold no evaluations (never: at least 2 are required).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// Computes H polynomials on one device; keeps the NTT tables between calls.
 #[derive(Debug)]
 pub struct HPoly<'d> {
@@ -151,70 +191,193 @@ impl<'d> HPoly<'d> {
     /// uploads are done (the slices are free again); the result is ready when the device's main
     /// stream reaches it.
     pub fn compute<T: FrElement>(&mut self, a: &[T], b: &[T], c: &[T]) -> Result<HOutput<'d>> {
-        if a.len() != b.len() || a.len() != c.len() {
-            return Err(Error::InvalidArgument(format!(
-                "a, b, c lengths differ: {}, {}, {}",
-                a.len(),
-                b.len(),
-                c.len()
-            )));
-        }
-        let log_n = domain_log_n(a.len())?;
+        self.compute_with(a, b, CSource::Host(c))
+    }
+
+    /// [`HPoly::compute`] with C from `c`: each input is transformed on the main stream while
+    /// the next one is copied.
+    pub fn compute_with<T: FrElement>(
+        &mut self,
+        a: &[T],
+        b: &[T],
+        c: CSource<'_, T>,
+    ) -> Result<HOutput<'d>> {
+        let mut inputs = self.inputs(a.len())?;
+        self.load(&mut inputs, a, b, c, true)?;
+        self.engine.execute(&inputs.tail, &inputs.regions())?;
+        let [h, _b, _c] = inputs.bufs;
+        Ok(HOutput {
+            h,
+            log_n: inputs.log_n,
+        })
+    }
+
+    /// The device buffers of an H computation over `len` evaluations (allocated on the main
+    /// stream, charged like [`HPoly::compute`]'s), to fill with [`HPoly::upload`] and turn into
+    /// h with [`HPoly::transform`]: the copies can then run while other work (e.g. the MSMs
+    /// that do not need h) computes on the main stream.
+    pub fn inputs(&mut self, len: usize) -> Result<HInputs<'d>> {
+        let log_n = domain_log_n(len)?;
         let n = 1usize << log_n;
         let dev = self.engine.arena();
-        let tail = plan::h_tail_steps(log_n, 0, 1, 2);
-        let inputs: [Vec<Step>; 3] = [0, 1, 2].map(|r| plan::h_input_steps(log_n, r));
-        for steps in inputs.iter().chain(std::iter::once(&tail)) {
-            self.engine.prepare(steps)?;
-        }
-        let mut bufs = [
+        let bufs = [
             dev.alloc::<Scalar>(n)?,
             dev.alloc::<Scalar>(n)?,
             dev.alloc::<Scalar>(n)?,
         ];
         // The copy stream may touch the buffers only after the main stream allocated them.
         self.copy.join(dev.stream())?;
-        let regions = bufs.each_ref().map(|b| b.device_ptr());
-        let srcs = [a, b, c];
+        Ok(HInputs {
+            bufs,
+            len,
+            log_n,
+            derive_c: false,
+            steps: [0, 1, 2].map(|r| plan::h_input_steps(log_n, r)),
+            tail: plan::h_tail_steps(log_n, 0, 1, 2),
+        })
+    }
+
+    /// Queues the copies of a, b (and c, or what deriving C on the device needs) into
+    /// `inputs` on the copy stream; returns once the slices are free again. Nothing is
+    /// transformed: [`HPoly::transform`] queues that on the main stream after the copies.
+    pub fn upload<T: FrElement>(
+        &mut self,
+        inputs: &mut HInputs<'d>,
+        a: &[T],
+        b: &[T],
+        c: CSource<'_, T>,
+    ) -> Result<()> {
+        self.load(inputs, a, b, c, false)
+    }
+
+    /// Queues the transforms of uploaded inputs on the main stream (after the copies) and
+    /// returns h.
+    pub fn transform(&mut self, inputs: HInputs<'d>) -> Result<HOutput<'d>> {
+        self.prepare(&inputs)?;
+        let regions = inputs.regions();
+        let dev = self.engine.arena();
+        dev.stream().join(&self.copy)?;
+        if inputs.derive_c {
+            // SAFETY: regions 2 and 1 are distinct buffers of 2^log_n scalars, written by the
+            // copies the main stream now follows.
+            unsafe {
+                self.engine
+                    .product(regions[2], regions[1], 1u64 << inputs.log_n)
+            }?;
+        }
+        for steps in &inputs.steps {
+            self.engine.execute(steps, &regions)?;
+        }
+        self.engine.execute(&inputs.tail, &regions)?;
+        let [h, _b, _c] = inputs.bufs;
+        Ok(HOutput {
+            h,
+            log_n: inputs.log_n,
+        })
+    }
+
+    /// Builds the tables the transforms read (cached between calls).
+    fn prepare(&mut self, inputs: &HInputs<'d>) -> Result<()> {
+        for steps in inputs.steps.iter().chain(std::iter::once(&inputs.tail)) {
+            self.engine.prepare(steps)?;
+        }
+        Ok(())
+    }
+
+    /// Copies the inputs in order; with `interleave`, queues each input's transforms on the
+    /// main stream as soon as its copy is queued (the next copy overlaps them).
+    fn load<T: FrElement>(
+        &mut self,
+        inputs: &mut HInputs<'d>,
+        a: &[T],
+        b: &[T],
+        c: CSource<'_, T>,
+        interleave: bool,
+    ) -> Result<()> {
+        let c_len = match c {
+            CSource::Host(c) => c.len(),
+            CSource::ProductOfAB => a.len(),
+        };
+        if a.len() != b.len() || a.len() != c_len || a.len() != inputs.len {
+            return Err(Error::InvalidArgument(format!(
+                "a, b, c lengths differ from each other or from the {} prepared: {}, {}, {}",
+                inputs.len,
+                a.len(),
+                b.len(),
+                c_len
+            )));
+        }
+        inputs.derive_c = matches!(c, CSource::ProductOfAB);
+        let n = 1usize << inputs.log_n;
+        let dev = self.engine.arena();
+        if interleave {
+            self.prepare(inputs)?;
+        }
+        let regions = inputs.regions();
+        let srcs: [Option<&[T]>; 3] = match c {
+            CSource::Host(c) => [Some(a), Some(b), Some(c)],
+            CSource::ProductOfAB => [Some(a), Some(b), None],
+        };
         let result = (|| -> Result<()> {
-            for (i, buf) in bufs.iter_mut().enumerate() {
-                let src: &[Scalar] = cast_slice(srcs[i]);
-                // SAFETY: `buf` holds n >= src.len() scalars and the copy stream waited for its
-                // allocation; `src` outlives the copies because the copy stream is synchronized
-                // before this function returns.
-                unsafe {
-                    self.staging.upload_async(
-                        dev.device(),
-                        &self.copy,
-                        buf.device_ptr(),
-                        src,
-                        |_, _, _| Ok::<(), Error>(()),
-                    )
-                }?;
-                if src.len() < n {
-                    let tail_ptr = buf.device_ptr_at(src.len())?;
-                    dev.bind()?;
-                    // SAFETY: the zeroed range is the buffer's tail, ordered on the copy stream.
+            for (i, src) in srcs.into_iter().enumerate() {
+                if let Some(src) = src {
+                    let src: &[Scalar] = cast_slice(src);
+                    // SAFETY: buffer i holds n >= src.len() scalars and the copy stream waited
+                    // for its allocation; `src` outlives the copies because the copy stream is
+                    // synchronized before this function returns.
                     unsafe {
-                        result::memset_d8_async(
-                            tail_ptr,
-                            0,
-                            (n - src.len()) * 32,
+                        self.staging.upload_async(
+                            dev.device(),
+                            &self.copy,
+                            regions[i],
+                            src,
+                            |_, _, _| Ok::<(), Error>(()),
+                        )
+                    }?;
+                    if src.len() < n {
+                        dev.bind()?;
+                        // SAFETY: the zeroed range is buffer i's tail, ordered on the copy
+                        // stream.
+                        unsafe {
+                            result::memset_d8_async(
+                                regions[i] + (src.len() * 32) as u64,
+                                0,
+                                (n - src.len()) * 32,
+                                self.copy.cu_stream(),
+                            )
+                        }?;
+                    }
+                }
+                if i == 0 && inputs.derive_c {
+                    dev.bind()?;
+                    // SAFETY: buffers 0 and 2 hold n scalars each; the copy follows a's upload
+                    // on the same stream. C starts as a copy of A (then C <- C * B).
+                    unsafe {
+                        result::memcpy_dtod_async(
+                            regions[2],
+                            regions[0],
+                            n * 32,
                             self.copy.cu_stream(),
                         )
                     }?;
                 }
-                dev.stream().join(&self.copy)?;
-                self.engine.execute(&inputs[i], &regions)?;
+                if interleave {
+                    dev.stream().join(&self.copy)?;
+                    if i == 1 && inputs.derive_c {
+                        // SAFETY: C (a copy of A) and B are distinct buffers of n scalars, both
+                        // written by copies the main stream now follows; B is not transformed
+                        // before this product reads it (queued next on the same stream).
+                        unsafe { self.engine.product(regions[2], regions[1], n as u64) }?;
+                    }
+                    self.engine.execute(&inputs.steps[i], &regions)?;
+                }
             }
-            self.engine.execute(&tail, &regions)
+            Ok(())
         })();
         // Whatever happened, no copy may still read the caller's slices after we return.
         let synced = self.copy.synchronize();
         result?;
-        synced?;
-        let [h, _b, _c] = bufs;
-        Ok(HOutput { h, log_n })
+        Ok(synced?)
     }
 
     /// The computation on inputs already on the device (each 2^log_n elements, padded), for

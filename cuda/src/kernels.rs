@@ -62,6 +62,7 @@ pub const NTT_KERNELS: &[&str] = &[
     "ntt_bitrev_tiled_kernel",
     "h_pointwise",
     "h_pointwise_tiled_kernel",
+    "h_product",
 ];
 
 /// NTT passes (with coset and 1/n scaling folded in), bit reversal and the Groth16 H pointwise
@@ -215,16 +216,31 @@ pub const FIXED_BASE_CUH: Header = Header {
     source: include_str!("../kernels/fixed_base.cuh"),
 };
 
+/// The fixed-base kernel, as a header for the G2 build.
+pub const FIXED_BASE_CU: Header = Header {
+    name: "fixed_base.cu",
+    source: include_str!("../kernels/fixed_base.cu"),
+};
+
 /// `k * G` for many scalars and one G1 point, from a window table (the parameter generator).
 pub static FIXED_BASE: KernelModule = KernelModule {
     name: "fixed_base",
     source: include_str!("../kernels/fixed_base.cu"),
     headers: &[FQ_CUH, G1_CUH, FIXED_BASE_CUH],
-    kernels: &["g1_fixed_base_kernel"],
+    kernels: &["fixed_base_kernel"],
 };
 
-/// The modules the product runs: NTT, the G1 and G2 MSMs and fixed-base multiplication.
-pub static PRODUCT_MODULES: &[&KernelModule] = &[&NTT, &MSM, &MSM_G2, &FIXED_BASE];
+/// `k * G` for many scalars and one G2 point (fixed_base.cu built with g2.cuh).
+pub static FIXED_BASE_G2: KernelModule = KernelModule {
+    name: "fixed_base_g2",
+    source: include_str!("../kernels/fixed_base_g2.cu"),
+    headers: &[FQ_CUH, FQ2_CUH, G2_CUH, FIXED_BASE_CUH, FIXED_BASE_CU],
+    kernels: &["fixed_base_kernel"],
+};
+
+/// The modules the product runs: NTT, the G1 and G2 MSMs and fixed-base multiplication in G1
+/// and G2.
+pub static PRODUCT_MODULES: &[&KernelModule] = &[&NTT, &MSM, &MSM_G2, &FIXED_BASE, &FIXED_BASE_G2];
 
 /// Every module, for the compile test and for warming the cache: the product's, plus (with the
 /// `bench-variants` feature) the variants the benchmark binaries time against them.
@@ -246,4 +262,5 @@ pub static ALL_MODULES: &[&KernelModule] = &[
     &MSM_NOINLINE,
     &MSM_NOCAP,
     &FIXED_BASE,
+    &FIXED_BASE_G2,
 ];

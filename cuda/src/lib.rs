@@ -7,7 +7,7 @@
 //! - [`kernels`] is the registry of `.cu` modules, compiled at run time by [`nvrtc`] for the
 //!   device's architecture and cached on disk.
 //! - [`ntt`] runs NTTs over Fr; [`hpoly`] computes the Groth16 H polynomial in one call;
-//!   [`msm`] and [`fixed_base`] multiply G1 points.
+//!   [`msm`] and [`fixed_base`] multiply G1 and G2 points.
 //!
 //! Without a CUDA driver every entry point returns [`Error::NoDriver`]; nothing panics.
 //!

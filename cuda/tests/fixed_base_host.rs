@@ -1,19 +1,20 @@
 //! Host check of the fixed-base kernel's per-thread code (`kernels/fixed_base.cuh`, compiled
 //! here with g++ over the very headers NVRTC compiles) against blstrs: `k · G` in affine form,
-//! byte for byte, for random and edge-case scalars. Fresh random inputs each run (the seed is
-//! printed; `FIXED_BASE_SEED` replays one).
+//! byte for byte, in G1 and G2, for random and edge-case scalars, with infinities inside and at
+//! the ends of the kernel's batches (one inversion per batch). Fresh random inputs each run
+//! (the seed is printed; `FIXED_BASE_SEED` replays one).
 
 mod common;
 
-use blst::blst_p1_affine;
-use blstrs::{G1Affine, G1Projective, Scalar};
+use blst::{blst_p1_affine, blst_p2_affine};
+use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective, Scalar};
 use ff::Field;
 use gpud_cuda::fixed_base::{canonical_limbs, table};
 use group::{Curve, Group};
-use rand::{RngCore, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-fn affine_bytes(p: &G1Affine) -> Vec<u8> {
+fn g1_bytes(p: &G1Affine) -> Vec<u8> {
     let raw: &blst_p1_affine = p.as_ref();
     raw.x
         .l
@@ -23,17 +24,21 @@ fn affine_bytes(p: &G1Affine) -> Vec<u8> {
         .collect()
 }
 
-#[test]
-fn fixed_base_code_matches_blstrs_byte_for_byte() {
-    let seed = std::env::var("FIXED_BASE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::thread_rng().next_u64());
-    eprintln!("FIXED_BASE_SEED={seed}");
-    let mut rng = ChaCha20Rng::seed_from_u64(seed);
-    let g = G1Projective::generator() * Scalar::random(&mut rng);
-    let t = table(&g);
-    let mut scalars = vec![
+fn g2_bytes(p: &G2Affine) -> Vec<u8> {
+    let raw: &blst_p2_affine = p.as_ref();
+    raw.x
+        .fp
+        .iter()
+        .chain(raw.y.fp.iter())
+        .flat_map(|f| f.l.iter())
+        .flat_map(|w| w.to_le_bytes())
+        .collect()
+}
+
+/// Edge cases, random scalars, single-byte scalars, and runs of zeros (infinity) placed at
+/// random inside the batches of 8.
+fn scalars(rng: &mut ChaCha20Rng) -> Vec<Scalar> {
+    let mut s = vec![
         Scalar::ZERO,
         Scalar::ONE,
         -Scalar::ONE,
@@ -43,26 +48,67 @@ fn fixed_base_code_matches_blstrs_byte_for_byte() {
         Scalar::from(u64::MAX),
         -Scalar::from(2u64).pow_vartime([128u64]),
     ];
-    scalars.extend((0..300).map(|_| Scalar::random(&mut rng)));
-    // Scalars with one non-zero byte in every position (single window additions).
-    scalars.extend(
+    s.extend((0..200).map(|_| Scalar::random(&mut *rng)));
+    // One non-zero byte in every position (single window additions).
+    s.extend(
         (0..32).map(|w| Scalar::from(2u64).pow_vartime([8 * w as u64]) * Scalar::from(171u64)),
     );
-
-    let mut input = Vec::new();
-    input.extend((scalars.len() as u32).to_le_bytes());
-    for p in &t {
-        input.extend(affine_bytes(p));
+    // A whole batch of zeros, then zeros sprinkled in.
+    s.extend([Scalar::ZERO; 8]);
+    for _ in 0..40 {
+        let at = rng.gen_range(0..s.len());
+        s[at] = Scalar::ZERO;
     }
-    for s in &scalars {
+    // A length that leaves a short last batch.
+    s.push(Scalar::random(&mut *rng));
+    s
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("FIXED_BASE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::thread_rng().next_u64());
+    eprintln!("FIXED_BASE_SEED={seed}");
+    seed
+}
+
+/// Runs the harness for `group` over `table` (as bytes) and `ks`.
+fn harness(group: u32, table: Vec<u8>, ks: &[Scalar]) -> Vec<u8> {
+    let mut input = Vec::new();
+    input.extend(group.to_le_bytes());
+    input.extend((ks.len() as u32).to_le_bytes());
+    input.extend(table);
+    for s in ks {
         for limb in canonical_limbs(s) {
             input.extend(limb.to_le_bytes());
         }
     }
-    let out = common::run_harness(&common::compile_harness("fixed_base_harness"), input);
-    assert_eq!(out.len(), 96 * scalars.len());
-    for (i, s) in scalars.iter().enumerate() {
-        let want = affine_bytes(&(g * s).to_affine());
+    common::run_harness(&common::compile_harness("fixed_base_harness"), input)
+}
+
+#[test]
+fn g1_fixed_base_code_matches_blstrs_byte_for_byte() {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed());
+    let g = G1Projective::generator() * Scalar::random(&mut rng);
+    let ks = scalars(&mut rng);
+    let out = harness(1, table(&g).iter().flat_map(g1_bytes).collect(), &ks);
+    assert_eq!(out.len(), 96 * ks.len());
+    for (i, s) in ks.iter().enumerate() {
+        let want = g1_bytes(&(g * s).to_affine());
         assert_eq!(&out[96 * i..96 * (i + 1)], &want[..], "scalar {i}");
+    }
+}
+
+#[test]
+fn g2_fixed_base_code_matches_blstrs_byte_for_byte() {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed());
+    let g = G2Projective::generator() * Scalar::random(&mut rng);
+    let ks = scalars(&mut rng);
+    let out = harness(2, table(&g).iter().flat_map(g2_bytes).collect(), &ks);
+    assert_eq!(out.len(), 192 * ks.len());
+    for (i, s) in ks.iter().enumerate() {
+        let want = g2_bytes(&(g * s).to_affine());
+        assert_eq!(&out[192 * i..192 * (i + 1)], &want[..], "scalar {i}");
     }
 }

@@ -108,6 +108,55 @@ fn h_matches_the_cpu_from_pageable_and_pinned_memory() {
     }
 }
 
+/// C derived on the device (`c = a · b`) gives the H of the uploaded `a · b`, and the split
+/// path (buffers, copies from another thread while the main stream computes, transforms)
+/// gives the same as the one-call path, for C uploaded or derived.
+#[test]
+#[ignore = "needs a GPU"]
+fn h_with_c_derived_on_the_device_and_split_uploads_match_the_cpu() {
+    use gpud_cuda::hpoly::CSource;
+    let lease = claim(8192 * MIB);
+    let device = Device::open(lease.device_uuid()).unwrap();
+    let dev = device.reserve(&lease).unwrap();
+    let mut h = HPoly::new(&dev).unwrap();
+    let mut rng = fresh_rng();
+    for log_n in [1u32, 2, 3, 5, 10, 13, 16, 18] {
+        let n = 1usize << log_n;
+        let len = if n > 4 { n - 3 } else { n };
+        let (a, b) = (random(&mut rng, len), random(&mut rng, len));
+        let c: Vec<Scalar> = a.iter().zip(&b).map(|(x, y)| x * y).collect();
+        let want = cpu::h_poly(&a, &b, &c).unwrap();
+        let got = |out: gpud_cuda::hpoly::HOutput<'_>| {
+            let mut v = vec![Scalar::ZERO; n];
+            out.download_into(&mut v).unwrap();
+            v
+        };
+        let derived = h.compute_with(&a, &b, CSource::ProductOfAB).unwrap();
+        assert!(got(derived) == want, "H 2^{log_n}, C derived");
+        for c_src in [CSource::Host(&c[..]), CSource::ProductOfAB] {
+            let mut inputs = h.inputs(len).unwrap();
+            // Work on the main stream while another thread copies.
+            let mut busy = dev.alloc::<Scalar>(1 << 16).unwrap();
+            busy.copy_from_host(&random(&mut rng, 1 << 16)).unwrap();
+            std::thread::scope(|s| {
+                let up = s.spawn(|| h.upload(&mut inputs, &a, &b, c_src));
+                let mut ntt = gpud_cuda::ntt::NttEngine::new(&dev).unwrap();
+                for _ in 0..4 {
+                    ntt.run(&mut busy, gpud_cuda::ntt::plan::NttKind::Forward, 16)
+                        .unwrap();
+                }
+                up.join().unwrap().unwrap();
+            });
+            let out = h.transform(inputs).unwrap();
+            assert!(got(out) == want, "H 2^{log_n}, split, {c_src:?}");
+        }
+        // Lengths that disagree are refused before anything is copied.
+        let mut inputs = h.inputs(len).unwrap();
+        let err = h.upload(&mut inputs, &a, &b[..len - 1], CSource::ProductOfAB);
+        assert!(err.is_err(), "a shorter b was accepted");
+    }
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn a_registered_vector_is_page_locked_until_dropped_and_copies_from_it_are_exact() {
@@ -293,47 +342,72 @@ fn h_fits_in_exactly_its_charged_bytes() {
         out.download_into(&mut got).unwrap();
         assert!(got == cpu::h_poly(&a, &b, &c).unwrap(), "len {len}");
         assert!(arena.ledger().peak <= need, "len {len}");
+        drop(out);
+        // C derived on the device needs no more.
+        let ab: Vec<Scalar> = a.iter().zip(&b).map(|(x, y)| x * y).collect();
+        let out = h
+            .compute_with(&a, &b, gpud_cuda::hpoly::CSource::ProductOfAB)
+            .unwrap();
+        out.download_into(&mut got).unwrap();
+        assert!(
+            got == cpu::h_poly(&a, &b, &ab).unwrap(),
+            "len {len}, C derived"
+        );
+        assert!(arena.ledger().peak <= need, "len {len}, C derived");
         drop((out, h));
         arena.close(&lease.compute_token().unwrap()).unwrap();
     }
 }
 
-#[test]
-#[ignore = "needs a GPU"]
-fn fixed_base_multiplication_matches_blstrs() {
-    use blstrs::{G1Affine, G1Projective};
-    use gpud_cuda::fixed_base::{CHUNK, G1FixedBase, canonical_limbs};
-    use group::{Curve, Group};
+/// `k · G` on the GPU against blstrs in one group: more than one chunk (both page-locked slots
+/// reused), zeros (infinity) inside and at the ends of batches and chunks, ones and -1 among
+/// random scalars; the lease's peak within `charged_bytes`.
+fn fixed_base_check<C>(g: C::Projective)
+where
+    C: gpud_cuda::fixed_base::FixedBaseCurve,
+    C::Projective:
+        group::Curve<AffineRepr = C::Affine> + std::ops::Mul<Scalar, Output = C::Projective>,
+    C::Affine: Default + Clone + Send + Sync + PartialEq,
+{
+    use gpud_cuda::fixed_base::{CHUNK, FixedBase};
+    use group::Curve;
     let info = driver::list_devices().unwrap().remove(0);
     let device = Device::open(&info.uuid).unwrap();
-    let lease = ExclusiveDevice::assume_unshared(
-        info.uuid.clone(),
-        info.ordinal as u32,
-        G1FixedBase::charged_bytes(),
-    );
+    let bytes = FixedBase::<C>::charged_bytes();
+    let lease = ExclusiveDevice::assume_unshared(info.uuid.clone(), info.ordinal as u32, bytes);
     let arena = device.reserve(&lease).unwrap();
     let mut rng = fresh_rng();
-    let g = G1Projective::generator() * Scalar::random(&mut rng);
-    let fb = G1FixedBase::new(&arena, &g).unwrap();
-    // More than one chunk, with zeros, ones and -1 among random scalars.
-    let n = CHUNK + 1000;
+    let fb = FixedBase::<C>::new(&arena, &g).unwrap();
+    let n = 2 * CHUNK + 1001;
     let mut s: Vec<Scalar> = (0..n).map(|_| Scalar::random(&mut rng)).collect();
-    s[0] = Scalar::ZERO;
+    let zeros = [0, 5, 6, 7, 13, CHUNK - 1, CHUNK, 2 * CHUNK + 3, n - 1];
+    for i in zeros {
+        s[i] = Scalar::ZERO;
+    }
     s[1] = Scalar::ONE;
     s[2] = -Scalar::ONE;
-    s[n - 1] = Scalar::ZERO;
-    let limbs: Vec<[u32; 8]> = s.iter().map(canonical_limbs).collect();
-    let mut out = vec![G1Affine::default(); n];
-    fb.mul(&limbs, &mut out).unwrap();
-    assert!(arena.ledger().peak <= G1FixedBase::charged_bytes());
+    let mut out = vec![C::Affine::default(); n];
+    fb.mul(&s, &mut out).unwrap();
+    assert!(arena.ledger().peak <= bytes);
     // Spot checks everywhere (a full check of 4M points on the CPU would take minutes).
-    let step = 997;
-    for i in (0..n)
-        .step_by(step)
-        .chain([0, 1, 2, n - 2, n - 1, CHUNK - 1, CHUNK])
-    {
-        assert_eq!(out[i], (g * s[i]).to_affine(), "scalar {i}");
+    for i in (0..n).step_by(997).chain(0..16).chain(zeros).chain([
+        CHUNK + 1,
+        2 * CHUNK - 1,
+        2 * CHUNK,
+        n - 2,
+    ]) {
+        assert!(out[i] == (g * s[i]).to_affine(), "{}: scalar {i}", C::NAME);
     }
     drop(fb);
     arena.close(&lease.compute_token().unwrap()).unwrap();
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn fixed_base_multiplication_matches_blstrs_in_g1_and_g2() {
+    use blstrs::{G1Projective, G2Projective};
+    use group::Group;
+    let mut rng = fresh_rng();
+    fixed_base_check::<gpud_cuda::msm::G1>(G1Projective::generator() * Scalar::random(&mut rng));
+    fixed_base_check::<gpud_cuda::msm::G2>(G2Projective::generator() * Scalar::random(&mut rng));
 }

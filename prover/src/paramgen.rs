@@ -1,6 +1,6 @@
-//! A fast Groth16 parameter generator: bellperson's `generate_parameters`, with the G1
-//! fixed-base multiplications on the GPU ([`gpud_cuda::fixed_base`]) and the G2 ones on all
-//! CPU cores with a window table.
+//! A fast Groth16 parameter generator: bellperson's `generate_parameters`, with the G1 and G2
+//! fixed-base multiplications on the GPU ([`gpud_cuda::fixed_base`]), or on all CPU cores with
+//! window tables.
 //!
 //! Given the same secrets ([`Toxic`]) it produces *the same parameters* as
 //! `bellperson::groth16::generate_parameters`, byte for byte (`tests/paramgen.rs` checks it
@@ -26,6 +26,8 @@ use group::prime::PrimeCurveAffine;
 use group::{Curve, Group};
 use rand_core::RngCore;
 use rayon::prelude::*;
+
+use gpud_cuda::fixed_base::{G1FixedBase, G2FixedBase};
 
 use crate::circuits::counting;
 use crate::cs::{CsResult, Lc, Record};
@@ -68,13 +70,35 @@ impl Toxic {
     }
 }
 
-/// Where the G1 multiplications run.
+/// Where the fixed-base multiplications run.
 #[derive(Debug, Clone, Copy)]
-pub enum G1Backend<'a> {
-    /// All CPU cores, over a window table.
+pub enum Backend<'a> {
+    /// All CPU cores, over window tables.
     Cpu,
-    /// A GPU, with the generator's table uploaded (`G1FixedBase::new(arena, &toxic.g1)`).
-    Gpu(&'a gpud_cuda::fixed_base::G1FixedBase<'a>),
+    /// A GPU, with both generators' tables uploaded ([`GpuTables::new`]).
+    Gpu(&'a GpuTables<'a>),
+}
+
+/// The G1 and G2 generators' window tables on a GPU, for [`Backend::Gpu`].
+#[derive(Debug)]
+pub struct GpuTables<'a> {
+    g1: G1FixedBase<'a>,
+    g2: G2FixedBase<'a>,
+}
+
+impl<'a> GpuTables<'a> {
+    /// Uploads the tables of `toxic`'s two generators into `arena`.
+    pub fn new(arena: &'a gpud_cuda::Arena<'a>, toxic: &Toxic) -> Result<Self> {
+        Ok(Self {
+            g1: G1FixedBase::new(arena, &toxic.g1)?,
+            g2: G2FixedBase::new(arena, &toxic.g2)?,
+        })
+    }
+
+    /// The VRAM the tables and their multiplications charge a lease at most.
+    pub fn charged_bytes() -> u64 {
+        G1FixedBase::charged_bytes() + G2FixedBase::charged_bytes()
+    }
 }
 
 /// Seconds of each step, for the benchmark.
@@ -260,7 +284,7 @@ fn host_bits(n: usize) -> u32 {
 }
 
 fn g1_points(
-    backend: G1Backend<'_>,
+    backend: Backend<'_>,
     base: G1Projective,
     scalars: &[Scalar],
 ) -> Result<Vec<G1Affine>> {
@@ -268,14 +292,28 @@ fn g1_points(
         return Ok(Vec::new());
     }
     match backend {
-        G1Backend::Cpu => Ok(HostTable::new(base, host_bits(scalars.len())).mul_all(scalars)),
-        G1Backend::Gpu(fb) => {
-            let limbs: Vec<[u32; 8]> = scalars
-                .par_iter()
-                .map(gpud_cuda::fixed_base::canonical_limbs)
-                .collect();
+        Backend::Cpu => Ok(HostTable::new(base, host_bits(scalars.len())).mul_all(scalars)),
+        Backend::Gpu(t) => {
             let mut out = vec![G1Affine::identity(); scalars.len()];
-            fb.mul(&limbs, &mut out)?;
+            t.g1.mul(scalars, &mut out)?;
+            Ok(out)
+        }
+    }
+}
+
+fn g2_points(
+    backend: Backend<'_>,
+    base: G2Projective,
+    scalars: &[Scalar],
+) -> Result<Vec<G2Affine>> {
+    if scalars.is_empty() {
+        return Ok(Vec::new());
+    }
+    match backend {
+        Backend::Cpu => Ok(HostTable::new(base, host_bits(scalars.len())).mul_all(scalars)),
+        Backend::Gpu(t) => {
+            let mut out = vec![G2Affine::identity(); scalars.len()];
+            t.g2.mul(scalars, &mut out)?;
             Ok(out)
         }
     }
@@ -559,8 +597,8 @@ impl Record for EvalCs<'_> {
 }
 
 /// Generates parameters for `circuit` (its shape: witness closures are never called) from the
-/// secrets `toxic`, with the G1 multiplications on `backend` (whose table, for the GPU, must be
-/// of `toxic.g1`).
+/// secrets `toxic`, with the fixed-base multiplications on `backend` (whose tables, for the
+/// GPU, must be of `toxic`'s generators).
 ///
 /// Memory (docs/PROVER.md has the plan): a segmented circuit's shape is never stored; the
 /// scalars of each point group are multiplied group by group, zero ones (identity points)
@@ -568,7 +606,7 @@ impl Record for EvalCs<'_> {
 pub fn generate<C: Generate>(
     circuit: C,
     toxic: &Toxic,
-    backend: G1Backend<'_>,
+    backend: Backend<'_>,
 ) -> Result<(Parameters<Bls12>, GenTimings)> {
     let start = std::time::Instant::now();
     let mut t = GenTimings::default();
@@ -623,8 +661,7 @@ pub fn generate<C: Generate>(
     t.g1 = lap.elapsed().as_secs_f64();
 
     let lap = std::time::Instant::now();
-    let b_g2: Vec<G2Affine> =
-        HostTable::new(toxic.g2, host_bits(b_nonzero.len())).mul_all(&b_nonzero);
+    let b_g2 = g2_points(backend, toxic.g2, &b_nonzero)?;
     drop(b_nonzero);
     t.g2 = lap.elapsed().as_secs_f64();
 

@@ -113,13 +113,29 @@ pub struct MsmStep {
     pub peak: u64,
 }
 
+/// The order of a phase's steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PhaseOrder {
+    /// The H step (a, b, c copied and transformed), the H MSM, then L, A, B_G1 and B_G2: `h`
+    /// is freed early, so this needs the least memory.
+    HFirst,
+    /// L, A, B_G1 and B_G2 first while a and b are copied to the device beside them (their
+    /// buffers held through those MSMs), then the transforms and the H MSM: the copies, a
+    /// third of the phase's host-to-device bytes, overlap compute instead of preceding it.
+    /// Chosen when the bases are resident (streamed bases would share the host link with
+    /// those copies) and holding the H buffers costs no MSM an extra chunk.
+    MsmsFirst,
+}
+
 /// The plan of one GPU phase.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PhasePlan {
     /// The H step's peak (a, b, c and the NTT tables).
     pub h_step: u64,
-    /// The MSMs with points, in order.
+    /// The MSMs with points, in the order they run.
     pub msms: Vec<MsmStep>,
+    /// The order of the steps.
+    pub order: PhaseOrder,
     /// The largest step: what the phase lease must hold.
     pub peak: u64,
     /// Where the bases were.
@@ -134,7 +150,14 @@ impl PhasePlan {
 
     /// One line per step, for logs and the bench.
     pub fn summary(&self) -> String {
-        let mut out = format!("H step {:.2} GiB", gib(self.h_step));
+        let mut out = format!(
+            "{}H step {:.2} GiB",
+            match self.order {
+                PhaseOrder::HFirst => "",
+                PhaseOrder::MsmsFirst => "MSMs first (a, b copied beside them); ",
+            },
+            gib(self.h_step)
+        );
         for s in &self.msms {
             out.push_str(&format!(
                 "; {:?} {} pts in {} x {}{} {:.2} GiB",
@@ -252,8 +275,30 @@ fn choose<C: MsmCurve>(
     Err(least)
 }
 
-/// The plan of a GPU phase for `input`, or the smallest budget that has one.
+/// The plan of a GPU phase for `input`, or the smallest budget that has one: the
+/// [`PhaseOrder::MsmsFirst`] order where it applies (resident bases, a bounded budget) and
+/// costs no extra chunk, else [`PhaseOrder::HFirst`]. An unbounded budget (`u64::MAX`) asks
+/// what the phase needs at least, for a lease of that size: the H-first plan.
 pub fn plan(input: &PlanInput) -> Result<PhasePlan, PlanError> {
+    let h_first = plan_in_order(input, PhaseOrder::HFirst)?;
+    if input.bases != BasesAt::Resident || input.budget == u64::MAX {
+        return Ok(h_first);
+    }
+    match plan_in_order(input, PhaseOrder::MsmsFirst) {
+        Ok(p) if no_more_chunks(&p, &h_first) => Ok(p),
+        _ => Ok(h_first),
+    }
+}
+
+/// Whether every MSM of `p` runs in at most as many chunks as in `than`.
+fn no_more_chunks(p: &PhasePlan, than: &PhasePlan) -> bool {
+    p.msms
+        .iter()
+        .all(|s| than.step(s.query).is_some_and(|t| s.chunks <= t.chunks))
+}
+
+/// The plan of a GPU phase in `order`.
+pub fn plan_in_order(input: &PlanInput, order: PhaseOrder) -> Result<PhasePlan, PlanError> {
     let s = input.shape;
     let m = 1usize << input.log_domain;
     let h_step = gpud_cuda::hpoly::charged_bytes(m.max(2)).map_err(|e| PlanError::Domain {
@@ -261,17 +306,27 @@ pub fn plan(input: &PlanInput) -> Result<PhasePlan, PlanError> {
         why: e.to_string(),
     })?;
     let streamed = matches!(input.bases, BasesAt::Host { .. });
+    // What the MSMs other than H hold beside their own charges: the H inputs' three buffers
+    // when they are copied during those MSMs.
+    let h_inputs = match order {
+        PhaseOrder::HFirst => 0,
+        PhaseOrder::MsmsFirst => 3 * charge_for(FR * m as u64),
+    };
     let mut needed = h_step;
     let mut msms = Vec::new();
-    let mut steps: Vec<(Query, usize, u64, bool, bool)> = vec![
-        (Query::H, s.h, charge_for(FR * m as u64), false, false),
-        (Query::L, s.l, 0, true, false),
-        (Query::A, s.a, 0, true, false),
-        (Query::BG1, s.b_g1, 0, true, false),
+    let h = (Query::H, s.h, charge_for(FR * m as u64), false, false);
+    let mut rest: Vec<(Query, usize, u64, bool, bool)> = vec![
+        (Query::L, s.l, h_inputs, true, false),
+        (Query::A, s.a, h_inputs, true, false),
+        (Query::BG1, s.b_g1, h_inputs, true, false),
     ];
     if input.g2_on_gpu {
-        steps.push((Query::BG2, s.b_g2, 0, true, true));
+        rest.push((Query::BG2, s.b_g2, h_inputs, true, true));
     }
+    let steps: Vec<_> = match order {
+        PhaseOrder::HFirst => std::iter::once(h).chain(rest).collect(),
+        PhaseOrder::MsmsFirst => rest.into_iter().chain(std::iter::once(h)).collect(),
+    };
     for (query, n, held, host_scalars, g2) in steps {
         if n == 0 {
             continue;
@@ -305,6 +360,7 @@ pub fn plan(input: &PlanInput) -> Result<PhasePlan, PlanError> {
         h_step,
         peak: msms.iter().map(|s| s.peak).fold(h_step, u64::max),
         msms,
+        order,
         bases: input.bases,
     })
 }
@@ -378,6 +434,35 @@ mod tests {
             let (a, b) = (small.step(q).unwrap(), big.step(q).unwrap());
             assert!(b.chunks <= a.chunks, "{q:?}: {} > {}", b.chunks, a.chunks);
         }
+    }
+
+    #[test]
+    fn resident_bases_with_room_copy_a_and_b_beside_the_msms() {
+        let s = porep(1 << 27);
+        let big = plan(&input(s, 27, BasesAt::Resident, 48 * GIB)).unwrap();
+        assert_eq!(big.order, PhaseOrder::MsmsFirst, "{}", big.summary());
+        let order: Vec<Query> = big.msms.iter().map(|m| m.query).collect();
+        assert_eq!(
+            order,
+            [Query::L, Query::A, Query::BG1, Query::BG2, Query::H]
+        );
+        let h_first = plan_in_order(
+            &input(s, 27, BasesAt::Resident, 48 * GIB),
+            PhaseOrder::HFirst,
+        )
+        .unwrap();
+        assert!(no_more_chunks(&big, &h_first));
+        // The L step holds the three H buffers beside its own charge.
+        let l = big.step(Query::L).unwrap();
+        assert!(l.peak >= 3 * charge_for(FR << 27), "{}", big.summary());
+        // Where holding them would cost chunks, or the bases are streamed, or the budget is
+        // unbounded (the least memory is asked for), H goes first.
+        let tight = plan(&input(s, 27, BasesAt::Resident, 16 * GIB)).unwrap();
+        assert_eq!(tight.order, PhaseOrder::HFirst, "{}", tight.summary());
+        let streamed = plan(&input(s, 27, BasesAt::Host { pinned: true }, 48 * GIB)).unwrap();
+        assert_eq!(streamed.order, PhaseOrder::HFirst);
+        let unbounded = plan(&input(s, 27, BasesAt::Resident, u64::MAX)).unwrap();
+        assert_eq!(unbounded.order, PhaseOrder::HFirst);
     }
 
     #[test]
@@ -481,10 +566,14 @@ mod tests {
                         prop_assert!(s.peak <= p.peak);
                         prop_assert_eq!(s.chunks, s.n.div_ceil(s.chunk));
                         prop_assert_eq!(s.streamed, host);
+                        let h_inputs = match p.order {
+                            PhaseOrder::HFirst => 0,
+                            PhaseOrder::MsmsFirst => 3 * charge_for(FR * m as u64),
+                        };
                         let (held, host_scalars) = if s.query == Query::H {
                             (charge_for(FR * m as u64), false)
                         } else {
-                            (0, true)
+                            (h_inputs, true)
                         };
                         let charge = |chunk| if s.query == Query::BG2 {
                             step_charge::<G2>(s.n, chunk, held, host_scalars, host, inp.multiprocessors)
@@ -499,8 +588,27 @@ mod tests {
                             prop_assert!(charge(fewer) > inp.budget);
                         }
                     }
+                    // The order: MSMs first only with resident bases and no MSM in more chunks
+                    // than H first would run it; then the H MSM is last.
+                    let h_first = plan_in_order(&inp, PhaseOrder::HFirst).unwrap();
+                    match p.order {
+                        PhaseOrder::MsmsFirst => {
+                            prop_assert!(!host);
+                            prop_assert!(no_more_chunks(&p, &h_first));
+                            prop_assert_eq!(p.msms.last().map(|s| s.query), Some(Query::H));
+                        }
+                        PhaseOrder::HFirst => {
+                            prop_assert_eq!(&p, &h_first);
+                            let msms_first = plan_in_order(&inp, PhaseOrder::MsmsFirst);
+                            prop_assert!(
+                                host || msms_first.is_err()
+                                    || !no_more_chunks(&msms_first.unwrap(), &h_first)
+                            );
+                        }
+                    }
                 }
                 Err(PlanError::DoesNotFit { needed, .. }) => {
+                    prop_assert!(plan_in_order(&inp, PhaseOrder::MsmsFirst).is_err());
                     prop_assert!(needed > inp.budget);
                     let ok = plan(&PlanInput { budget: needed, ..inp });
                     prop_assert!(ok.is_ok(), "{:?}", ok);

@@ -5,7 +5,7 @@
 use bellperson::groth16;
 use blstrs::{Bls12, Scalar};
 use gpud_client::ExclusiveDevice;
-use gpud_prover::paramgen::{self, G1Backend, Toxic};
+use gpud_prover::paramgen::{self, Backend, Toxic};
 use gpud_prover::{CircuitSpec, CpuEngine, ProvingKey, prove};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -29,7 +29,7 @@ fn fast_parameters_equal_bellpersons_and_proofs_verify() {
     ] {
         let spec = CircuitSpec::parse(circuit, k).unwrap();
         let toxic = Toxic::random(&mut rng);
-        let (ours, _) = paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu).unwrap();
+        let (ours, _) = paramgen::generate(spec.shape(), &toxic, Backend::Cpu).unwrap();
         let theirs = groth16::generate_parameters::<Bls12, _>(
             spec.shape(),
             toxic.g1,
@@ -62,15 +62,15 @@ fn the_same_secrets_give_the_same_parameters_and_others_do_not() {
     let spec = CircuitSpec::parse("synthetic", 6).unwrap();
     let mut rng = ChaCha20Rng::seed_from_u64(1);
     let toxic = Toxic::random(&mut rng);
-    let a = paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu)
+    let a = paramgen::generate(spec.shape(), &toxic, Backend::Cpu)
         .unwrap()
         .0;
-    let b = paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu)
+    let b = paramgen::generate(spec.shape(), &toxic, Backend::Cpu)
         .unwrap()
         .0;
     assert!(bytes(&a) == bytes(&b));
     let other = Toxic::random(&mut rng);
-    let c = paramgen::generate(spec.shape(), &other, G1Backend::Cpu)
+    let c = paramgen::generate(spec.shape(), &other, Backend::Cpu)
         .unwrap()
         .0;
     assert!(bytes(&a) != bytes(&c));

@@ -82,6 +82,7 @@ fn engine_g2(resident: bool, pin_bases: bool, g2: G2Placement) -> CudaEngine {
         pin_bases,
         g2,
         vram_budget: None,
+        c_on_device: true,
     })
     .expect("CUDA engine")
 }
@@ -187,20 +188,70 @@ fn g2_on_the_gpu_gives_bellpersons_proof_and_g2_on_the_cpu_too() {
 #[ignore = "needs a GPU"]
 fn cuda_and_cpu_engines_give_the_same_g1_sums_on_a_wrong_witness() {
     // With the constraint check off, an unsatisfied witness still runs through both engines:
-    // the GPU must compute the same (non-vanishing) h and sums as the CPU.
-    let cuda = engine(false, true);
+    // with C uploaded the GPU must compute the same (non-vanishing) h and sums as the CPU.
+    // With C made on the device (a · b, which an unsatisfied witness's C is not) only h
+    // differs: neither proof is valid.
+    let uploaded = CudaEngine::new(CudaOptions {
+        c_on_device: false,
+        ..CudaOptions::default()
+    })
+    .expect("CUDA engine");
+    let derived = engine(false, true);
     for (circuit, k) in [("synthetic", 11), ("poseidon", 10)] {
         let (spec, key) = common::key(circuit, k);
         let opts = SynthesisOptions {
             check_constraints: false,
             ..Default::default()
         };
-        let syn = prove::synthesize(&key, spec.with_wrong_witness(2), opts).unwrap();
-        let lease = claim(cuda.vram_bytes(&key, syn.log_domain()));
-        let gpu = prove::gpu_phase(&cuda, &lease, &key, syn).unwrap();
-        let syn = prove::synthesize(&key, spec.with_wrong_witness(2), opts).unwrap();
-        let cpu = prove::gpu_phase(&CpuEngine, &lease, &key, syn).unwrap();
-        assert_eq!(gpu.g1, cpu.g1, "{spec}");
+        let phase = |engine: &dyn gpud_prover::engine::Engine| {
+            let syn = prove::synthesize(&key, spec.with_wrong_witness(2), opts).unwrap();
+            let lease = claim(uploaded.vram_bytes(&key, syn.log_domain()));
+            prove::gpu_phase(engine, &lease, &key, syn).unwrap().g1
+        };
+        let (gpu, cpu, gpu_c) = (phase(&uploaded), phase(&CpuEngine), phase(&derived));
+        assert_eq!(gpu, cpu, "{spec}");
+        assert_ne!(gpu_c.h, cpu.h, "{spec}: the wrong witness's C is a · b");
+        assert_eq!(
+            (gpu_c.l, gpu_c.a, gpu_c.b_g1),
+            (cpu.l, cpu.a, cpu.b_g1),
+            "{spec}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn c_made_on_the_device_and_the_msms_first_order_give_bellpersons_proof() {
+    // Resident bases: with the least lease (H first) and with room to spare (a and b copied
+    // while L, A, B_G1 and B_G2 run), C made on the device or uploaded: bit for bit.
+    let (spec, key) = common::key("porep", 12);
+    let (r, s) = (Scalar::from(3u64), Scalar::from(5u64));
+    for c_on_device in [true, false] {
+        for room in [false, true] {
+            let cuda = CudaEngine::new(CudaOptions {
+                resident_bases: true,
+                pin_bases: false,
+                g2: G2Placement::Gpu,
+                vram_budget: room.then_some(1 << 40),
+                c_on_device,
+            })
+            .expect("CUDA engine");
+            let resident_lease = claim(cuda.resident_bytes(&key));
+            cuda.load_resident(&key, &resident_lease).unwrap();
+            let syn =
+                prove::synthesize(&key, spec.with_witness(9), SynthesisOptions::default()).unwrap();
+            let lease = claim(cuda.vram_bytes(&key, syn.log_domain()));
+            let out = prove::gpu_phase(&cuda, &lease, &key, syn).unwrap();
+            let t = out.timings;
+            let what = format!("C on the device {c_on_device}, room {room}");
+            assert_eq!(t.overlapped, room, "{what}");
+            assert!(t.measured_peak <= t.planned_peak, "{what}: {t:?}");
+            assert!(t.planned_peak <= lease.vram_bytes(), "{what}: {t:?}");
+            let inputs = out.public_inputs().to_vec();
+            let ours = prove::cpu_tail(&key, out, r, s).unwrap();
+            assert_bellpersons_proof(&key, &spec, 9, (r, s), &ours, &inputs, &what);
+            cuda.unload_resident(&key, Some(&lease)).unwrap();
+        }
     }
 }
 
@@ -312,25 +363,25 @@ fn the_pipeline_on_the_cuda_engine_verifies_every_partition_with_and_without_res
 
 #[test]
 #[ignore = "needs a GPU"]
-fn parameters_with_g1_on_the_gpu_equal_the_cpu_path_and_prove() {
-    use gpud_cuda::fixed_base::G1FixedBase;
-    use gpud_prover::paramgen::{self, G1Backend, Toxic};
+fn parameters_with_g1_and_g2_on_the_gpu_equal_the_cpu_path_and_prove() {
+    use gpud_prover::paramgen::{self, Backend, GpuTables, Toxic};
     let info = first_gpu();
     let device = gpud_prover::engine::process_device(&info.uuid).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(12);
     for (circuit, k) in [("synthetic", 12), ("poseidon", 10)] {
         let spec = gpud_prover::CircuitSpec::parse(circuit, k).unwrap();
         let toxic = Toxic::random(&mut rng);
-        let lease = claim(G1FixedBase::charged_bytes());
+        let lease = claim(GpuTables::charged_bytes());
         let arena = device.reserve(&lease).unwrap();
         let gpu = {
-            let fb = G1FixedBase::new(&arena, &toxic.g1).unwrap();
-            paramgen::generate(spec.shape(), &toxic, G1Backend::Gpu(&fb))
+            let tables = GpuTables::new(&arena, &toxic).unwrap();
+            paramgen::generate(spec.shape(), &toxic, Backend::Gpu(&tables))
                 .unwrap()
                 .0
         };
+        assert!(arena.ledger().peak <= GpuTables::charged_bytes());
         arena.close(&lease.compute_token().unwrap()).unwrap();
-        let cpu = paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu)
+        let cpu = paramgen::generate(spec.shape(), &toxic, Backend::Cpu)
             .unwrap()
             .0;
         let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -457,6 +508,7 @@ fn cuda_with_budget(budget: u64) -> CudaEngine {
         pin_bases: true,
         g2: G2Placement::Gpu,
         vram_budget: Some(budget),
+        c_on_device: true,
     })
     .expect("CUDA engine")
 }

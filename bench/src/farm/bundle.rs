@@ -584,14 +584,14 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
     use blstrs::G2Projective;
-    use gpud_prover::paramgen::{self, G1Backend, Toxic};
+    use gpud_prover::paramgen::{self, Backend, Toxic};
     use rand::SeedableRng;
 
     #[test]
     fn key_and_witness_round_trip_and_prove() {
         let spec = CircuitSpec::parse("synthetic", 8).unwrap();
         let toxic = Toxic::random(&mut rand_chacha::ChaCha20Rng::seed_from_u64(3));
-        let (params, _) = paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu).unwrap();
+        let (params, _) = paramgen::generate(spec.shape(), &toxic, Backend::Cpu).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let kp = key_path(dir.path(), &spec);
         write_key(&kp, &spec, &params).unwrap();
@@ -653,7 +653,7 @@ mod tests {
         assert_eq!(sum.to_affine(), back.b_g2);
         // A G2 query of another circuit, or of another length, is refused.
         let other = CircuitSpec::parse("synthetic", 9).unwrap();
-        let (other_params, _) = paramgen::generate(other.shape(), &toxic, G1Backend::Cpu).unwrap();
+        let (other_params, _) = paramgen::generate(other.shape(), &toxic, Backend::Cpu).unwrap();
         let op = g2_path(dir.path(), &other);
         write_g2_query(&op, &other, &other_params).unwrap();
         let err = read_key_with_g2(&kp, Some(&op)).unwrap_err();

@@ -1235,7 +1235,7 @@ mod tests {
     use super::*;
     use crate::farm::bundle::{g2_path, key_path, witness_path, write_g2_query, write_key};
     use gpud_prover::lease::LocalLeaser;
-    use gpud_prover::paramgen::{self, G1Backend, Toxic};
+    use gpud_prover::paramgen::{self, Backend, Toxic};
     use group::{Curve, Group};
 
     #[test]
@@ -1255,7 +1255,7 @@ mod tests {
     fn workload_with(dir: &std::path::Path, g2: G2Mode) -> Workload {
         let spec = CircuitSpec::parse("synthetic", 8).unwrap();
         let toxic = Toxic::random(&mut ChaCha20Rng::seed_from_u64(9));
-        let (params, _) = paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu).unwrap();
+        let (params, _) = paramgen::generate(spec.shape(), &toxic, Backend::Cpu).unwrap();
         write_key(&key_path(dir, &spec), &spec, &params).unwrap();
         write_g2_query(&g2_path(dir, &spec), &spec, &params).unwrap();
         for i in 0..2 {

@@ -41,6 +41,7 @@ struct NttKernels {
     bitrev_tiled: CudaFunction,
     pointwise: CudaFunction,
     pointwise_tiled: CudaFunction,
+    product: CudaFunction,
 }
 
 impl NttKernels {
@@ -56,6 +57,7 @@ impl NttKernels {
             bitrev_tiled: f("ntt_bitrev_tiled_kernel")?,
             pointwise: f("h_pointwise")?,
             pointwise_tiled: f("h_pointwise_tiled_kernel")?,
+            product: f("h_product")?,
         })
     }
 }
@@ -183,6 +185,21 @@ impl<'d> NttEngine<'d> {
         let ptr = buf.device_ptr();
         self.tables.insert(key, buf);
         Ok(ptr)
+    }
+
+    /// Queues `c[i] <- c[i] · b[i]` for `i < n` on the main stream (the H polynomial's C
+    /// evaluations from A's and B's).
+    ///
+    /// # Safety
+    /// `c` and `b` must be device addresses of at least `n` scalars each, written by work the
+    /// main stream is ordered after, and must not overlap.
+    pub(crate) unsafe fn product(&self, c: u64, b: u64, n: u64) -> Result<()> {
+        let stream = self.dev.stream();
+        let mut launch = stream.launch_builder(&self.k.product);
+        launch.arg(&c).arg(&b).arg(&n);
+        // SAFETY: the caller guarantees both ranges; the kernel is grid-stride over exactly n.
+        unsafe { launch.launch(elementwise_config(self.dev, n)) }?;
+        Ok(())
     }
 
     /// Queues steps of a plan (for timing single launches); `regions[i]` is the device address

@@ -57,7 +57,7 @@ impl EngineChoice {
         }
     }
 }
-pub use cuda::{CudaEngine, CudaOptions, process_device};
+pub use cuda::{CudaEngine, CudaOptions, phase as cuda_phase, process_device};
 
 /// Where the CUDA engine computes the G2 MSM for B (the `--g2` of the prover and the
 /// benchmarks).
@@ -183,6 +183,10 @@ pub struct PhaseTimings {
     /// The most VRAM the phase's allocations charged at once (the lease arena's high-water
     /// mark), in bytes.
     pub measured_peak: u64,
+    /// Whether a and b were copied to the device while the L, A and B MSMs ran
+    /// ([`crate::plan::PhaseOrder::MsmsFirst`]; then [`PhaseTimings::h_upload`] overlaps the
+    /// MSMs and [`PhaseTimings::h`] is the transforms alone).
+    pub overlapped: bool,
 }
 
 impl PhaseTimings {

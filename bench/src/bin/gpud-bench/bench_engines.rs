@@ -1,5 +1,5 @@
 //! `gpud-bench engines`: full proofs on the CPU and CUDA engines, same key, same
-//! machine, one run, split by stage; parameters from the fast generator (G1 on the GPU);
+//! machine, one run, split by stage; parameters from the fast generator (G1 and G2 on the GPU);
 //! bellperson's own prover as the baseline (`--baseline`).
 
 use std::time::Instant;
@@ -8,9 +8,8 @@ use anyhow::{Context, Result, bail};
 use gpud_bench::bellperson_prover::{self, BaselineRun, GPU_BUILD, Ran};
 use gpud_bench::proofs::{self, EngineCase, EnginesRow};
 use gpud_client::{ExclusiveDevice, Reservation};
-use gpud_cuda::fixed_base::G1FixedBase;
 use gpud_prover::engine::{CpuEngine, CudaEngine, CudaOptions, process_device};
-use gpud_prover::paramgen::{self, G1Backend, GenTimings, Toxic};
+use gpud_prover::paramgen::{self, Backend, GenTimings, GpuTables, Toxic};
 use gpud_prover::{CircuitKind, CircuitSpec, ProvingKey};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -42,7 +41,7 @@ struct Row {
     bellperson_over_ours: std::collections::BTreeMap<String, f64>,
 }
 
-/// Parameters for `spec` from the fast generator with the G1 points on the GPU.
+/// Parameters for `spec` from the fast generator with the G1 and G2 points on the GPU.
 pub(crate) fn gpu_params(
     spec: &CircuitSpec,
     toxic: &Toxic,
@@ -50,12 +49,10 @@ pub(crate) fn gpu_params(
     index: u32,
 ) -> Result<(bellperson::groth16::Parameters<blstrs::Bls12>, GenTimings)> {
     let device = process_device(uuid)?;
-    let lease = ExclusiveDevice::assume_unshared(uuid, index, G1FixedBase::charged_bytes());
+    let lease = ExclusiveDevice::assume_unshared(uuid, index, GpuTables::charged_bytes());
     let arena = device.reserve(&lease)?;
-    let out = {
-        let fb = G1FixedBase::new(&arena, &toxic.g1)?;
-        paramgen::generate(spec.shape(), toxic, G1Backend::Gpu(&fb))
-    };
+    let out = GpuTables::new(&arena, toxic)
+        .and_then(|tables| paramgen::generate(spec.shape(), toxic, Backend::Gpu(&tables)));
     let token = lease
         .compute_token()
         .context("exclusive device without compute")?;
@@ -89,6 +86,7 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
         pin_bases: false,
         g2: a.g2,
         vram_budget: None,
+        c_on_device: true,
     })?;
     println!(
         "kernels ready in {:.1} s (NVRTC or disk cache)",
@@ -104,12 +102,12 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
         let (params, gen_t) = gpu_params(&spec, &toxic, &gpu.uuid, gpu.ordinal as u32)
             .with_context(|| format!("generating parameters for {spec}"))?;
         println!(
-            "{spec}: parameters in {:.1} s (synthesis {:.1}, evaluation {:.1}, G1 on the GPU {:.1}, G2 on the CPU {:.1})",
+            "{spec}: parameters in {:.1} s (synthesis {:.1}, evaluation {:.1}, G1 on the GPU {:.1}, G2 on the GPU {:.1})",
             gen_t.total, gen_t.synthesis, gen_t.evaluation, gen_t.g1, gen_t.g2
         );
         let params_equal_cpu = if k <= a.check_params_up_to {
             let t = Instant::now();
-            let (cpu, _) = paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu)?;
+            let (cpu, _) = paramgen::generate(spec.shape(), &toxic, Backend::Cpu)?;
             let same = param_bytes(&cpu)? == param_bytes(&params)?;
             println!(
                 "{spec}: parameters generated on the CPU ({:.1} s) are {}",
@@ -129,12 +127,14 @@ pub fn run(a: BenchEnginesArgs) -> Result<()> {
             pin_bases: false,
             g2: a.g2,
             vram_budget: None,
+            c_on_device: true,
         })?;
         let uploads = CudaEngine::new(CudaOptions {
             resident_bases: false,
             pin_bases: true,
             g2: a.g2,
             vram_budget: None,
+            c_on_device: true,
         })?;
         let cases = [
             EngineCase {

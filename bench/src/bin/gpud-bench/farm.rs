@@ -661,7 +661,11 @@ impl Farm {
                 format!(
                     "parameters {:.1} s ({}), {} witnesses {:.1} s",
                     v["params_secs"].as_f64().unwrap_or(0.0),
-                    if self.cuda() { "G1 on the GPU" } else { "CPU" },
+                    if self.cuda() {
+                        "G1 and G2 on the GPU"
+                    } else {
+                        "CPU"
+                    },
                     witnesses,
                     v["witness_secs"].as_f64().unwrap_or(0.0)
                 )

@@ -22,7 +22,7 @@ use gpud_client::{ExclusiveDevice, Reservation};
 use gpud_prover::engine::SimulatedResident;
 use gpud_prover::engine::{CudaEngine, CudaOptions, Engine, G2Placement, process_device};
 use gpud_prover::lease::{GpudLeaser, HostNeeds, LeaseRequest, Leaser, LocalLeaser};
-use gpud_prover::paramgen::{self, G1Backend, Toxic};
+use gpud_prover::paramgen::{self, Backend, Toxic};
 use gpud_prover::warm::WarmOptions;
 use gpud_prover::{CircuitSpec, CpuEngine};
 use rand::SeedableRng;
@@ -428,6 +428,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
                 G2Mode::Cpu | G2Mode::Precomputed => G2Placement::Cpu,
             },
             vram_budget: None,
+            c_on_device: true,
         })
         .context("starting the CUDA engine")?;
         // Every device's context and kernels now, not inside the first GPU phase; and the
@@ -542,7 +543,7 @@ pub fn prepare(a: PrepareArgs) -> Result<()> {
             .context("no CUDA device is visible")?;
         crate::bench_engines::gpu_params(&spec, &toxic, &gpu.uuid, gpu.ordinal as u32)?.0
     } else {
-        paramgen::generate(spec.shape(), &toxic, G1Backend::Cpu)?.0
+        paramgen::generate(spec.shape(), &toxic, Backend::Cpu)?.0
     };
     let params_secs = t.elapsed().as_secs_f64();
     bundle::write_key(&key_path, &spec, &params)?;

@@ -17,10 +17,12 @@ use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective, Scalar};
 use clap::Args;
 use ff::Field;
 use gpud_client::{ExclusiveDevice, Reservation};
-use gpud_cuda::hpoly::HPoly;
-use gpud_cuda::msm::{ChunkBases, ChunkScalars, G1Bases, G2, G2Bases, MsmEngine};
+use gpud_cuda::hpoly::CSource;
+use gpud_cuda::msm::{ChunkBases, G1Bases, G2Bases};
 use gpud_cuda::{Device, RegisteredVec, driver};
-use gpud_prover::plan::{self, BasesAt, PlanInput, Query};
+use gpud_prover::engine::PhaseTimings;
+use gpud_prover::engine::cuda_phase::{self, PhaseBases, PhaseScalars};
+use gpud_prover::plan::{self, BasesAt, PhaseOrder, PlanInput};
 use gpud_prover::vram::{self, KeyShape};
 use group::{Curve, Group};
 use rand::{Rng, SeedableRng};
@@ -52,14 +54,19 @@ pub struct GpuPhaseArgs {
 struct PhaseRow {
     budget: u64,
     bases: &'static str,
+    /// "baseline" (H first, C copied) or "product" (the planner's order, C on the device).
+    variant: &'static str,
     plan: String,
     planned_peak: u64,
     measured_peak: u64,
     /// Bytes of bases copied from host memory during the phase (0 with resident bases).
     bases_streamed: u64,
     h: f64,
-    /// The part of `h` until a, b and c were on the device.
+    /// The copies of a, b (and c) to the device: inside `h` when H runs first, beside the
+    /// other MSMs when `overlapped`.
     h_upload: f64,
+    /// Whether a and b were copied while L, A and B ran (then `h` is the transforms alone).
+    overlapped: bool,
     msm_h: f64,
     msm_l: f64,
     msm_a: f64,
@@ -211,34 +218,54 @@ pub fn run(args: GpuPhaseArgs) -> Result<()> {
             modes.push(BasesAt::Resident);
         }
         for bases in modes {
-            for rep in 0..=args.reps {
-                let row = phase(
-                    &device,
-                    &info,
-                    &inputs,
-                    args.log,
-                    budget,
-                    bases,
-                    resident_bytes,
-                )?;
-                if rep == 0 && args.reps > 0 {
-                    println!("  (warm-up {:.3} s)", row.total);
-                    continue;
+            // One warm-up per budget and mode, then each variant in turn, rep by rep, so that
+            // the baseline and the product see the same machine state.
+            let warm = phase(
+                &device,
+                &info,
+                &inputs,
+                args.log,
+                budget,
+                bases,
+                resident_bytes,
+                Variant::Product,
+            )?;
+            println!("  (warm-up {:.3} s)", warm.total);
+            for _ in 0..args.reps.max(1) {
+                for variant in [Variant::Baseline, Variant::Product] {
+                    let row = phase(
+                        &device,
+                        &info,
+                        &inputs,
+                        args.log,
+                        budget,
+                        bases,
+                        resident_bytes,
+                        variant,
+                    )?;
+                    print_row(&row);
+                    rows.push(row);
                 }
-                print_row(&row);
-                rows.push(row);
             }
         }
     }
     println!("== gpu-phase summary (targets: <= 1.0 s with >= 48 GiB, <= 2.0 s within 16 GiB)");
     for r in &rows {
         let target = if r.budget >= 48 << 30 { 1.0 } else { 2.0 };
+        let baseline = rows
+            .iter()
+            .find(|b| b.variant == "baseline" && b.budget == r.budget && b.bases == r.bases);
         println!(
-            "{:>6.1} GiB {:<9} total {:.3} s (target {:.1} s: {}), peak {:.2} of {:.2} GiB planned, \
-             {:.1} GiB of bases streamed ({:.1} GB/s over the phase)",
+            "{:>6.1} GiB {:<9} {:<8} total {:.3} s ({}; target {:.1} s: {}), peak {:.2} of {:.2} \
+             GiB planned, {:.1} GiB of bases streamed ({:.1} GB/s over the phase)",
             gib(r.budget),
             r.bases,
+            r.variant,
             r.total,
+            baseline.map_or_else(
+                || "no baseline".to_string(),
+                |b| format!("{:.2}x the baseline", b.total / r.total)
+            ),
             target,
             if r.total <= target { "met" } else { "missed" },
             gib(r.measured_peak),
@@ -304,16 +331,26 @@ fn gib(b: u64) -> f64 {
 }
 
 fn print_row(r: &PhaseRow) {
+    let copies = if r.overlapped {
+        format!(
+            "a, b copied beside L, A, B in {:.3} s; transforms {:.3} s",
+            r.h_upload, r.h
+        )
+    } else {
+        format!(
+            "H {:.3} s (inputs on the device after {:.3})",
+            r.h, r.h_upload
+        )
+    };
     println!(
-        "budget {:.1} GiB, bases {}: {}\n  planned peak {:.3} GiB, measured peak {:.3} GiB; H {:.3} s (a, b, c on the device \
-         after {:.3}), MSM H {:.3}, L {:.3}, A {:.3}, B_G1 {:.3}, B_G2 {:.3}; GPU phase {:.3} s",
+        "budget {:.1} GiB, bases {}, {}: {}\n  planned peak {:.3} GiB, measured peak {:.3} GiB; {copies}, \
+         MSM H {:.3}, L {:.3}, A {:.3}, B_G1 {:.3}, B_G2 {:.3}; GPU phase {:.3} s",
         gib(r.budget),
         r.bases,
+        r.variant,
         r.plan,
         gib(r.planned_peak),
         gib(r.measured_peak),
-        r.h,
-        r.h_upload,
         r.msm_h,
         r.msm_l,
         r.msm_a,
@@ -332,6 +369,26 @@ struct Resident<'a> {
     g2: G2Bases<'a>,
 }
 
+/// How a timed phase runs: the product's choices, or the earlier ones as the baseline of the
+/// same run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// H first, C copied from the host: the phase before overlapped copies and C on the device.
+    Baseline,
+    /// What the engine does: the planner's order, C made on the device.
+    Product,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Baseline => "baseline",
+            Variant::Product => "product",
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn phase(
     device: &Device,
     info: &driver::DeviceInfo,
@@ -340,17 +397,21 @@ fn phase(
     budget: u64,
     bases: BasesAt,
     resident_bytes: u64,
+    variant: Variant,
 ) -> Result<PhaseRow> {
     let s = x.shape;
-    let m = 1usize << log;
-    let p = plan::plan(&PlanInput {
+    let input = PlanInput {
         shape: s,
         log_domain: log,
         multiprocessors: info.multiprocessors,
         g2_on_gpu: true,
         bases,
         budget,
-    })?;
+    };
+    let p = match variant {
+        Variant::Baseline => plan::plan_in_order(&input, PhaseOrder::HFirst)?,
+        Variant::Product => plan::plan(&input)?,
+    };
     let ordinal = info.ordinal as u32;
     let res_lease = ExclusiveDevice::assume_unshared(info.uuid.clone(), ordinal, resident_bytes);
     let res_arena = device.reserve(&res_lease)?;
@@ -364,62 +425,40 @@ fn phase(
         }),
         BasesAt::Host { .. } => None,
     };
+    let r = resident.as_ref();
+    let phase_bases = PhaseBases {
+        h: ChunkBases::device_or_host(r.map(|r| &r.h), &x.g1[..s.h]),
+        l: ChunkBases::device_or_host(r.map(|r| &r.l), &x.g1[..s.l]),
+        a: ChunkBases::device_or_host(r.map(|r| &r.a), &x.g1[..s.a]),
+        b_g1: ChunkBases::device_or_host(r.map(|r| &r.b), &x.g1[..s.b_g1]),
+        b_g2: Some(ChunkBases::device_or_host(
+            r.map(|r| &r.g2),
+            &x.g2[..s.b_g2],
+        )),
+    };
+    let scalars = PhaseScalars {
+        a: &x.a,
+        b: &x.b,
+        c: match variant {
+            Variant::Baseline => CSource::Host(&x.c),
+            Variant::Product => CSource::ProductOfAB,
+        },
+        aux: &x.aux,
+    };
     let lease = ExclusiveDevice::assume_unshared(info.uuid.clone(), ordinal, budget);
     let arena = device.reserve(&lease)?;
-    let chunk = |q: Query| p.step(q).map_or(usize::MAX, |st| st.chunk);
+    let mut t = PhaseTimings::default();
     let start = Instant::now();
-    let mut hpoly = HPoly::new(&arena)?;
-    let h = hpoly.compute(&x.a, &x.b, &x.c)?;
-    let h_upload = start.elapsed().as_secs_f64();
-    drop(hpoly);
-    arena.sync_main_stream()?;
-    let t_h = start.elapsed().as_secs_f64();
-    let engine = MsmEngine::new(&arena)?;
-    let timed = |f: &dyn Fn() -> Result<G1Projective>| -> Result<f64> {
-        let t0 = Instant::now();
-        std::hint::black_box(f()?);
-        Ok(t0.elapsed().as_secs_f64())
-    };
-    let msm_h = timed(&|| {
-        Ok(engine.msm_chunked(
-            ChunkBases::device_or_host(resident.as_ref().map(|r| &r.h), &x.g1[..s.h]),
-            ChunkScalars::Device(h.buffer(), m - 1),
-            chunk(Query::H),
-        )?)
-    })?;
-    drop(h);
-    let msm_l = timed(&|| {
-        Ok(engine.msm_chunked(
-            ChunkBases::device_or_host(resident.as_ref().map(|r| &r.l), &x.g1[..s.l]),
-            ChunkScalars::Host(&x.aux),
-            chunk(Query::L),
-        )?)
-    })?;
-    let msm_a = timed(&|| {
-        Ok(engine.msm_chunked(
-            ChunkBases::device_or_host(resident.as_ref().map(|r| &r.a), &x.g1[..s.a]),
-            ChunkScalars::Host(&x.a_query),
-            chunk(Query::A),
-        )?)
-    })?;
-    let msm_b_g1 = timed(&|| {
-        Ok(engine.msm_chunked(
-            ChunkBases::device_or_host(resident.as_ref().map(|r| &r.b), &x.g1[..s.b_g1]),
-            ChunkScalars::Host(&x.b_query),
-            chunk(Query::BG1),
-        )?)
-    })?;
-    let t0 = Instant::now();
-    let g2_bases = ChunkBases::device_or_host(resident.as_ref().map(|r| &r.g2), &x.g2[..s.b_g2]);
-    std::hint::black_box(MsmEngine::<G2>::for_group(&arena)?.msm_chunked(
-        g2_bases,
-        ChunkScalars::Host(&x.b_query),
-        chunk(Query::BG2),
-    )?);
-    let msm_b_g2 = t0.elapsed().as_secs_f64();
+    let out = cuda_phase::run(
+        &arena,
+        &p,
+        &phase_bases,
+        scalars,
+        || (&x.a_query[..], &x.b_query[..]),
+        &mut t,
+    );
     let total = start.elapsed().as_secs_f64();
     let measured_peak = arena.ledger().peak;
-    drop(engine);
     drop(resident);
     let token = lease
         .compute_token()
@@ -429,6 +468,7 @@ fn phase(
         .compute_token()
         .context("the resident lease's token")?;
     res_arena.close(&res_token)?;
+    std::hint::black_box(out?.sums);
     if measured_peak > budget {
         bail!("measured peak {measured_peak} B over the {budget} B budget");
     }
@@ -438,22 +478,19 @@ fn phase(
             BasesAt::Resident => "resident",
             BasesAt::Host { .. } => "streamed",
         },
+        variant: variant.name(),
         plan: p.summary(),
-        bases_streamed: p
-            .msms
-            .iter()
-            .filter(|st| st.streamed)
-            .map(|st| st.n as u64 * if st.query == Query::BG2 { 192 } else { 96 })
-            .sum(),
+        bases_streamed: t.bases_streamed,
         planned_peak: p.peak,
         measured_peak,
-        h: t_h,
-        h_upload,
-        msm_h,
-        msm_l,
-        msm_a,
-        msm_b_g1,
-        msm_b_g2,
+        h: t.h,
+        h_upload: t.h_upload,
+        overlapped: t.overlapped,
+        msm_h: t.msm_h,
+        msm_l: t.msm_l,
+        msm_a: t.msm_a,
+        msm_b_g1: t.msm_b,
+        msm_b_g2: t.msm_b_g2,
         total,
     })
 }

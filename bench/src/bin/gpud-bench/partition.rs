@@ -154,6 +154,7 @@ pub fn run(a: PartitionArgs) -> Result<()> {
         pin_bases: false,
         g2: a.g2,
         vram_budget: None,
+        c_on_device: true,
     })?;
 
     let toxic = Toxic::random(&mut ChaCha20Rng::seed_from_u64(u64::from(a.log_size)));
@@ -161,7 +162,7 @@ pub fn run(a: PartitionArgs) -> Result<()> {
     let (params, gen_t) = gpu_params(&spec, &toxic, &gpu.uuid, index)
         .with_context(|| format!("generating parameters for {spec}"))?;
     println!(
-        "parameters in {:.1} s (shape and QAP at tau {:.1}, G1 on the GPU {:.1}, G2 on the CPU {:.1}); peak RSS {}",
+        "parameters in {:.1} s (shape and QAP at tau {:.1}, G1 on the GPU {:.1}, G2 on the GPU {:.1}); peak RSS {}",
         t.elapsed().as_secs_f64(),
         gen_t.evaluation,
         gen_t.g1,
@@ -243,6 +244,7 @@ pub fn run(a: PartitionArgs) -> Result<()> {
             pin_bases: true,
             g2: a.g2,
             vram_budget: Some(budget),
+            c_on_device: true,
         })?;
         let phase = streamed.vram_bytes(&key, a.log_size).min(budget);
         let lease = ExclusiveDevice::assume_unshared(gpu.uuid.clone(), index, phase.max(1));

@@ -93,6 +93,7 @@ impl EngineArgs {
             pin_bases: self.pin_bases,
             g2: self.g2,
             vram_budget: None,
+            c_on_device: true,
         })
         .context("starting the CUDA engine (use --engine cpu on machines without a GPU)")
     }

@@ -4,10 +4,12 @@
 //! - The CUDA context lives for the process: devices are opened once ([`gpud_cuda::Device`],
 //!   kept in a process-wide registry) and every lease becomes an [`Arena`] borrowed from its
 //!   device, charged against that lease's VRAM.
-//! - A GPU phase: `a`, `b`, `c` are uploaded and turned into `h` on the device
-//!   ([`HPoly`]); `h` stays there for the H MSM; the L, A and B_G1 scalars are uploaded for
-//!   their MSMs; then the arena is closed under the lease's compute token (synchronize, trim
-//!   the pool, check the memory went back) before the lease is released.
+//! - A GPU phase ([`phase`]): `a` and `b` are uploaded and turned into `h` on the device
+//!   (C made there as `a · b`, [`CudaOptions::c_on_device`]); `h` stays there for the H MSM;
+//!   the L, A and B_G1 scalars are uploaded for their MSMs, in the order the phase's plan
+//!   gives ([`crate::plan::PhaseOrder`]); then the arena is closed under the lease's compute
+//!   token (synchronize, trim the pool, check the memory went back) before the lease is
+//!   released.
 //! - Resident bases ([`CudaOptions::resident_bases`], on by default): the proving key's G1
 //!   queries live in an arena of a separate VRAM-only lease ([`Engine::load_resident`]), so a
 //!   phase uploads only scalars. Without residency each MSM uploads its query's bases into the
@@ -23,13 +25,12 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective};
+use blstrs::{G1Affine, G2Affine, G2Projective};
 use gpud_client::Reservation;
 use gpud_cuda::driver::{self, normalize_uuid};
-use gpud_cuda::hpoly::HPoly;
-use gpud_cuda::msm::{ChunkBases, ChunkScalars, G1Bases, G2, G2Bases, MsmEngine, MsmError};
+use gpud_cuda::hpoly::CSource;
+use gpud_cuda::msm::{ChunkBases, G1Bases, G2, G2Bases, MsmEngine, MsmError};
 use gpud_cuda::{Arena, Device, RegisteredVec, kernels, nvrtc};
-use group::Group;
 
 use super::calibration::{self, G2Speeds, g2_on_gpu_auto};
 use super::{
@@ -37,7 +38,10 @@ use super::{
 };
 use crate::error::{ProverError, Result};
 use crate::params::ProvingKey;
-use crate::plan::{self, BasesAt, PhasePlan, PlanError, PlanInput, Query};
+use crate::plan::{self, BasesAt, PhasePlan, PlanError, PlanInput};
+use phase::{PhaseBases, PhaseScalars};
+
+pub mod phase;
 use crate::vram::{self, VramEstimate};
 
 /// How the CUDA engine runs.
@@ -57,8 +61,13 @@ pub struct CudaOptions {
     pub g2: G2Placement,
     /// The phase lease to plan for, in bytes (default none: the unchunked plan). The phase
     /// always plans within the lease it is given ([`crate::plan`]); this sets what the lease
-    /// asks for, so a smaller budget runs the MSMs in more chunks.
+    /// asks for, so a smaller budget runs the MSMs in more chunks, and a larger one may let
+    /// the copies of a and b overlap the other MSMs ([`crate::plan::PhaseOrder`]).
     pub vram_budget: Option<u64>,
+    /// Make the C evaluations on the device as `a · b` (default on): every constraint of a
+    /// satisfied system asserts exactly that, so C need not cross the host link (a quarter of
+    /// the phase's scalar bytes). Off, C is copied like A and B; the proofs are the same.
+    pub c_on_device: bool,
 }
 
 impl Default for CudaOptions {
@@ -68,6 +77,7 @@ impl Default for CudaOptions {
             pin_bases: true,
             g2: G2Placement::Auto,
             vram_budget: None,
+            c_on_device: true,
         }
     }
 }
@@ -333,148 +343,67 @@ impl CudaEngine {
             scalars: s,
         } = input;
         let m = domain.size();
-        // The A and B scalars are selected on the CPU while the GPU computes H and the H MSM.
-        std::thread::scope(|scope| {
-            let queries = scope.spawn(|| (s.a_query(), s.b_query()));
-            self.run_msms(arena, key, m, (a, b, c), s, queries, phase_start, t)
-        })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn run_msms(
-        &self,
-        arena: &Arena<'_>,
-        key: &ProvingKey,
-        m: usize,
-        (a, b, c): (
-            Vec<blstrs::Scalar>,
-            Vec<blstrs::Scalar>,
-            Vec<blstrs::Scalar>,
-        ),
-        s: super::G1Scalars<'_>,
-        queries: std::thread::ScopedJoinHandle<'_, (Vec<blstrs::Scalar>, Vec<blstrs::Scalar>)>,
-        phase_start: Instant,
-        t: &mut PhaseTimings,
-    ) -> Result<(G1Sums, Option<G2Projective>)> {
         let p = key.params();
         let slot = (key.id(), normalize_uuid(&arena.info().uuid));
         let g2 = self.g2_on_gpu(key);
-        // Once per key (a no-op after); a refusal leaves the streamed copies to the driver's
-        // staged path.
-        let was_resident = self.lock_resident().contains_key(&slot);
-        let pinned = !was_resident && self.pin_bases(key, arena.device()).is_ok();
-        let bases_at = |resident: bool| {
-            if resident {
-                BasesAt::Resident
-            } else {
-                BasesAt::Host {
-                    pinned: pinned && self.opts.pin_bases,
-                }
-            }
-        };
-        // Planned before anything is allocated: a lease no plan fits fails here, typed.
-        let sms = arena.info().multiprocessors;
-        let budget = arena.ledger().limit;
-        let mut plan = self.plan_for(key, m, bases_at(was_resident), budget, sms, g2)?;
-        t.setup = phase_start.elapsed().as_secs_f64();
-        let start = Instant::now();
-        let mut hpoly = HPoly::new(arena)?;
-        let h = hpoly.compute(&a, &b, &c)?;
-        t.h_upload = start.elapsed().as_secs_f64();
-        free_in_background((a, b, c));
-        drop(hpoly); // frees the NTT tables before the MSMs
-        arena.sync_main_stream()?;
-        t.h = start.elapsed().as_secs_f64();
-
-        let engine = MsmEngine::new(arena)?;
+        // Held through the phase: the resident bases cannot be evicted while it reads them (an
+        // eviction waits for the phase's end, when nothing of it is on the device).
         let resident_map = self.lock_resident();
         let resident = resident_map.get(&slot).map(|r| r.borrow_dependent());
-        if resident.is_some() != was_resident {
-            // Loaded or evicted while H ran: plan for where the bases are now.
-            plan = self.plan_for(key, m, bases_at(resident.is_some()), budget, sms, g2)?;
-        }
-        t.planned_peak = plan.peak;
-        let chunk = |q: Query| plan.step(q).map_or(usize::MAX, |s| s.chunk);
-        // Each MSM over its query's bases, resident or streamed from the key's host vectors,
-        // in the plan's chunks.
-        let timed = |f: &dyn Fn() -> std::result::Result<G1Projective, MsmError>| -> Result<(G1Projective, f64)> {
-            let t0 = Instant::now();
-            let sum = f()?;
-            Ok((sum, t0.elapsed().as_secs_f64()))
-        };
-        let (h_sum, secs) = timed(&|| {
-            engine.msm_chunked(
-                ChunkBases::device_or_host(resident.map(|r| &r.h), &p.h),
-                ChunkScalars::Device(h.buffer(), m - 1),
-                chunk(Query::H),
-            )
-        })?;
-        t.msm_h = secs;
-        drop(h);
-        let (l, secs) = timed(&|| {
-            engine.msm_chunked(
-                ChunkBases::device_or_host(resident.map(|r| &r.l), &p.l),
-                ChunkScalars::Host(s.aux),
-                chunk(Query::L),
-            )
-        })?;
-        t.msm_l = secs;
-        let waited = Instant::now();
-        let (a_scalars, b_scalars) = queries
-            .join()
-            .map_err(|_| engine_error("selecting the A and B scalars panicked"))?;
-        t.scalar_wait = waited.elapsed().as_secs_f64();
-        let (a, secs) = timed(&|| {
-            engine.msm_chunked(
-                ChunkBases::device_or_host(resident.map(|r| &r.a), &p.a),
-                ChunkScalars::Host(&a_scalars),
-                chunk(Query::A),
-            )
-        })?;
-        t.msm_a = secs;
-        let (b_g1, secs) = timed(&|| {
-            engine.msm_chunked(
-                ChunkBases::device_or_host(resident.map(|r| &r.b_g1), &p.b_g1),
-                ChunkScalars::Host(&b_scalars),
-                chunk(Query::BG1),
-            )
-        })?;
-        t.msm_b = secs;
-        if resident.is_none() {
-            let points = (m - 1) + s.aux.len() + a_scalars.len() + b_scalars.len();
-            t.bases_streamed = (points * std::mem::size_of::<G1Affine>()) as u64;
-        }
-        let b_g2 = if g2 {
-            let t0 = Instant::now();
-            let resident_g2 = resident.and_then(|r| r.b_g2.as_ref());
-            if resident_g2.is_none() {
-                t.bases_streamed += (b_scalars.len() * std::mem::size_of::<G2Affine>()) as u64;
-            }
-            let bases = ChunkBases::device_or_host(resident_g2, &p.b_g2[..]);
-            let sum = if b_scalars.is_empty() {
-                G2Projective::identity()
-            } else {
-                MsmEngine::<G2>::for_group(arena)?.msm_chunked(
-                    bases,
-                    ChunkScalars::Host(&b_scalars),
-                    chunk(Query::BG2),
-                )?
-            };
-            t.msm_b_g2 = t0.elapsed().as_secs_f64();
-            Some(sum)
-        } else {
-            None
-        };
-        free_in_background((a_scalars, b_scalars));
-        Ok((
-            G1Sums {
-                h: h_sum,
-                l,
-                a,
-                b_g1,
+        // Once per key (a no-op after); a refusal leaves the streamed copies to the driver's
+        // staged path.
+        let pinned = resident.is_none() && self.pin_bases(key, arena.device()).is_ok();
+        let bases_at = match resident {
+            Some(_) => BasesAt::Resident,
+            None => BasesAt::Host {
+                pinned: pinned && self.opts.pin_bases,
             },
-            b_g2,
-        ))
+        };
+        // Planned before anything is allocated: a lease no plan fits fails here, typed.
+        let plan = self.plan_for(
+            key,
+            m,
+            bases_at,
+            arena.ledger().limit,
+            arena.info().multiprocessors,
+            g2,
+        )?;
+        t.planned_peak = plan.peak;
+        t.setup = phase_start.elapsed().as_secs_f64();
+        let bases = PhaseBases {
+            h: ChunkBases::device_or_host(resident.map(|r| &r.h), &p.h),
+            l: ChunkBases::device_or_host(resident.map(|r| &r.l), &p.l),
+            a: ChunkBases::device_or_host(resident.map(|r| &r.a), &p.a),
+            b_g1: ChunkBases::device_or_host(resident.map(|r| &r.b_g1), &p.b_g1),
+            b_g2: g2.then(|| {
+                ChunkBases::device_or_host(resident.and_then(|r| r.b_g2.as_ref()), &p.b_g2[..])
+            }),
+        };
+        let c_source = if self.opts.c_on_device {
+            CSource::ProductOfAB
+        } else {
+            CSource::Host(&c)
+        };
+        let scalars = PhaseScalars {
+            a: &a,
+            b: &b,
+            c: c_source,
+            aux: s.aux,
+        };
+        let out = phase::run(
+            arena,
+            &plan,
+            &bases,
+            scalars,
+            || (s.a_query(), s.b_query()),
+            t,
+        );
+        drop(resident_map);
+        // Gigabytes at 2^27: freed off the phase's thread.
+        free_in_background((a, b, c));
+        let out = out?;
+        free_in_background(out.queries);
+        Ok((out.sums, out.b_g2))
     }
 
     /// The phase's plan for a lease of `budget` bytes ([`plan::plan`]).
