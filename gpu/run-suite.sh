@@ -76,6 +76,14 @@ if named fixed-base; then
     section fixed-base 240 bash -c "\"$G/tests/gpu\" --ignored --test-threads=1 fixed_base &&
         \"$G/tests/prover_gpu\" --ignored --test-threads=1 parameters_with"
 fi
+# phase-tests (about 1 minute; also part of cuda-tests and prover-tests): the H polynomial from
+# pageable and pinned memory, with C made on the device and with the split copy/transform path,
+# within its charged bytes; proofs bit for bit with C on the device or copied, H first and MSMs
+# first; the CUDA and CPU engines on a wrong witness. Alone:   bash gpu/run-suite.sh phase-tests
+if named phase-tests; then
+    section phase-tests 240 bash -c "\"$G/tests/gpu\" --ignored --test-threads=1 h_ &&
+        \"$G/tests/prover_gpu\" --ignored --test-threads=1 c_made_on cuda_and_cpu_engines"
+fi
 section cuda-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$G/bin/gpud-cuda-bench" --check --max-log 10
 # Shared-memory races (a missing barrier between the radix kernel's rounds, the tiled bit
@@ -108,10 +116,11 @@ section msm-bench 200 "$G/bin/gpud-msm-bench" --bench --json "$OUT/msm-bench.jso
 # witness-shaped scalars, poisoned temporaries) and the edge cases, then timed 2^16..2^24
 # against blstrs on all cores (up to 2^22), and our G1 MSM at 2^22 for the ratio. Prints
 # "PASS/FAIL G2 MSM equals blstrs ...", a timing table and two RATIO lines (G2/G1 at 2^22,
-# target <= 3; witness/random, target <= 1.05). msm-g2-memcheck: small sizes under
-# compute-sanitizer. (The msm-tests section runs the G2 GPU tests too.)
+# target <= 3; witness/random, target <= 1.05), then "G2 builds" lines: the product's G2 build
+# (no prefetch in the accumulation) against the prefetching one at 2^22. msm-g2-memcheck: small
+# sizes under compute-sanitizer. (The msm-tests section runs the G2 GPU tests too.)
 section msm-g2 300 "$G/bin/gpud-msm-bench" --g2 --check --bench --json "$OUT/msm-g2.json"
-[ -f "$OUT/msm-g2.log" ] && grep -E "^(PASS|FAIL|RATIO)|== G2 MSM timing" -A 0 "$OUT/msm-g2.log"
+[ -f "$OUT/msm-g2.log" ] && grep -E "^(PASS|FAIL|RATIO|G2 builds)|== G2 MSM timing" -A 0 "$OUT/msm-g2.log"
 [ -f "$OUT/msm-g2.log" ] && grep -A 20 "== G2 MSM timing" "$OUT/msm-g2.log" | head -n 22
 section msm-g2-memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$G/bin/gpud-msm-bench" --g2 --check --quick --max-log 10
@@ -160,19 +169,23 @@ section gpu-phase-27 420 "$G/bin/gpud-bench" gpu-phase --log 27 --budget 16GiB -
 # porep-26: one 2^26 PoRep-shaped partition (4591 challenge segments, 4592 public inputs):
 # parameters from the fast generator in memory (about 31 GB; G1 and G2 on the GPU),
 # the bases resident (about 29 GiB of VRAM), a warm-up and a timed proof on the CUDA engine
-# with parallel synthesis, both verified; then one more proof with the bases streamed from
+# with parallel synthesis and a 48 GiB phase lease (room to copy a and b beside the other
+# MSMs), both verified; then one more proof with the bases streamed from
 # page-locked memory within a 16 GiB phase lease (planned and measured peak). Prints
 # generation, synthesis, GPU phase, tail, peak host RSS and VRAM. prover-bench-synthetic: the
 # prover-bench above on the synthetic circuit (its chain is not segmented: synthesis stays on
 # one core), with the same baseline.
-section porep-26 540 "$G/bin/gpud-bench" partition --circuit porep --log-size 26 --budget 16GiB
-# porep-27 (about 6 minutes, bounded at 590 s; needs about 100 GiB of host memory and 80 GiB of
-# the GPU; only when named): the same at 2^27, a whole PoRep partition (about 134 M
-# constraints): parameters of about 58 GiB generated in memory (never on disk), resident and
-# streamed within 16 GiB, every proof verified. Alone:
+section porep-26 540 "$G/bin/gpud-bench" partition --circuit porep --log-size 26 --budget 16GiB \
+    --resident-budget 48GiB
+# porep-27 (about 6 minutes, bounded at 590 s; needs about 100 GiB of host memory and about
+# 100 GiB of the GPU; only when named): the same at 2^27, a whole PoRep partition (about 134 M
+# constraints): parameters of about 58 GiB generated in memory (never on disk, G1 and G2 on the
+# GPU), resident with a 48 GiB phase lease and streamed within 16 GiB, every proof verified.
+# Alone:
 #   bash gpu/run-suite.sh porep-27
 if named porep-27; then
-    section porep-27 590 "$G/bin/gpud-bench" partition --circuit porep --log-size 27 --budget 16GiB
+    section porep-27 590 "$G/bin/gpud-bench" partition --circuit porep --log-size 27 --budget 16GiB \
+        --resident-budget 48GiB
 fi
 section prover-bench-synthetic 540 "$G/bin/gpud-bench" engines --circuit synthetic --sizes 18,20,22 \
     --baseline "$baseline" --json "$OUT/prover-bench-synthetic.json"

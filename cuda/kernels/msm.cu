@@ -8,13 +8,18 @@
 #ifndef GPUD_MSM_CU
 #define GPUD_MSM_CU
 
+// GPUD_MSM_CURVE, when defined, names the point operations (a variant build's); else G2 with
+// GPUD_MSM_G2=1, G1 otherwise.
+#ifndef GPUD_MSM_CURVE
 #if defined(GPUD_MSM_G2) && GPUD_MSM_G2
 #include "g2.cuh"
-typedef gpud::g2_ops msm_curve;
+#define GPUD_MSM_CURVE gpud::g2_ops
 #else
 #include "g1.cuh"
-typedef gpud::g1_ops msm_curve;
+#define GPUD_MSM_CURVE gpud::g1_ops
 #endif
+#endif
+typedef GPUD_MSM_CURVE msm_curve;
 #include "msm.cuh"
 
 using namespace gpud;

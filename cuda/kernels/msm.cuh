@@ -75,6 +75,7 @@ struct FrParams {
 
 GPUD_HD uint32_t msm_min(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
+
 // ---------------------------------------------------------------------------------------------
 // 1. Scalars
 // ---------------------------------------------------------------------------------------------
@@ -332,10 +333,13 @@ GPUD_HD void msm_segment_accumulate(uint32_t t, uint32_t seg, uint32_t count, co
     bool real = false;
     bool first_run = true;
     uint32_t cur = first_key;
+    // With the group's `prefetch`, the next entry is loaded before the current one is added,
+    // hiding the load's latency behind the addition at the cost of a point's registers held
+    // across it; without, it is loaded after.
     typename Src::item it = src.load(begin);
     for (uint32_t i = begin; i < end; i++) {
         typename Src::item next = it;
-        if (i + 1 < end) next = src.load(i + 1);
+        if (C::prefetch && i + 1 < end) next = src.load(i + 1);
         if (it.key != cur) {
             // The run `cur` ends inside the range.
             if (first_run && cont_prev) {
@@ -350,7 +354,11 @@ GPUD_HD void msm_segment_accumulate(uint32_t t, uint32_t seg, uint32_t count, co
             real = false;
         }
         Src::add(acc, real, it);
-        it = next;
+        if (C::prefetch) {
+            it = next;
+        } else if (i + 1 < end) {
+            it = src.load(i + 1);
+        }
     }
     // The last run (cur == last_key).
     bool partial = (first_run && cont_prev) || cont_next;

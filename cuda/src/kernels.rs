@@ -192,6 +192,23 @@ pub static MSM_G2: KernelModule = KernelModule {
     kernels: MSM_KERNELS,
 };
 
+/// The G2 MSM kernels, as a header for the variant build below.
+#[cfg(feature = "bench-variants")]
+pub const MSM_G2_CU: Header = Header {
+    name: "msm_g2.cu",
+    source: include_str!("../kernels/msm_g2.cu"),
+};
+
+/// The G2 MSM kernels with the accumulation's prefetch of the next point (the product's G2
+/// build has none), for comparison.
+#[cfg(feature = "bench-variants")]
+pub static MSM_G2_PREFETCH: KernelModule = KernelModule {
+    name: "msm_g2_prefetch",
+    source: include_str!("../kernels/msm_g2_prefetch.cu"),
+    headers: &[FQ_CUH, FQ2_CUH, G2_CUH, MSM_CUH, MSM_CU, MSM_G2_CU],
+    kernels: MSM_KERNELS,
+};
+
 /// The same MSM kernels with the field multiplication not inlined.
 #[cfg(feature = "bench-variants")]
 pub static MSM_NOINLINE: KernelModule = KernelModule {
@@ -259,6 +276,7 @@ pub static ALL_MODULES: &[&KernelModule] = &[
     &FR_BENCH_KARA,
     &MSM,
     &MSM_G2,
+    &MSM_G2_PREFETCH,
     &MSM_NOINLINE,
     &MSM_NOCAP,
     &FIXED_BASE,

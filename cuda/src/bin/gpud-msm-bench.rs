@@ -1098,6 +1098,33 @@ fn run_g2(args: &Args, info: &driver::DeviceInfo) -> Res<()> {
             );
             report["g2_ratio"] = json!({ "g2_ms": at22[0], "g2_witness_ms": at22[1],
                 "g1_ms": g1_ms, "ratio": ratio, "witness_over_random": witness });
+
+            // The build with the accumulation's prefetch (the G1 setting) against the
+            // product's G2 build, same bases and scalars, alternating.
+            let prefetch = MsmEngine::<G2>::g2_with_prefetch(&dev)?;
+            let witness_s = scalars(Kind::Witness, n);
+            let mut builds = Vec::new();
+            for (name, s) in [("random", &s), ("witness", &witness_s)] {
+                let product = time_runs(5, || {
+                    engine.msm(&bases, s)?;
+                    Ok(())
+                })?;
+                let other = time_runs(5, || {
+                    prefetch.msm(&bases, s)?;
+                    Ok(())
+                })?;
+                if prefetch.msm(&bases, s)? != engine.msm(&bases, s)? {
+                    failures.push(format!("G2 prefetch build, {name} scalars: wrong result"));
+                }
+                println!(
+                    "G2 builds at 2^22, {name} scalars: no prefetch (product) {product:.2} ms, \
+                     prefetch {other:.2} ms ({:.2}x)",
+                    other / product
+                );
+                builds
+                    .push(json!({ "scalars": name, "product_ms": product, "prefetch_ms": other }));
+            }
+            report["g2_builds"] = json!(builds);
         }
     }
     if let Some(path) = &args.json {

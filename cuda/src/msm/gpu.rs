@@ -220,6 +220,15 @@ impl<'d> MsmEngine<'d, G1> {
     }
 }
 
+impl<'d> MsmEngine<'d, G2> {
+    /// Loads the G2 kernels built with the accumulation's prefetch of the next point (the
+    /// product's G2 build has none), for comparison.
+    #[cfg(feature = "bench-variants")]
+    pub fn g2_with_prefetch(dev: &'d Arena<'d>) -> Result<Self, MsmError> {
+        Self::load(dev, &crate::kernels::MSM_G2_PREFETCH)
+    }
+}
+
 impl<'d, C: MsmCurve> MsmEngine<'d, C> {
     /// Loads (compiling on first use) the kernels of group `C` on `dev`'s device (e.g.
     /// `MsmEngine::<G2>::for_group(&arena)`); temporaries are charged to `dev`.

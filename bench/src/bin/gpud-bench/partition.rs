@@ -33,6 +33,10 @@ pub struct PartitionArgs {
     /// Also time one sequential synthesis (a few seconds at 2^26 per core-second saved).
     #[arg(long)]
     sequential_too: bool,
+    /// The phase lease of the proofs with resident bases (e.g. 48GiB): room the planner may
+    /// use to copy a and b beside the other MSMs. Default: the least lease (H first).
+    #[arg(long, value_parser = crate::size)]
+    resident_budget: Option<u64>,
     /// After the resident proofs, prove once more with the bases streamed from page-locked
     /// host memory within a phase lease of this size (e.g. 16GiB; repeatable): the plan, its
     /// peak and the measured peak, which must stay within the lease.
@@ -67,14 +71,20 @@ fn vram_used(uuid: &str, index: u32) -> Option<u64> {
 
 /// A GPU phase's times, as both partition lines print them.
 fn phase_text(t: &PhaseTimings) -> String {
+    let h = if t.overlapped {
+        format!(
+            "a, b copied beside L, A, B in {:.3}, transforms {:.3}",
+            t.h_upload, t.h
+        )
+    } else {
+        format!("H {:.3} of which uploads {:.3}", t.h, t.h_upload)
+    };
     format!(
-        "GPU phase {:.3} s (setup {:.3}, H {:.3} of which uploads {:.3}, MSM H {:.3} L {:.3} \
+        "GPU phase {:.3} s (setup {:.3}, {h}, MSM H {:.3} L {:.3} \
          A {:.3} B {:.3} B_G2 {:.3}, waiting for the A and B scalars {:.3}, finish {:.3}, \
          untimed {:.3})",
         t.total,
         t.setup,
-        t.h,
-        t.h_upload,
         t.msm_h,
         t.msm_l,
         t.msm_a,
@@ -153,7 +163,7 @@ pub fn run(a: PartitionArgs) -> Result<()> {
         resident_bases: true,
         pin_bases: false,
         g2: a.g2,
-        vram_budget: None,
+        vram_budget: a.resident_budget,
         c_on_device: true,
     })?;
 
@@ -208,6 +218,16 @@ pub fn run(a: PartitionArgs) -> Result<()> {
         "bases resident in {load:.1} s; VRAM used {} before, {} with the bases",
         gib(before),
         gib(loaded)
+    );
+    // Planned again now that the bases are resident: the phase lease that plan asks for.
+    let phase = engine.vram_bytes(&key, a.log_size);
+    println!(
+        "phase lease with the bases resident: {:.2} GiB{}",
+        phase as f64 / GIB,
+        a.resident_budget.map_or(String::new(), |b| format!(
+            " (planned within {:.1} GiB)",
+            b as f64 / GIB
+        ))
     );
 
     if a.sequential_too {
