@@ -12,6 +12,7 @@ use gpud_prover::engine::{
     CudaEngine, CudaOptions, Engine, G2Placement, PhaseTimings, process_device,
 };
 use gpud_prover::paramgen::Toxic;
+use gpud_prover::plan::{self, BasesAt, PlanError, PlanInput};
 use gpud_prover::{CircuitKind, CircuitSpec, ProvingKey, prove};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -201,62 +202,86 @@ pub fn run(a: PartitionArgs) -> Result<()> {
         gpu.total_mem as f64 / GIB,
         if engine.g2_on_gpu(&key) { "GPU" } else { "CPU" }
     );
-    if resident.saturating_add(phase) > gpu.total_mem {
-        bail!(
-            "{spec} needs {:.1} GiB of VRAM with resident bases, the GPU has {:.1} GiB",
-            (resident + phase) as f64 / GIB,
+    // The phase lease the resident proofs will ask for, planned as they will plan it (the
+    // `phase` above planned for bases in host memory: the key is not resident yet).
+    let resident_phase = match plan::plan(&PlanInput {
+        shape,
+        log_domain: a.log_size,
+        multiprocessors: gpu.multiprocessors,
+        g2_on_gpu: engine.g2_on_gpu(&key),
+        bases: BasesAt::Resident,
+        budget: a.resident_budget.unwrap_or(u64::MAX),
+    }) {
+        Ok(p) => p.peak,
+        Err(PlanError::DoesNotFit { needed, .. }) => needed,
+        Err(e) => return Err(e.into()),
+    };
+    // The driver's own context and the probe leave about a GiB less than the card's size.
+    let usable = gpu.total_mem.saturating_sub(1 << 30);
+    let mut result = Vec::new();
+    if resident.saturating_add(resident_phase) > usable {
+        // A card too small for the resident bases beside the phase: the streamed proofs below
+        // still run (a 16 GiB lease holds a 2^27 phase).
+        println!(
+            "resident proofs skipped: {spec} needs {:.1} GiB of VRAM with resident bases ({:.1} \
+             + a phase of {:.1}), the GPU has {:.1} GiB",
+            (resident + resident_phase) as f64 / GIB,
+            resident as f64 / GIB,
+            resident_phase as f64 / GIB,
             gpu.total_mem as f64 / GIB
         );
-    }
-    let before = vram_used(&gpu.uuid, index);
-    let resident_lease = ExclusiveDevice::assume_unshared(gpu.uuid.clone(), index, resident);
-    let t = Instant::now();
-    engine.load_resident(&key, &resident_lease)?;
-    let load = t.elapsed().as_secs_f64();
-    let loaded = vram_used(&gpu.uuid, index);
-    println!(
-        "bases resident in {load:.1} s; VRAM used {} before, {} with the bases",
-        gib(before),
-        gib(loaded)
-    );
-    // Planned again now that the bases are resident: the phase lease that plan asks for.
-    let phase = engine.vram_bytes(&key, a.log_size);
-    println!(
-        "phase lease with the bases resident: {:.2} GiB{}",
-        phase as f64 / GIB,
-        a.resident_budget.map_or(String::new(), |b| format!(
-            " (planned within {:.1} GiB)",
-            b as f64 / GIB
-        ))
-    );
-
-    if a.sequential_too {
-        let s = synthesis_secs(&spec, SynthesisMode::Sequential)?;
-        println!("synthesis alone, sequential: {s:.2} s");
-    }
-    let lease = ExclusiveDevice::assume_unshared(gpu.uuid.clone(), index, phase.max(1));
-    let mut result = Vec::new();
-    // A warm-up proof (kernels, pools), then the timed one.
-    for rep in 0..2u64 {
-        let p = prove_once(&engine, &lease, &key, &spec, rep, rep + 3, rep + 5)?;
-        let (synthesis, tail, total, verified) = (p.synthesis, p.tail, p.total, p.verified);
+        if a.budgets.is_empty() {
+            bail!("nothing to prove: the resident bases do not fit and no --budget was given");
+        }
+    } else {
+        let before = vram_used(&gpu.uuid, index);
+        let resident_lease = ExclusiveDevice::assume_unshared(gpu.uuid.clone(), index, resident);
+        let t = Instant::now();
+        engine.load_resident(&key, &resident_lease)?;
+        let load = t.elapsed().as_secs_f64();
+        let loaded = vram_used(&gpu.uuid, index);
         println!(
-            "proof {rep}{}: synthesis {synthesis:.2} s (parallel), {}, tail {tail:.3} s, total {total:.2} s, verified {verified}",
-            if rep == 0 { " (warm-up)" } else { "" },
-            phase_text(&p.timings),
+            "bases resident in {load:.1} s; VRAM used {} before, {} with the bases",
+            gib(before),
+            gib(loaded)
         );
-        result.push(verified);
-    }
-    let after = vram_used(&gpu.uuid, index);
-    println!(
-        "VRAM used after the proofs {} (planned peak {:.1} GiB); peak host RSS {}",
-        gib(after),
-        (resident + phase) as f64 / GIB,
-        rss_text()
-    );
-    engine.unload_resident(&key, Some(&resident_lease))?;
-    drop(engine);
+        // Planned again now that the bases are resident: the phase lease that plan asks for.
+        let phase = engine.vram_bytes(&key, a.log_size);
+        println!(
+            "phase lease with the bases resident: {:.2} GiB{}",
+            phase as f64 / GIB,
+            a.resident_budget.map_or(String::new(), |b| format!(
+                " (planned within {:.1} GiB)",
+                b as f64 / GIB
+            ))
+        );
 
+        if a.sequential_too {
+            let s = synthesis_secs(&spec, SynthesisMode::Sequential)?;
+            println!("synthesis alone, sequential: {s:.2} s");
+        }
+        let lease = ExclusiveDevice::assume_unshared(gpu.uuid.clone(), index, phase.max(1));
+        // A warm-up proof (kernels, pools), then the timed one.
+        for rep in 0..2u64 {
+            let p = prove_once(&engine, &lease, &key, &spec, rep, rep + 3, rep + 5)?;
+            let (synthesis, tail, total, verified) = (p.synthesis, p.tail, p.total, p.verified);
+            println!(
+                "proof {rep}{}: synthesis {synthesis:.2} s (parallel), {}, tail {tail:.3} s, total {total:.2} s, verified {verified}",
+                if rep == 0 { " (warm-up)" } else { "" },
+                phase_text(&p.timings),
+            );
+            result.push(verified);
+        }
+        let after = vram_used(&gpu.uuid, index);
+        println!(
+            "VRAM used after the proofs {} (planned peak {:.1} GiB); peak host RSS {}",
+            gib(after),
+            (resident + phase) as f64 / GIB,
+            rss_text()
+        );
+        engine.unload_resident(&key, Some(&resident_lease))?;
+        drop(engine);
+    }
     // The same partition within smaller leases: bases streamed chunk by chunk.
     for &budget in &a.budgets {
         let streamed = CudaEngine::new(CudaOptions {
