@@ -27,7 +27,8 @@ use group::{Curve, Group};
 use rand_core::RngCore;
 use rayon::prelude::*;
 
-use gpud_cuda::fixed_base::{G1FixedBase, G2FixedBase};
+use gpud_cuda::fixed_base::{FixedBase, FixedBaseCurve, G1FixedBase, G2FixedBase};
+use gpud_cuda::msm::{G1, G2};
 
 use crate::circuits::counting;
 use crate::cs::{CsResult, Lc, Record};
@@ -283,22 +284,38 @@ fn host_bits(n: usize) -> u32 {
     }
 }
 
-fn g1_points(
+/// `k · base` for every scalar, in affine form, on the backend (`table` picks the GPU table of
+/// `base`'s group).
+fn points<C>(
     backend: Backend<'_>,
-    base: G1Projective,
+    base: C::Projective,
     scalars: &[Scalar],
-) -> Result<Vec<G1Affine>> {
+    table: impl for<'a> Fn(&'a GpuTables<'a>) -> &'a FixedBase<'a, C>,
+) -> Result<Vec<C::Affine>>
+where
+    C: FixedBaseCurve,
+    C::Projective: Curve<AffineRepr = C::Affine> + Send + Sync,
+    C::Affine: PrimeCurveAffine + Copy + Default + Send + Sync,
+{
     if scalars.is_empty() {
         return Ok(Vec::new());
     }
     match backend {
         Backend::Cpu => Ok(HostTable::new(base, host_bits(scalars.len())).mul_all(scalars)),
         Backend::Gpu(t) => {
-            let mut out = vec![G1Affine::identity(); scalars.len()];
-            t.g1.mul(scalars, &mut out)?;
+            let mut out = vec![C::Affine::identity(); scalars.len()];
+            table(t).mul(scalars, &mut out)?;
             Ok(out)
         }
     }
+}
+
+fn g1_points(
+    backend: Backend<'_>,
+    base: G1Projective,
+    scalars: &[Scalar],
+) -> Result<Vec<G1Affine>> {
+    points::<G1>(backend, base, scalars, |t| &t.g1)
 }
 
 fn g2_points(
@@ -306,17 +323,7 @@ fn g2_points(
     base: G2Projective,
     scalars: &[Scalar],
 ) -> Result<Vec<G2Affine>> {
-    if scalars.is_empty() {
-        return Ok(Vec::new());
-    }
-    match backend {
-        Backend::Cpu => Ok(HostTable::new(base, host_bits(scalars.len())).mul_all(scalars)),
-        Backend::Gpu(t) => {
-            let mut out = vec![G2Affine::identity(); scalars.len()];
-            t.g2.mul(scalars, &mut out)?;
-            Ok(out)
-        }
-    }
+    points::<G2>(backend, base, scalars, |t| &t.g2)
 }
 
 use qap::Qap;

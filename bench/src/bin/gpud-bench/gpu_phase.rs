@@ -218,31 +218,24 @@ pub fn run(args: GpuPhaseArgs) -> Result<()> {
             modes.push(BasesAt::Resident);
         }
         for bases in modes {
+            let run = |variant| {
+                phase(
+                    &device,
+                    &info,
+                    &inputs,
+                    args.log,
+                    budget,
+                    bases,
+                    resident_bytes,
+                    variant,
+                )
+            };
             // One warm-up per budget and mode, then each variant in turn, rep by rep, so that
             // the baseline and the product see the same machine state.
-            let warm = phase(
-                &device,
-                &info,
-                &inputs,
-                args.log,
-                budget,
-                bases,
-                resident_bytes,
-                Variant::Product,
-            )?;
-            println!("  (warm-up {:.3} s)", warm.total);
+            println!("  (warm-up {:.3} s)", run(Variant::Product)?.total);
             for _ in 0..args.reps.max(1) {
                 for variant in [Variant::Baseline, Variant::Product] {
-                    let row = phase(
-                        &device,
-                        &info,
-                        &inputs,
-                        args.log,
-                        budget,
-                        bases,
-                        resident_bytes,
-                        variant,
-                    )?;
+                    let row = run(variant)?;
                     print_row(&row);
                     rows.push(row);
                 }
