@@ -361,7 +361,13 @@ impl HostPlan {
         let shape = key.shape();
         let log_domain = (shape.h + 1).next_power_of_two().trailing_zeros();
         let g2_in_tail = engine.g2_in_tail(key);
-        let estimate = host::estimate(&shape, key.vk().ic.len(), log_domain, g2_in_tail);
+        let estimate = host::estimate(
+            &shape,
+            key.vk().ic.len(),
+            log_domain,
+            g2_in_tail,
+            engine.needs_c(),
+        );
         // What the process holds now (the key, the engine's context, code) or at least the
         // key, and the staging buffers that phases will lock on top.
         let resident = host::resident_needs(estimate.key, engine.host_pinned(key));
@@ -483,6 +489,8 @@ impl<L: Leaser> PhaseLease for YieldingLease<'_, L> {
 struct Run<'a> {
     key: &'a ProvingKey,
     cfg: &'a PipelineConfig,
+    /// Whether synthesis keeps the C evaluations: only for an engine that reads them.
+    keep_c: bool,
     host: Option<HostPlan>,
     clock: Clock,
     jobs: usize,
@@ -537,6 +545,7 @@ where
     let run = Run {
         key,
         cfg,
+        keep_c: engine.needs_c(),
         host,
         clock: Clock::new(),
         jobs,
@@ -642,6 +651,7 @@ fn synthesis_worker<L: Leaser>(run: &Run<'_>, leaser: &L, tx: &SyncSender<SynthD
         // with a CPU lease synthesizes on its own (pinned) thread.
         let opts = SynthesisOptions {
             parallel: cpus.is_empty(),
+            keep_c: run.keep_c,
             ..Default::default()
         };
         let syn = prove::synthesize(key, circuit, opts);

@@ -234,7 +234,12 @@ pub fn prove<E: Engine + ?Sized, C: Synthesize>(
     r: Scalar,
     s: Scalar,
 ) -> Result<(Proof<Bls12>, Vec<Scalar>)> {
-    let syn = synthesize(key, circuit, SynthesisOptions::default())?;
+    // C only for an engine that reads it, as the pipeline does.
+    let opts = SynthesisOptions {
+        keep_c: engine.needs_c(),
+        ..Default::default()
+    };
+    let syn = synthesize(key, circuit, opts)?;
     let out = gpu_phase(engine, lease, key, syn)?;
     let inputs = out.public_inputs().to_vec();
     Ok((cpu_tail(key, out, r, s)?, inputs))

@@ -116,10 +116,15 @@ pub fn synthesize_segmented<S: Segmented + ?Sized>(
     let total_aux: usize = shapes.iter().map(|s| s.aux).sum();
     let body: usize = shapes.iter().map(|s| s.constraints).sum();
     let total = body + num_inputs;
+    // C only when kept (each segment then gets an empty slice of it).
     let (mut a, mut b, mut c, mut aux) = (
         zeroed(total),
         zeroed(total),
-        zeroed(total),
+        if opts.keep_c {
+            zeroed(total)
+        } else {
+            Vec::new()
+        },
         zeroed(total_aux),
     );
 
@@ -130,7 +135,7 @@ pub fn synthesize_segmented<S: Segmented + ?Sized>(
         for (segment, shape) in shapes.iter().enumerate() {
             let (sa, ta) = std::mem::take(&mut ra).split_at_mut(shape.constraints);
             let (sb, tb) = std::mem::take(&mut rb).split_at_mut(shape.constraints);
-            let (sc, tc) = std::mem::take(&mut rc).split_at_mut(shape.constraints);
+            let (sc, tc) = std::mem::take(&mut rc).split_at_mut(rc_len(opts, shape));
             let (sx, tx) = std::mem::take(&mut rx).split_at_mut(shape.aux);
             (ra, rb, rc, rx) = (ta, tb, tc, tx);
             parts.push(SegmentCs {
@@ -190,6 +195,11 @@ pub fn synthesize_segmented<S: Segmented + ?Sized>(
         aux,
         [a_aux, b_input, b_aux],
     ))
+}
+
+/// A segment's share of the C evaluations: its constraints, or none when C is not kept.
+fn rc_len(opts: SynthesisOptions, shape: &SegmentShape) -> usize {
+    if opts.keep_c { shape.constraints } else { 0 }
 }
 
 enum Failure {
@@ -356,8 +366,12 @@ impl Record for SegmentCs<'_> {
             self.error = Some(ProverError::Unsatisfied { index });
             return;
         }
-        for (dst, x) in self.abc.iter_mut().zip(v) {
-            dst[self.con_len] = x;
+        let [da, db, dc] = &mut self.abc;
+        da[self.con_len] = v[0];
+        db[self.con_len] = v[1];
+        // An empty slice when C is not kept.
+        if let Some(d) = dc.get_mut(self.con_len) {
+            *d = v[2];
         }
         self.con_len += 1;
     }
@@ -518,6 +532,37 @@ mod tests {
             let seg = synthesize_segmented(&Blocks::random(seed), Default::default()).unwrap();
             let seq = synthesis::synthesize(Blocks::random(seed), sequential()).unwrap();
             assert_same(&seg, &seq, &format!("layout {seed}"));
+        }
+    }
+
+    #[test]
+    fn without_c_both_syntheses_keep_everything_else_and_still_check() {
+        let no_c = |parallel| SynthesisOptions {
+            parallel,
+            keep_c: false,
+            ..Default::default()
+        };
+        for seed in 0..10 {
+            let full = synthesis::synthesize(Blocks::random(seed), sequential()).unwrap();
+            for parallel in [false, true] {
+                let mut got = if parallel {
+                    synthesize_segmented(&Blocks::random(seed), no_c(true)).unwrap()
+                } else {
+                    synthesis::synthesize(Blocks::random(seed), no_c(false)).unwrap()
+                };
+                assert!(got.c.is_empty(), "layout {seed}, parallel {parallel}");
+                assert_eq!(got.c.capacity(), 0);
+                // Everything else is the full assignment's, and C is what it would have been.
+                got.c = got.a.iter().zip(&got.b).map(|(a, b)| a * b).collect();
+                assert_same(&got, &full, &format!("layout {seed}, parallel {parallel}"));
+            }
+            // The check still runs on the C it no longer keeps.
+            let mut wrong = Blocks::random(seed);
+            if let Some(i) = wrong.sizes.iter().rposition(|&s| s > 0) {
+                wrong.wrong = Some(i);
+                let seg = synthesize_segmented(&wrong, no_c(true)).unwrap_err();
+                assert!(matches!(seg, ProverError::Unsatisfied { .. }), "{seg}");
+            }
         }
     }
 

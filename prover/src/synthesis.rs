@@ -190,6 +190,12 @@ pub struct SynthesisOptions {
     /// of the constraint instead of producing a proof that does not verify. Costs one field
     /// multiplication per constraint.
     pub check_constraints: bool,
+    /// Store the C evaluations (default). An engine that makes them from A and B itself
+    /// ([`crate::engine::Engine::needs_c`] false: the CUDA engine, which multiplies on the
+    /// device) needs none, and the pipeline turns this off for it: 32 bytes less per
+    /// constraint, 4 GiB of a 2^27 partition's assignment. C is still evaluated, so a bad
+    /// combination is still named and the check above still runs.
+    pub keep_c: bool,
 }
 
 impl Default for SynthesisOptions {
@@ -197,6 +203,7 @@ impl Default for SynthesisOptions {
         Self {
             parallel: true,
             check_constraints: true,
+            keep_c: true,
         }
     }
 }
@@ -208,7 +215,8 @@ pub struct ProvingAssignment {
     pub a: Vec<Scalar>,
     /// Evaluation of each constraint's B combination.
     pub b: Vec<Scalar>,
-    /// Evaluation of each constraint's C combination.
+    /// Evaluation of each constraint's C combination; empty when the options did not keep it
+    /// ([`SynthesisOptions::keep_c`]).
     pub c: Vec<Scalar>,
     /// Public inputs; `input[0]` is the constant one.
     pub input: Vec<Scalar>,
@@ -221,6 +229,7 @@ pub struct ProvingAssignment {
     /// Aux variables present in the B query.
     pub b_aux_density: Density,
     check: bool,
+    keep_c: bool,
     error: Option<ProverError>,
 }
 
@@ -244,6 +253,7 @@ impl ProvingAssignment {
             b_input_density,
             b_aux_density,
             check: opts.check_constraints,
+            keep_c: opts.keep_c,
             error: None,
         }
     }
@@ -259,6 +269,7 @@ impl ProvingAssignment {
             b_input_density: Density::new(),
             b_aux_density: Density::new(),
             check: opts.check_constraints,
+            keep_c: opts.keep_c,
             error: None,
         }
     }
@@ -338,7 +349,9 @@ impl ProvingAssignment {
         }
         self.a.push(a);
         self.b.push(b);
-        self.c.push(c);
+        if self.keep_c {
+            self.c.push(c);
+        }
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use gpud_client::{ComputeToken, LeaseId, Reservation};
 use gpud_prover::CpuEngine;
+use gpud_prover::engine::Engine;
 use gpud_prover::lease::{LeaseRequest, Leaser, LocalLease, LocalLeaser};
 use gpud_prover::pipeline::{self, HostLeasing, PipelineConfig, PipelineReport};
 
@@ -139,7 +140,15 @@ fn run(host: HostLeasing, leaser: &HostGate) -> PipelineReport {
 
 fn partition_bytes() -> u64 {
     let (spec, key) = common::key("synthetic", 10);
-    gpud_prover::host::estimate(&key.shape(), key.vk().ic.len(), spec.log_size(), true).partition()
+    // The CPU engine reads C: synthesis keeps it.
+    gpud_prover::host::estimate(
+        &key.shape(),
+        key.vk().ic.len(),
+        spec.log_size(),
+        true,
+        CpuEngine.needs_c(),
+    )
+    .partition()
 }
 
 #[test]

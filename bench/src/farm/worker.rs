@@ -954,9 +954,13 @@ where
         let pinned = gpud_prover::affinity::pin_thread(&cpus)
             .map_err(|e| (Outcome::Failed, e.to_string(), requested))?;
         let start = self.clock.now();
+        // As the prover's pipeline does: C only for an engine that reads it.
         let cs = gpud_prover::synthesis::synthesize(
             self.work.spec.with_witness(seed),
-            SynthesisOptions::default(),
+            SynthesisOptions {
+                keep_c: self.engine.needs_c(),
+                ..Default::default()
+            },
         );
         let end = self.clock.now();
         drop(pinned);
@@ -1137,13 +1141,14 @@ where
 
 /// The host memory one synthesized attempt holds: the prover's estimate for the bundle's key
 /// (its assignment and the phase's scratch, and the G2 MSM's when the tail computes it).
-pub fn partition_host_bytes<E: Engine>(work: &Workload, _engine: &E, g2: G2Mode) -> u64 {
+pub fn partition_host_bytes<E: Engine>(work: &Workload, engine: &E, g2: G2Mode) -> u64 {
     let key = &work.key;
     gpud_prover::host::estimate(
         &key.shape(),
         key.vk().ic.len(),
         work.log_domain(),
         g2 == G2Mode::Cpu,
+        engine.needs_c(),
     )
     .partition()
 }

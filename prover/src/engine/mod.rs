@@ -222,7 +222,8 @@ pub struct PhaseInput<'a> {
     pub a: Vec<Scalar>,
     /// Evaluations of the B combinations.
     pub b: Vec<Scalar>,
-    /// Evaluations of the C combinations.
+    /// Evaluations of the C combinations; empty when synthesis did not keep them (the engine
+    /// then makes them as a · b).
     pub c: Vec<Scalar>,
     /// The assignment and densities for the G1 MSMs.
     pub scalars: G1Scalars<'a>,
@@ -320,6 +321,14 @@ pub trait Engine: Send + Sync {
     /// nothing (the default).
     fn host_pinned(&self, _key: &ProvingKey) -> crate::host::PinnedHost {
         crate::host::PinnedHost::default()
+    }
+
+    /// Whether the phase reads the C evaluations (the default). An engine that makes them from
+    /// A and B itself (the CUDA engine with [`CudaOptions::c_on_device`]) says no, and the
+    /// pipeline synthesizes without keeping them ([`crate::synthesis::SynthesisOptions::keep_c`]).
+    /// Every engine still accepts an assignment without C (it makes it as a · b).
+    fn needs_c(&self) -> bool {
+        true
     }
 
     /// Whether the CPU tail computes the G2 MSM for B (the default; the CUDA engine may run it

@@ -85,6 +85,10 @@ impl<E: Engine> Engine for SimulatedResident<E> {
         self.inner.g2_in_tail(key)
     }
 
+    fn needs_c(&self) -> bool {
+        self.inner.needs_c()
+    }
+
     fn resident_bytes(&self, _key: &ProvingKey) -> u64 {
         self.bytes
     }

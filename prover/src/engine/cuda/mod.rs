@@ -379,7 +379,8 @@ impl CudaEngine {
                 ChunkBases::device_or_host(resident.and_then(|r| r.b_g2.as_ref()), &p.b_g2[..])
             }),
         };
-        let c_source = if self.opts.c_on_device {
+        // Made on the device when the options say so, or when synthesis did not keep C.
+        let c_source = if self.opts.c_on_device || c.is_empty() {
             CSource::ProductOfAB
         } else {
             CSource::Host(&c)
@@ -547,6 +548,10 @@ impl Engine for CudaEngine {
 
     fn g2_in_tail(&self, key: &ProvingKey) -> bool {
         !self.g2_on_gpu(key)
+    }
+
+    fn needs_c(&self) -> bool {
+        !self.opts.c_on_device
     }
 
     fn resident_bytes(&self, key: &ProvingKey) -> u64 {
