@@ -220,9 +220,8 @@ struct g1_ops {
     GPUD_HD static xyzz dbl(const xyzz& p) { return g1_xyzz_dbl(p); }
     GPUD_HD static xyzz mul_small(const xyzz& p, uint32_t k) { return g1_xyzz_mul_small(p, k); }
     GPUD_HD static jacobian to_jacobian(const xyzz& p) { return g1_xyzz_to_jacobian(p); }
-    // Whether the MSM's accumulation loads the next point while it adds the current one:
-    // a G1 point is 24 words beside an addition of ~4000
-    // instructions.
+    // Whether the MSM's accumulation loads the next point while it adds the current one: a G1
+    // point is 24 words beside an addition of ~4000 instructions.
     static constexpr bool prefetch = true;
     // The coordinates' field (the fixed-base kernel's batched inversion).
     typedef fq_t fe;

@@ -221,10 +221,10 @@ struct g2_ops {
     GPUD_HD static xyzz dbl(const xyzz& p) { return g2_xyzz_dbl(p); }
     GPUD_HD static xyzz mul_small(const xyzz& p, uint32_t k) { return g2_xyzz_mul_small(p, k); }
     GPUD_HD static jacobian to_jacobian(const xyzz& p) { return g2_xyzz_to_jacobian(p); }
-    // Whether the MSM's accumulation loads the next point while it adds the current one:
-    // a G2 point is 48 words beside an accumulator of 96
-    // that already fills the register file, and an addition of ~28 field products, far longer
-    // than the load: without it the accumulation spills 202 bytes instead of 742 (ptxas, sm_90).
+    // Whether the MSM's accumulation loads the next point while it adds the current one: a G2
+    // point is 48 words beside an accumulator of 96 that already fills the register file, and
+    // an addition of ~28 field products is far longer than the load. Without it the
+    // accumulation spills 202 bytes instead of 742 (ptxas, sm_90).
     static constexpr bool prefetch = false;
     // The coordinates' field (the fixed-base kernel's batched inversion).
     typedef fq2_t fe;

@@ -263,7 +263,7 @@ where
 /// of the parameter generator).
 pub fn mul_host<P>(table: &[P::AffineRepr], k: &[u32; 8]) -> P
 where
-    P: Curve + std::ops::AddAssign<P::AffineRepr>,
+    P: Curve,
     P::AffineRepr: Copy,
 {
     let mut acc = P::identity();

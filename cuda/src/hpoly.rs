@@ -99,16 +99,6 @@ impl HInputs<'_> {
     fn regions(&self) -> [u64; 3] {
         self.bufs.each_ref().map(|b| b.device_ptr())
     }
-
-    /// Evaluations each input holds (before padding).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the inputs hold no evaluations (never: at least 2 are required).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 /// Computes H polynomials on one device; keeps the NTT tables between calls.
@@ -204,12 +194,7 @@ impl<'d> HPoly<'d> {
     ) -> Result<HOutput<'d>> {
         let mut inputs = self.inputs(a.len())?;
         self.load(&mut inputs, a, b, c, true)?;
-        self.engine.execute(&inputs.tail, &inputs.regions())?;
-        let [h, _b, _c] = inputs.bufs;
-        Ok(HOutput {
-            h,
-            log_n: inputs.log_n,
-        })
+        self.finish(inputs)
     }
 
     /// The device buffers of an H computation over `len` evaluations (allocated on the main
@@ -268,7 +253,13 @@ impl<'d> HPoly<'d> {
         for steps in &inputs.steps {
             self.engine.execute(steps, &regions)?;
         }
-        self.engine.execute(&inputs.tail, &regions)?;
+        self.finish(inputs)
+    }
+
+    /// Queues the tail (a · b − c on the coset, back to coefficients) once the inputs are
+    /// transformed, and hands out h (b and c are freed).
+    fn finish(&mut self, inputs: HInputs<'d>) -> Result<HOutput<'d>> {
+        self.engine.execute(&inputs.tail, &inputs.regions())?;
         let [h, _b, _c] = inputs.bufs;
         Ok(HOutput {
             h,

@@ -245,8 +245,8 @@ pub fn run(a: PartitionArgs) -> Result<()> {
             gib(before),
             gib(loaded)
         );
-        // Planned again now that the bases are resident: the phase lease that plan asks for.
-        let phase = engine.vram_bytes(&key, a.log_size);
+        // The phase lease planned above for resident bases.
+        let phase = resident_phase;
         println!(
             "phase lease with the bases resident: {:.2} GiB{}",
             phase as f64 / GIB,

@@ -19,6 +19,7 @@ use gpud_cuda::hpoly::{CSource, HPoly};
 use gpud_cuda::msm::{ChunkBases, ChunkScalars, G1, G2, MsmCurve, MsmEngine};
 use group::Group;
 
+use super::engine_error;
 use crate::engine::{G1Sums, PhaseTimings};
 use crate::error::{ProverError, Result};
 use crate::plan::{PhaseOrder, PhasePlan, Query};
@@ -62,13 +63,6 @@ pub struct PhaseResult<Q> {
     /// The A and B query scalars the selection made (the caller frees them, e.g. off the
     /// phase's thread).
     pub queries: (Q, Q),
-}
-
-fn engine_error(message: impl Into<String>) -> ProverError {
-    ProverError::Engine {
-        engine: "cuda",
-        message: message.into(),
-    }
 }
 
 /// Runs the phase of `plan` under `arena`: `select` makes the A and B query scalars (on a
