@@ -121,3 +121,19 @@ fn g2_fixed_base_code_matches_blstrs_byte_for_byte() {
     let g = G2Projective::generator() * Scalar::random(&mut rng);
     check(2, g, g2_bytes, &mut rng);
 }
+
+/// Tests run on parallel threads, and each compiles the harness it runs: a thread must never
+/// execute a binary another thread's compiler is still writing.
+#[test]
+fn parallel_checks_share_one_compiled_harness() {
+    let seed = seed();
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            scope.spawn(move || {
+                let mut rng = ChaCha20Rng::seed_from_u64(seed ^ t);
+                let g = G1Projective::generator() * Scalar::random(&mut rng);
+                check(1, g, g1_bytes, &mut rng);
+            });
+        }
+    });
+}

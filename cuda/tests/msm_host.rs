@@ -7,9 +7,6 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
-
 use blst::{blst_fp, blst_fp2, blst_p1, blst_p1_affine, blst_p2, blst_p2_affine};
 use blstrs::{G1Affine, G1Projective, G2Affine, G2Projective, Scalar};
 use ff::{Field, PrimeField};
@@ -19,13 +16,8 @@ use group::{Curve, Group};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-fn harness() -> &'static PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| common::compile_harness("fq_harness"))
-}
-
 fn run_harness(input: Vec<u8>) -> Vec<u8> {
-    common::run_harness(harness(), input)
+    common::run_harness(&common::compile_harness("fq_harness"), input)
 }
 
 fn rng() -> ChaCha20Rng {
