@@ -4,10 +4,9 @@
 //!
 //! Needs g++ (Debian: build-essential). Fails, not skips, without it.
 
-use std::io::Write;
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use blstrs::Scalar;
 use ff::Field;
@@ -28,60 +27,25 @@ enum Build {
 
 const BUILDS: [Build; 2] = [Build::Default, Build::Karatsuba];
 
-fn harness(build: Build) -> &'static PathBuf {
-    static BINS: [OnceLock<PathBuf>; 2] = [OnceLock::new(), OnceLock::new()];
-    let (slot, name, defines): (_, _, &[&str]) = match build {
-        Build::Default => (&BINS[0], "fr_ntt_harness", &[]),
-        Build::Karatsuba => (&BINS[1], "fr_ntt_harness_kara", &["-DFR_MUL_KARATSUBA=1"]),
+fn harness(build: Build) -> PathBuf {
+    let (name, defines): (_, &[&str]) = match build {
+        Build::Default => ("fr_ntt_harness", &[]),
+        Build::Karatsuba => ("fr_ntt_harness_kara", &["-DFR_MUL_KARATSUBA=1"]),
     };
-    slot.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-        let status = Command::new("g++")
-            .args([
-                "-std=c++17",
-                "-O1",
-                "-g",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-Wno-unknown-pragmas",
-            ])
-            .args(defines)
-            // Out-of-bounds indexing in the kernels' index math (shared memory is a vector of
-            // exactly the kernel's size here) fails the tests instead of passing silently.
-            .args(["-fsanitize=address,undefined", "-fno-sanitize-recover=all"])
-            .arg("-I")
-            .arg(root.join("kernels"))
-            .arg(root.join("tests/host/harness.cpp"))
-            .arg("-o")
-            .arg(&out)
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run g++ (install build-essential): {e}"));
-        assert!(
-            status.success(),
-            "g++ failed to compile the kernel headers as C++ ({build:?} build)"
-        );
-        out
-    })
+    let flags = [
+        "-O1",
+        "-g",
+        "-Wno-unknown-pragmas",
+        // Out-of-bounds indexing in the kernels' index math (shared memory is a vector of
+        // exactly the kernel's size here) fails the tests instead of passing silently.
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=all",
+    ];
+    common::compile(name, "harness.cpp", &[&flags[..], defines].concat())
 }
 
 fn run_harness(build: Build, input: &[u8]) -> Vec<u8> {
-    let mut child = Command::new(harness(build))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start harness");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let data = input.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&data));
-    let out = child.wait_with_output().expect("harness output");
-    writer
-        .join()
-        .expect("writer thread")
-        .expect("write to harness");
-    assert!(out.status.success(), "harness failed: {:?}", out.status);
-    out.stdout
+    common::run_harness(&harness(build), input.to_vec())
 }
 
 fn put_scalars(buf: &mut Vec<u8>, xs: &[Scalar]) {

@@ -1,37 +1,59 @@
 //! Shared by the host tests that run kernel headers compiled with g++ as a stdin/stdout harness.
+// Each test binary uses a part of this module.
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
-/// Compiles `tests/host/<name>.cpp` into the test's temporary folder (`CXX`, default g++), once
-/// per test process: tests run on parallel threads, and one that executes the binary while
-/// another's compiler still writes it fails ("text file busy"). The compiler writes a private
-/// name that is renamed into place, so no other process sees a partial binary either.
+/// Compiles `tests/host/<name>.cpp` with the default flags: see [`compile`].
 pub fn compile_harness(name: &str) -> PathBuf {
-    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
-    let mut built = BUILT
+    compile(name, &format!("{name}.cpp"), &["-O2"])
+}
+
+/// Compiles `tests/host/<source>` (with `kernels/` on the include path, warnings as errors and
+/// `flags` added) into the binary `name` in the test's temporary folder (`CXX`, default g++),
+/// once per test process: tests run on parallel threads, and one that executes the binary
+/// while another's compiler still writes it fails ("text file busy"). The compiler writes a
+/// private name that is renamed into place, so another test process (a runner that starts one
+/// per test) never sees a partial binary either.
+pub fn compile(name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    // One cell per binary, so different binaries still compile in parallel.
+    static BUILT: OnceLock<Mutex<HashMap<String, Arc<OnceLock<PathBuf>>>>> = OnceLock::new();
+    let cell = BUILT
         .get_or_init(Default::default)
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(bin) = built.get(name) {
-        return bin.clone();
-    }
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/host/{name}.cpp"));
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .entry(name.to_owned())
+        .or_default()
+        .clone();
+    cell.get_or_init(|| build(name, source, flags)).clone()
+}
+
+fn build(name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("tests/host").join(source);
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let out = dir.join(name);
     let partial = dir.join(format!("{name}.{}.partial", std::process::id()));
     let status = Command::new(std::env::var("CXX").unwrap_or_else(|_| "g++".into()))
-        .args(["-O2", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-o"])
+        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror"])
+        .args(flags)
+        .arg("-I")
+        .arg(root.join("kernels"))
+        .arg("-o")
         .arg(&partial)
         .arg(&src)
         .status()
-        .expect("a C++ compiler (g++) is needed for the host tests");
-    assert!(status.success(), "compiling {} failed", src.display());
+        .unwrap_or_else(|e| panic!("cannot run a C++ compiler (install build-essential): {e}"));
+    assert!(
+        status.success(),
+        "compiling {} as {name} failed",
+        src.display()
+    );
     std::fs::rename(&partial, &out).expect("harness binary renamed into place");
-    built.insert(name.to_owned(), out.clone());
     out
 }
 
@@ -54,9 +76,7 @@ pub fn run_harness(bin: &Path, input: Vec<u8>) -> Vec<u8> {
         .read_to_end(&mut out)
         .expect("harness output");
     writer.join().expect("writer thread");
-    assert!(
-        child.wait().expect("harness exits").success(),
-        "harness failed"
-    );
+    let status = child.wait().expect("harness exits");
+    assert!(status.success(), "harness failed: {status}");
     out
 }
