@@ -137,3 +137,29 @@ fn parallel_checks_share_one_compiled_harness() {
         }
     });
 }
+
+/// A runner that starts a process per test compiles the harness in each of them at once: one
+/// must never execute the binary while another's compiler writes over it. Three copies of this
+/// test binary run the G1 check side by side.
+#[test]
+fn test_processes_compiling_the_harness_at_once_all_pass() {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "g1_fixed_base_code_matches_blstrs_byte_for_byte"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("a copy of the test binary starts")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("the copy exits");
+        assert!(
+            out.status.success(),
+            "a test process failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
